@@ -1,0 +1,80 @@
+# gpucap: build, test, demo, bench and install.
+#
+# Plain GNU make, out-of-tree objects under $(BUILD). Project flags come first and the
+# user's CFLAGS/LDFLAGS are appended, so `make CFLAGS=-O3` refines rather than replaces.
+# Each module contributes a fragment (`*/*.mk`) that adds its objects, programs and tests.
+#
+#   make              build the shim, the fake driver and every test program
+#   make test         run every test (plain build, then ASan+UBSan build, then TSan threaded tests)
+#   make check        run the tests of the current configuration only
+#   make demo         run the bundled workload under a cap over the fake driver
+#   make bench        replay the bundled traces through the pool and print the results table
+#   DEBUG=1           -O0, assertions and invariant checks after every pool operation
+#   SANITIZER=address|undefined|thread|address,undefined
+#   V=1               show full command lines
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+
+VERSION := 0.1.0
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+PROJECT_CFLAGS := -std=c11 $(WARN) -fPIC -fvisibility=hidden -MMD -MP -D_GNU_SOURCE \
+                  -DGPUCAP_VERSION=\"$(VERSION)\" -I.
+
+ifeq ($(DEBUG),1)
+  PROJECT_CFLAGS += -O0 -g -DGPUCAP_DEBUG=1
+else
+  PROJECT_CFLAGS += -O2 -g
+endif
+
+SAN_FLAGS :=
+ifneq ($(SANITIZER),)
+  ifneq ($(filter-out address undefined thread,$(subst $(comma), ,$(SANITIZER))),)
+    $(error SANITIZER must be address, undefined, thread or address,undefined (got '$(SANITIZER)'))
+  endif
+  SAN_FLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+comma := ,
+
+ALL_CFLAGS  := $(PROJECT_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
+ALL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
+
+ifeq ($(V),1)
+  Q :=
+  say :=
+else
+  Q := @
+  say = @printf '  %-7s %s\n' $(1) $(2);
+endif
+
+.DEFAULT_GOAL := all
+.PHONY: all test check demo bench install uninstall clean format
+
+# Filled in by the fragments.
+PROGRAMS :=
+TEST_PROGRAMS :=
+TEST_SCRIPTS :=
+
+include config/config.mk
+include core/core.mk
+include shim/shim.mk
+include tests/fakecuda/fakecuda.mk
+include tests/tests.mk
+
+$(BUILD)/obj/%.o: %.c
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+all: $(PROGRAMS) $(TEST_PROGRAMS)
+
+clean:
+	rm -rf build
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,1 @@
+# config module: objects and tests (filled in as the module grows).

@@ -1,0 +1,1 @@
+# core module: objects and tests (filled in as the module grows).

@@ -1,0 +1,1 @@
+# shim module: objects and tests (filled in as the module grows).
