@@ -30,6 +30,7 @@ else
   PROJECT_CFLAGS += -O2 -g
 endif
 
+comma := ,
 SAN_FLAGS :=
 ifneq ($(SANITIZER),)
   ifneq ($(filter-out address undefined thread,$(subst $(comma), ,$(SANITIZER))),)
@@ -37,7 +38,6 @@ ifneq ($(SANITIZER),)
   endif
   SAN_FLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
-comma := ,
 
 ALL_CFLAGS  := $(PROJECT_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 ALL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
@@ -57,6 +57,8 @@ endif
 PROGRAMS :=
 TEST_PROGRAMS :=
 TEST_SCRIPTS :=
+TEST_DEPS :=
+THREAD_TESTS :=
 
 include config/config.mk
 include core/core.mk
@@ -69,7 +71,7 @@ $(BUILD)/obj/%.o: %.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-all: $(PROGRAMS) $(TEST_PROGRAMS)
+all: $(PROGRAMS) $(TEST_PROGRAMS) $(TEST_DEPS)
 
 clean:
 	rm -rf build
