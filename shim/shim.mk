@@ -1,1 +1,28 @@
-# shim module: objects and tests (filled in as the module grows).
+# The shim: build/libgpucap.so. It links only libc, libdl and libpthread, exports exactly
+# dlsym and the hooked names of shim/hooks.def (through a generated version script), and
+# carries its own copy of core/ and config/ objects.
+
+SHIM_SRCS := shim/cap.c shim/dlsym.c shim/hooks.c shim/log.c shim/memory.c shim/procaddr.c \
+             shim/real.c
+SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
+             $(BUILD)/obj/core/addrmap.o
+SHIM_LIB  := $(BUILD)/libgpucap.so
+SHIM_MAP  := $(BUILD)/libgpucap.map
+PROGRAMS  += $(SHIM_LIB)
+
+$(BUILD)/obj/%.o: %.S
+	$(call say,AS,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# The exported names, generated from the hook table so the two cannot drift apart.
+$(SHIM_MAP): shim/hooks.def
+	$(Q)mkdir -p $(@D)
+	$(Q){ echo '{ global: dlsym;'; \
+	     sed -n 's/^HOOK([^,]*,[^,]*,[^,]*, *\([A-Za-z0-9_]*\)).*/  \1;/p' $<; \
+	     echo 'local: *; };'; } > $@
+
+$(SHIM_LIB): $(SHIM_OBJS) $(CONFIG_OBJS) $(SHIM_MAP)
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) $(CONFIG_OBJS) -Wl,--version-script=$(SHIM_MAP) \
+	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) -ldl -lpthread

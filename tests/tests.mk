@@ -5,7 +5,8 @@
 # Scripts find built artefacts through the exported BUILD variable. In sanitizer builds
 # SAN_PRELOAD names the sanitizer runtime that must precede the shim in LD_PRELOAD.
 
-.PHONY: check check-threads test-plain test-asan test-tsan
+.PHONY: check check-threads
+
 
 SAN_RUNTIME :=
 ifneq ($(findstring address,$(SANITIZER)),)
@@ -32,3 +33,64 @@ test:
 	$(Q)$(MAKE) --no-print-directory check
 	$(Q)$(MAKE) --no-print-directory check BUILD=build/asan SANITIZER=address,undefined
 	$(Q)$(MAKE) --no-print-directory check-threads BUILD=build/tsan SANITIZER=thread
+
+# ---- Integration programs: run over the fake driver with the shim preloaded. ----
+INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/linked \
+                  $(BUILD)/tests/threads \
+                  $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so
+TEST_DEPS += $(INTEG_PROGRAMS)
+TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
+                tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
+                tests/integ/noncuda.sh tests/integ/cudart.sh tests/integ/exports.sh \
+                tests/integ/threads.sh
+THREAD_TESTS += tests/integ/threads.sh
+
+$(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -ldl
+
+# Linked against the fake driver like a real program against libcuda.so.1 (-lcuda).
+$(BUILD)/tests/captest $(BUILD)/tests/linked: $(BUILD)/tests/%: $(BUILD)/obj/tests/integ/%.o \
+    $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+
+$(BUILD)/tests/nexttest: $(BUILD)/obj/tests/integ/nexttest.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+
+$(BUILD)/tests/threads: $(BUILD)/obj/tests/integ/threads.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+
+$(BUILD)/tests/libnext.so: $(BUILD)/obj/tests/integ/nextlib.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
+
+# ---- Unit tests of the shim's own tables and of core/addrmap. ----
+$(BUILD)/tests/test_addrmap: $(BUILD)/obj/tests/unit/test_addrmap.o $(BUILD)/obj/core/addrmap.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+TEST_PROGRAMS += $(BUILD)/tests/test_addrmap
+
+# ---- make demo: the bundled workload over the fake driver, uncapped and capped. ----
+DEMO_BIN := $(BUILD)/tests/workload
+TEST_DEPS += $(DEMO_BIN)
+$(DEMO_BIN): $(BUILD)/obj/tests/demo/workload.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+
+demo: $(DEMO_BIN) $(SHIM_LIB)
+	@echo "== The workload on a 16 GiB (fake) GPU, without gpucap:"
+	@LD_LIBRARY_PATH=$(BUILD)/fakecuda $(DEMO_BIN)
+	@echo
+	@echo "== The same workload under gpucap with GPUCAP_MEMORY_LIMIT=2GiB:"
+	@LD_LIBRARY_PATH=$(BUILD)/fakecuda LD_PRELOAD=$(abspath $(SHIM_LIB)) \
+	  GPUCAP_MEMORY_LIMIT=2GiB $(DEMO_BIN)

@@ -1,0 +1,116 @@
+/* Caps and charges per device. The settings are read once (pthread_once) at the first hook
+ * that needs them; each device's limit is computed once from the settings and the device's
+ * real total memory, then published with a release store. Charges are CAS loops on one
+ * atomic counter per device, so concurrent allocations never overshoot the cap.
+ */
+#include "shim/cap.h"
+
+#include "config/cfg.h"
+#include "shim/log.h"
+#include "shim/real.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+struct device_cap {
+  _Atomic uint64_t used;
+  _Atomic uint64_t limit; /* valid once `ready` */
+  atomic_bool ready;
+};
+
+static struct device_cap devices[CAP_MAX_DEVICES];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static cfg_t settings;
+static bool settings_ok;
+
+static void load_settings(void) {
+  char msg[1024] = "";
+  settings_ok = cfg_load(&settings, NULL, NULL, msg, sizeof msg) == 0;
+  if (msg[0]) {
+    size_t n = strlen(msg);
+    if (msg[n - 1] != '\n' && n + 1 < sizeof msg) {
+      msg[n++] = '\n';
+    }
+    log_write_raw(msg, n);
+  }
+  log_set_verbosity(settings.verbose);
+}
+
+bool cap_init(void) {
+  pthread_once(&once, load_settings);
+  return settings_ok;
+}
+
+CUresult cap_current_device(int *dev) {
+  CUdevice d = 0;
+  if (!real.cuCtxGetDevice) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuCtxGetDevice(&d);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (d < 0 || d >= CAP_MAX_DEVICES) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  *dev = d;
+  return CUDA_SUCCESS;
+}
+
+uint64_t cap_limit(int dev, uint64_t physical_total) {
+  struct device_cap *c = &devices[dev];
+  if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
+    return atomic_load_explicit(&c->limit, memory_order_relaxed);
+  }
+  cap_init();
+  if (!physical_total) {
+    size_t total = 0;
+    if (!real.cuDeviceTotalMem_v2 || real.cuDeviceTotalMem_v2(&total, dev) != CUDA_SUCCESS) {
+      /* Unknown size: only an absolute limit can apply; a fraction of nothing is nothing. */
+      total = 0;
+    }
+    physical_total = total;
+  }
+  uint64_t limit = settings_ok ? cfg_device_cap(&settings, dev, physical_total) : 0;
+  atomic_store_explicit(&c->limit, limit, memory_order_relaxed);
+  atomic_store_explicit(&c->ready, true, memory_order_release);
+  if (limit != CAP_NONE) {
+    log_msg(LOG_DEBUG, "device %d: cap %llu bytes", dev, (unsigned long long)limit);
+  }
+  return limit;
+}
+
+bool cap_charge(int dev, uint64_t bytes) {
+  uint64_t limit = cap_limit(dev, 0);
+  struct device_cap *c = &devices[dev];
+  uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
+  do {
+    if (bytes > limit || used > limit - bytes) {
+      return false;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&c->used, &used, used + bytes,
+                                                  memory_order_relaxed, memory_order_relaxed));
+  return true;
+}
+
+void cap_credit(int dev, uint64_t bytes) {
+  atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+}
+
+uint64_t cap_used(int dev) {
+  return atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
+}
+
+void cap_view(int dev, uint64_t *free_bytes, uint64_t *total_bytes) {
+  uint64_t limit = cap_limit(dev, *total_bytes);
+  if (limit == CAP_NONE) {
+    return;
+  }
+  uint64_t used = cap_used(dev);
+  uint64_t total = limit < *total_bytes ? limit : *total_bytes;
+  uint64_t headroom = used >= limit ? 0 : limit - used;
+  uint64_t avail = headroom < *free_bytes ? headroom : *free_bytes;
+  *total_bytes = total;
+  *free_bytes = avail < total ? avail : total;
+}

@@ -1,0 +1,44 @@
+/* The per-process cap: settings loaded once from config/, each device's limit, and the bytes
+ * charged against it. "Charged" means bytes gpucap obtained from the driver for the program.
+ * Devices are CUDA ordinals as the process sees them (the CUdevice of the current context).
+ * All functions are thread-safe; charges are lock-free atomics.
+ */
+#ifndef GPUCAP_SHIM_CAP_H
+#define GPUCAP_SHIM_CAP_H
+
+#include "shim/cudadefs.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CAP_MAX_DEVICES 64
+#define CAP_NONE UINT64_MAX
+
+/* Loads the settings on first call (prints their error or warning once, never before the
+ * program's first CUDA call reaches gpucap). Returns true iff the settings are valid; when
+ * they are not, every device's cap is 0 (fail closed). */
+bool cap_init(void);
+
+/* The ordinal of the calling thread's current context's device in *dev. Fails (returning the
+ * driver's error) iff there is no usable current context. */
+CUresult cap_current_device(int *dev);
+
+/* Device dev's cap in bytes, or CAP_NONE. `physical_total` is the device's real total memory
+ * when the caller already knows it, else 0 (then the driver is asked once per device). */
+uint64_t cap_limit(int dev, uint64_t physical_total);
+
+/* Charges `bytes` to dev iff the charge stays within the cap; returns true iff charged. */
+bool cap_charge(int dev, uint64_t bytes);
+
+/* Returns a previous charge. */
+void cap_credit(int dev, uint64_t bytes);
+
+/* Bytes currently charged to dev. */
+uint64_t cap_used(int dev);
+
+/* Rewrites a driver's (free, total) answer for dev as the program should see it:
+ * total = min(cap, physical), free = min(cap - used, real free), never above total, never
+ * negative. Unchanged when dev has no cap. */
+void cap_view(int dev, uint64_t *free_bytes, uint64_t *total_bytes);
+
+#endif

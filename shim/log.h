@@ -1,0 +1,23 @@
+/* Messages from inside other people's programs: stderr only, through a stack buffer and one
+ * write(2) per message (no malloc, no stdio buffering, errno preserved). Every line starts
+ * `gpucap: `, `gpucap: warning: ` or `gpucap: error: `. Thread-safe; async-signal-unsafe only
+ * through vsnprintf.
+ */
+#ifndef GPUCAP_SHIM_LOG_H
+#define GPUCAP_SHIM_LOG_H
+
+#include <stddef.h>
+
+enum log_level { LOG_ERROR = -2, LOG_WARN = -1, LOG_INFO = 0, LOG_DEBUG = 1, LOG_TRACE = 2 };
+
+/* Sets the verbosity: messages above `level` are dropped. Errors and warnings always print. */
+void log_set_verbosity(int level);
+
+/* Formats one message (without the prefix or trailing newline) and writes it to stderr, cut at
+ * 1 KiB. Cost: one vsnprintf and one write. */
+__attribute__((format(printf, 2, 3))) void log_msg(enum log_level level, const char *fmt, ...);
+
+/* Writes `len` bytes of already formatted text to stderr as is (used for multi-line reports). */
+void log_write_raw(const char *text, size_t len);
+
+#endif

@@ -1,0 +1,267 @@
+/* The device-memory hooks: allocation, free, get-info, total-mem and pitch, in every ABI the
+ * driver resolves them to. Allocation is pass-through with the cap enforced before the driver
+ * is asked (pitch: right after, since only the driver knows the pitch), and each live block
+ * remembered with its device and charge so a free credits exactly what was charged.
+ * Locking: one mutex guards the live-block map; it is never held across a driver call.
+ */
+#include "core/addrmap.h"
+#include "shim/cap.h"
+#include "shim/log.h"
+#include "shim/real.h"
+
+#include <limits.h>
+#include <pthread.h>
+
+#define GPUCAP_EXPORT __attribute__((visibility("default")))
+
+/* A live block's map value: the charged bytes in the low 56 bits, the device above. */
+#define DEV_SHIFT 56
+#define BYTES_MASK ((1ull << DEV_SHIFT) - 1)
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static addrmap_t live = ADDRMAP_INIT;
+
+static int live_put(uint64_t ptr, int dev, uint64_t bytes) {
+  pthread_mutex_lock(&live_lock);
+  int rc = addrmap_put(&live, ptr, ((uint64_t)dev << DEV_SHIFT) | (bytes & BYTES_MASK));
+  pthread_mutex_unlock(&live_lock);
+  return rc;
+}
+
+static bool live_take(uint64_t ptr, int *dev, uint64_t *bytes) {
+  uint64_t v = 0;
+  pthread_mutex_lock(&live_lock);
+  int rc = addrmap_del(&live, ptr, &v);
+  pthread_mutex_unlock(&live_lock);
+  *dev = (int)(v >> DEV_SHIFT);
+  *bytes = v & BYTES_MASK;
+  return rc == 0;
+}
+
+static bool driver_ready(void) {
+  return real_driver_ready(NULL);
+}
+
+static CUresult free_v2(uint64_t ptr) {
+  return real.cuMemFree_v2(ptr);
+}
+
+static CUresult free_v1(uint64_t ptr) {
+  return real.cuMemFree((CUdeviceptr_v1)ptr);
+}
+
+/* Records a block the driver just handed out under a charge; undoes everything if the host
+ * cannot record it. */
+static CUresult remember(uint64_t ptr, int dev, uint64_t bytes,
+                         CUresult (*driver_free)(uint64_t)) {
+  if (live_put(ptr, dev, bytes) != 0) {
+    driver_free(ptr);
+    cap_credit(dev, bytes);
+    log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* The current device in *dev, or -1 when it is beyond what gpucap can cap (the allocation is
+ * then refused: never uncapped). Returns false iff there is no usable current context, in
+ * which case the driver must answer the call itself. */
+static bool current_device(int *dev) {
+  CUresult rc = cap_current_device(dev);
+  if (rc == CUDA_ERROR_INVALID_DEVICE) {
+    *dev = -1;
+    return true;
+  }
+  return rc == CUDA_SUCCESS;
+}
+
+static CUresult refuse(int dev, uint64_t bytes) {
+  if (dev < 0) {
+    log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", CAP_MAX_DEVICES - 1);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  log_msg(LOG_DEBUG, "device %d: %llu bytes refused: %llu of %llu in use", dev,
+          (unsigned long long)bytes, (unsigned long long)cap_used(dev),
+          (unsigned long long)cap_limit(dev, 0));
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  int dev;
+  if (!driver_ready() || !real.cuMemAlloc_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (!dptr || bytesize == 0 || !current_device(&dev)) {
+    return real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own error code */
+  }
+  if (dev < 0) {
+    return refuse(dev, bytesize);
+  }
+  if (!cap_charge(dev, bytesize)) {
+    return refuse(dev, bytesize);
+  }
+  CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(dev, bytesize);
+    return rc;
+  }
+  return remember(*dptr, dev, bytesize, free_v2);
+}
+
+GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
+  int dev;
+  if (!driver_ready() || !real.cuMemAlloc) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (!dptr || bytesize == 0 || !current_device(&dev)) {
+    return real.cuMemAlloc(dptr, bytesize);
+  }
+  if (dev < 0) {
+    return refuse(dev, bytesize);
+  }
+  if (!cap_charge(dev, bytesize)) {
+    return refuse(dev, bytesize);
+  }
+  CUresult rc = real.cuMemAlloc(dptr, bytesize);
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(dev, bytesize);
+    return rc;
+  }
+  return remember(*dptr, dev, bytesize, free_v1);
+}
+
+/* Frees through `driver_free`, crediting the charge only when the driver really freed it; an
+ * unknown pointer still goes to the driver, which answers for it. */
+static CUresult free_block(uint64_t ptr, CUresult (*driver_free)(uint64_t)) {
+  int dev;
+  uint64_t bytes;
+  bool known = ptr && live_take(ptr, &dev, &bytes);
+  CUresult rc = driver_free(ptr);
+  if (known) {
+    if (rc == CUDA_SUCCESS) {
+      cap_credit(dev, bytes);
+    } else if (live_put(ptr, dev, bytes) != 0) {
+      log_msg(LOG_ERROR, "out of host memory: block %#llx is no longer tracked",
+              (unsigned long long)ptr);
+    }
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  if (!driver_ready() || !real.cuMemFree_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return free_block(dptr, free_v2);
+}
+
+GPUCAP_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
+  if (!driver_ready() || !real.cuMemFree) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return free_block(dptr, free_v1);
+}
+
+GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+  int dev;
+  if (!driver_ready() || !real.cuMemGetInfo_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuMemGetInfo_v2(free, total);
+  if (rc == CUDA_SUCCESS && cap_current_device(&dev) == CUDA_SUCCESS) {
+    uint64_t f = *free, t = *total;
+    cap_view(dev, &f, &t);
+    *free = (size_t)f;
+    *total = (size_t)t;
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
+  int dev;
+  if (!driver_ready() || !real.cuMemGetInfo) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuMemGetInfo(free, total);
+  if (rc == CUDA_SUCCESS && cap_current_device(&dev) == CUDA_SUCCESS) {
+    uint64_t f = *free, t = *total;
+    cap_view(dev, &f, &t);
+    *free = (unsigned int)f;
+    *total = (unsigned int)t;
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+  if (!driver_ready() || !real.cuDeviceTotalMem_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuDeviceTotalMem_v2(bytes, dev);
+  if (rc == CUDA_SUCCESS && dev >= 0 && dev < CAP_MAX_DEVICES) {
+    uint64_t limit = cap_limit(dev, *bytes);
+    if (limit < *bytes) {
+      *bytes = (size_t)limit;
+    }
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
+  if (!driver_ready() || !real.cuDeviceTotalMem) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuDeviceTotalMem(bytes, dev);
+  if (rc == CUDA_SUCCESS && dev >= 0 && dev < CAP_MAX_DEVICES) {
+    uint64_t limit = cap_limit(dev, 0);
+    if (limit < *bytes) {
+      *bytes = (unsigned int)limit;
+    }
+  }
+  return rc;
+}
+
+/* Charges a block the driver already handed out (pitch allocations: only the driver knows
+ * the pitch); gives it back if the charge would pass the cap. */
+static CUresult charge_after(uint64_t ptr, int dev, uint64_t bytes,
+                             CUresult (*driver_free)(uint64_t)) {
+  if (dev < 0 || !cap_charge(dev, bytes)) {
+    driver_free(ptr);
+    return refuse(dev, bytes);
+  }
+  return remember(ptr, dev, bytes, driver_free);
+}
+
+GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                          size_t Height, unsigned int ElementSizeBytes) {
+  int dev;
+  if (!driver_ready() || !real.cuMemAllocPitch_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  if (rc != CUDA_SUCCESS || !current_device(&dev)) {
+    return rc;
+  }
+  rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v2);
+  if (rc != CUDA_SUCCESS) {
+    *dptr = 0;
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                       unsigned int WidthInBytes, unsigned int Height,
+                                       unsigned int ElementSizeBytes) {
+  int dev;
+  if (!driver_ready() || !real.cuMemAllocPitch) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  if (rc != CUDA_SUCCESS || !current_device(&dev)) {
+    return rc;
+  }
+  rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v1);
+  if (rc != CUDA_SUCCESS) {
+    *dptr = 0;
+  }
+  return rc;
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Programs that reach the driver without cuGetProcAddress: linked with -lcuda, and through
+# another preloaded interposer that uses dlsym(RTLD_NEXT, ...), in both preload orders.
+. "$TOP/tests/integ/lib.sh"
+
+stats="$WORK/linked.json"
+GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program "program linked with -lcuda" \
+  with_shim "$TESTBIN/linked"
+is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 3 \
+  "the driver saw the 3 allocations under the cap, not the refused one"
+
+san=${SAN_PRELOAD:+$SAN_PRELOAD }
+next="$BUILD/tests/libnext.so"
+LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$san$next $SHIM" tap_program \
+  "RTLD_NEXT from an interposer preloaded before gpucap" "$TESTBIN/nexttest" libgpucap.so
+LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$san$SHIM $next" tap_program \
+  "RTLD_NEXT from an interposer preloaded after gpucap" "$TESTBIN/nexttest" libcuda.so.1
+
+done_testing

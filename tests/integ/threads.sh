@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Many threads allocating at once under a cap: the driver's own record shows its peak never
+# passed the cap and nothing leaked. Also run under TSan by `make test`.
+. "$TOP/tests/integ/lib.sh"
+
+stats="$WORK/threads.json"
+GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program "4 threads under a 256 MiB cap" \
+  with_shim "$TESTBIN/threads" 4 3000
+peak=$(json_num "$stats" peak_bytes)
+[ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
+ok $? "the driver's peak ($peak bytes) never passed the cap"
+is "$(json_num "$stats" leaked_allocations)" 0 "nothing leaked"
+done_testing
