@@ -1,1 +1,83 @@
-# Fake CUDA driver.
+# Fake CUDA driver: $(BUILD)/fakecuda/libcuda.so.1 (+ libcuda.so), its tests and probe tool.
+#
+# The export table and the ~500 catch-all entry points are generated at build time by gen.awk
+# from the committed exports.txt and the names the hand-written fk_*.c define. The library is
+# linked -Bsymbolic so the pointers cuGetProcAddress hands out are its own, as a real driver's.
+
+FAKECUDA_DIR := tests/fakecuda
+FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx.c fk_stream.c \
+                   fk_mem.c fk_vmm.c fk_copy.c)
+FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
+FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
+FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
+FAKECUDA_LIB := $(BUILD)/fakecuda/libcuda.so.1
+
+$(FAKECUDA_GEN): $(FAKECUDA_DIR)/gen.awk $(FAKECUDA_DIR)/exports.txt $(FAKECUDA_SRCS)
+	$(call say,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)awk -f $(FAKECUDA_DIR)/gen.awk $(FAKECUDA_SRCS) $(FAKECUDA_DIR)/exports.txt >$@.tmp
+	$(Q)mv $@.tmp $@
+
+$(FAKECUDA_GEN_OBJ): $(FAKECUDA_GEN)
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(FAKECUDA_LIB): $(FAKECUDA_OBJS) $(FAKECUDA_GEN_OBJ)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o $@ $^ -lpthread
+	$(Q)ln -sf libcuda.so.1 $(@D)/libcuda.so
+
+PROGRAMS += $(FAKECUDA_LIB)
+
+# Tests. Programs linked against the fake find it through $ORIGIN. test_gpa dlopens it by name the
+# way libcudart does, with a library that exports the same names loaded first; it carries a
+# DT_RPATH (not RUNPATH) because under ASan dlopen is called from libasan, whose lookups only
+# see the executable's DT_RPATH.
+FAKECUDA_RPATH := -Wl,-rpath,'$$ORIGIN/../fakecuda'
+FAKECUDA_LINKED_TESTS := test_fakecuda_ctx test_fakecuda_mem test_fakecuda_stream \
+                         test_fakecuda_threads
+FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa $(FAKECUDA_LINKED_TESTS))
+FAKECUDA_PROBE := $(BUILD)/tests/fakecuda_probe
+FAKECUDA_INTERPOSE := $(BUILD)/tests/libfk_interpose.so
+FAKECUDA_CALLER := $(BUILD)/tests/libfk_caller.so
+
+$(FAKECUDA_INTERPOSE): $(BUILD)/obj/$(FAKECUDA_DIR)/interpose.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libfk_interpose.so -o $@ $^
+
+$(BUILD)/tests/test_fakecuda_gpa: $(BUILD)/obj/$(FAKECUDA_DIR)/test_gpa.o $(FAKECUDA_INTERPOSE) \
+                                  | $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -Wl,--no-as-needed $(FAKECUDA_INTERPOSE) -Wl,--as-needed \
+	    -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN' $(FAKECUDA_RPATH) -ldl -lpthread
+
+$(addprefix $(BUILD)/tests/,$(FAKECUDA_LINKED_TESTS)): $(BUILD)/tests/test_fakecuda_%: \
+    $(BUILD)/obj/$(FAKECUDA_DIR)/test_%.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+
+$(FAKECUDA_PROBE): $(BUILD)/obj/$(FAKECUDA_DIR)/probe.o $(FAKECUDA_LIB) $(FAKECUDA_CALLER)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -ldl -lpthread
+
+$(FAKECUDA_CALLER): $(BUILD)/obj/$(FAKECUDA_DIR)/caller.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libfk_caller.so -o $@ $^ -ldl
+
+# Shell tests need the library and the probe; make them prerequisites of the test programs'
+# build so `make` and `make check` build them.
+PROGRAMS += $(FAKECUDA_PROBE)
+TEST_PROGRAMS += $(FAKECUDA_TESTS)
+TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh
+THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads
+
+.PHONY: fakecuda-regen
+fakecuda-regen:
+	$(FAKECUDA_DIR)/regen.sh

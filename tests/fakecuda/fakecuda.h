@@ -1,0 +1,47 @@
+/* Test-only hooks of the fake CUDA driver (build/fakecuda/libcuda.so.1).
+ *
+ * A real driver has none of these: a test that calls them must be linked against (or dlsym them
+ * from) the fake. Every hook takes the fake's one lock; none blocks. See tests/fakecuda/README.md
+ * for what the fake models.
+ */
+#ifndef GPUCAP_TESTS_FAKECUDA_FAKECUDA_H
+#define GPUCAP_TESTS_FAKECUDA_FAKECUDA_H
+
+#include <stddef.h>
+
+#include "shim/cudadefs.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Enqueues one item of pending device work on hStream that touches [dptr, dptr + bytes), as a
+ * kernel would. hStream follows the legacy-default-stream convention (NULL and CU_STREAM_LEGACY
+ * name the legacy stream, CU_STREAM_PER_THREAD the calling thread's per-thread stream). The
+ * range is not validated. The item stays pending until a sync point completes it (see README).
+ * Returns CUDA_SUCCESS, or CUDA_ERROR_NOT_INITIALIZED before cuInit, CUDA_ERROR_INVALID_CONTEXT
+ * for a default stream with no current context, CUDA_ERROR_INVALID_HANDLE for a bad stream,
+ * CUDA_ERROR_INVALID_VALUE when bytes is 0. O(1) plus the stream look-up. */
+CUresult fakecudaEnqueueWork(CUstream hStream, CUdeviceptr dptr, size_t bytes);
+
+/* To be called by a test when it receives a block [dptr, dptr + bytes) from an allocator:
+ * returns how many pending work items still touch that range. A non-zero answer is a hazard
+ * (the new owner's work could race the old owner's) and is added to the "hazards" counter of
+ * the stats report. Never fails; 0 before cuInit. O(pending work). */
+int fakecudaClaim(CUdeviceptr dptr, size_t bytes);
+
+/* Number of pending work items in the process (copies, memsets, stream-ordered frees and
+ * fakecudaEnqueueWork items not yet completed). O(pending work). */
+int fakecudaPendingWork(void);
+
+/* Hazards counted so far by fakecudaClaim. */
+unsigned long long fakecudaHazards(void);
+
+/* How many times the exported entry point `name` has been called (0 for an unknown name). */
+unsigned long long fakecudaCalls(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

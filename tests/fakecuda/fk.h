@@ -1,0 +1,372 @@
+/* Internal interface between the modules of the fake CUDA driver (tests/fakecuda/fk_*.c).
+ *
+ * Invariants: every exported entry point runs fk_enter() first and fk_leave() last, so the whole
+ * body runs under the one global lock `fk.lock` (a test driver needs no finer locking) and no
+ * fk_* function below may be called without it, except where its contract says so. Nothing
+ * here blocks or sleeps: device work "executes" instantly when a sync point completes it.
+ * Objects (contexts, streams) are never freed before exit, so a stale handle can always be
+ * looked up and rejected; events and work items are freed as soon as they are dead.
+ */
+#ifndef GPUCAP_TESTS_FAKECUDA_FK_H
+#define GPUCAP_TESTS_FAKECUDA_FK_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shim/cudadefs.h"
+#include "tests/fakecuda/fakecuda.h"
+#include "tests/fakecuda/fakedefs.h"
+
+#define FK_API __attribute__((visibility("default")))
+
+#define FK_MAX_DEVICES 64
+#define FK_MAX_EXPORTS 1024
+#define FK_MAX_FAILS 32
+#define FK_MAX_CALLERS 32
+#define FK_DRIVER_VERSION 13000
+#define FK_ALLOC_ALIGN ((size_t)512)
+#define FK_PITCH_ALIGN ((size_t)512)
+#define FK_GRANULARITY ((size_t)2 << 20)
+#define FK_DEFAULT_MEMORY ((size_t)16 << 30)
+#define FK_POLLS_TO_COMPLETE 2
+
+/* ---- Configuration (fk_env.c): pure parsing of the FAKECUDA_* variables. ---- */
+
+struct fk_fail {
+  int export_index;       /* index into fk_exports */
+  unsigned long long nth; /* the call (1-based) that fails */
+  int code;               /* the CUresult it returns */
+};
+
+struct fk_config {
+  int ndev;
+  size_t mem[FK_MAX_DEVICES];
+  int cc_major, cc_minor;
+  int backing;
+  int stub; /* FAKECUDA_STUB=1: behave like the toolkit's stub libcuda.so */
+  char stats_path[1024];
+  int nfail;
+  struct fk_fail fail[FK_MAX_FAILS];
+};
+
+/* Parses one size ("4096", "512KiB", "16GiB", "1T"; binary units only) into *out.
+ * Fails (-EINVAL) iff the text is empty, not decimal digits plus an optional unit, or overflows. */
+int fk_env_size(const char *s, size_t *out);
+
+/* Fills *cfg from the values of FAKECUDA_DEVICES, _MEMORY, _CC, _BACKING, _FAIL, _STATS and
+ * _STUB (each NULL when unset). Returns 0, or -EINVAL with a one-line reason (naming the
+ * variable) in err. */
+int fk_env_parse(struct fk_config *cfg, const char *devices, const char *memory, const char *cc,
+                 const char *backing, const char *fail, const char *stats, const char *stub,
+                 char *err, size_t errlen);
+
+/* ---- The export table (generated from exports.txt at build time, fk_gen.c). ---- */
+
+typedef void (*fk_fn)(void);
+struct fk_export {
+  const char *name;
+  fk_fn fn;
+};
+extern const struct fk_export fk_exports[];
+extern const size_t fk_export_count;
+
+/* Index of `name` in fk_exports (sorted by strcmp), or -1. Lock not needed. */
+int fk_export_index(const char *name);
+
+/* Body of every generated catch-all: counts the call and answers CUDA_ERROR_NOT_SUPPORTED
+ * (or NOT_INITIALIZED before cuInit, or the injected failure). Takes the lock itself. */
+int fk_catchall(const char *name);
+
+/* ---- Objects. Handles are pointers to these structs. ---- */
+
+enum { FK_S_LEGACY, FK_S_THREAD, FK_S_USER };
+
+struct fk_work;
+
+struct CUmemPoolHandle_st {
+  int dev;
+};
+
+struct CUctx_st {
+  int dev;
+  int primary; /* the device's primary context (one per device, never destroyed) */
+  int active;  /* created and not destroyed / reset */
+  unsigned flags;
+  int refs; /* primary contexts: retain count */
+  unsigned long long id;
+  struct CUstream_st *legacy;
+  struct CUstream_st **streams; /* every stream of this context, dead ones included */
+  size_t nstreams, capstreams;
+};
+
+struct CUstream_st {
+  struct CUctx_st *ctx;
+  int kind; /* FK_S_* */
+  int live;
+  unsigned flags;
+  int priority;
+  pthread_t owner; /* FK_S_THREAD: the thread it belongs to */
+  struct fk_work *head, *tail;
+  int polls;
+  unsigned long long id;
+};
+
+struct CUevent_st {
+  struct CUctx_st *ctx;
+  unsigned flags;
+  int recorded;
+  struct CUstream_st *stream; /* where it was recorded */
+  uint64_t seq;               /* ... and the position in that stream */
+  int polls;
+};
+
+struct fk_device {
+  size_t total, used, peak; /* device memory, bytes */
+  uintptr_t va_base;        /* this device's cuMemAlloc region */
+  size_t va_size;
+  struct CUctx_st *primary;
+  struct CUmemPoolHandle_st pool;
+  unsigned long long alloc_calls, free_calls;
+};
+
+struct fk_caller {
+  char name[64];
+  unsigned long long count;
+};
+
+struct fk_global {
+  pthread_mutex_t lock;
+  struct fk_config cfg;
+  int cfg_error;     /* a FAKECUDA_* variable was malformed: every entry point fails */
+  int initialized;   /* cuInit succeeded */
+  int forked;        /* this is the child of a process that had initialised the driver */
+  int deinitialized; /* the library destructor ran: every entry point fails DEINITIALIZED */
+  pid_t pid;         /* the process that loaded the library (stats are written only by it) */
+  int ndev;
+  struct fk_device dev[FK_MAX_DEVICES];
+  uintptr_t va_base; /* one PROT_NONE reservation: every device region, then the VMM region */
+  size_t va_size;
+  uintptr_t vmm_base;
+  size_t vmm_size;
+  struct CUctx_st **ctxs; /* every context ever created */
+  size_t nctxs, capctxs;
+  struct CUstream_st **ustreams; /* live user streams (handle validation) */
+  size_t nustreams, capustreams;
+  struct CUevent_st **events; /* live events */
+  size_t nevents, capevents;
+  uint64_t seq; /* global work sequence: enqueue order across all streams */
+  unsigned long long next_id;
+  unsigned long long calls[FK_MAX_EXPORTS];
+  unsigned long long gpa_queries;
+  struct fk_caller callers[FK_MAX_CALLERS];
+  unsigned long long hazards, stale_work;
+};
+
+extern struct fk_global fk;
+
+/* ---- Entry and exit of every entry point (fk_core.c). ---- */
+
+enum { FK_ANYTIME = 0, FK_NEED_INIT = 1 };
+
+/* Takes the lock (always), parses the configuration on first use, counts the call of `fn` and
+ * applies FAKECUDA_FAIL. Returns CUDA_SUCCESS to go on, or the code the entry point must return
+ * at once: the injected failure, CUDA_ERROR_INVALID_VALUE for a bad configuration,
+ * CUDA_ERROR_NOT_INITIALIZED in a forked child or (need_init) before cuInit. */
+CUresult fk_enter(const char *fn, int need_init);
+
+/* Releases the lock; returns rc. */
+CUresult fk_leave(CUresult rc);
+
+#define FK_BODY(need, expr)                                                                        \
+  do {                                                                                             \
+    CUresult fk_rc_ = fk_enter(__func__, (need));                                                  \
+    if (fk_rc_ == CUDA_SUCCESS) {                                                                  \
+      fk_rc_ = (expr);                                                                             \
+    }                                                                                              \
+    return fk_leave(fk_rc_);                                                                       \
+  } while (0)
+
+/* Appends p to a growable pointer array (aborts the process on ENOMEM: a test driver). */
+void fk_push(void ***arr, size_t *n, size_t *cap, void *p);
+
+/* Message to stderr prefixed "fakecuda: ", through a stack buffer and write(2). */
+__attribute__((format(printf, 1, 2))) void fk_log(const char *fmt, ...);
+
+unsigned long long fk_new_id(void);
+
+/* ---- Devices and contexts (fk_ctx.c). ---- */
+
+/* Sets up the devices and their address space (called by cuInit once). */
+CUresult fk_devices_init(void);
+
+/* The calling thread's current context: INVALID_CONTEXT when there is none, and
+ * CONTEXT_IS_DESTROYED when it has been destroyed or is an inactive primary context. */
+CUresult fk_ctx_current(struct CUctx_st **out);
+
+/* Adds a stream to its context's list. */
+void fk_ctx_add_stream(struct CUctx_st *c, struct CUstream_st *s);
+
+/* ---- Streams, events and the pending-work engine (fk_stream.c). ---- */
+
+enum { FK_W_COPY, FK_W_SET, FK_W_HOOK, FK_W_FREE, FK_W_WAIT };
+
+struct fk_range {
+  uintptr_t addr;
+  size_t n;                    /* bytes; 0 for a staged pageable source */
+  int where;                   /* FK_AT_* when enqueued */
+  unsigned long long alloc_id; /* the registry allocation it lay in then (0: none) */
+};
+
+struct fk_work {
+  struct fk_work *next;
+  uint64_t seq;
+  int kind;
+  int dev;                         /* the device executing it */
+  struct fk_range dst, src;        /* FK_W_COPY: both; SET/HOOK/FREE: dst */
+  void *staging;                   /* FK_W_COPY from pageable memory: snapshot taken at enqueue */
+  unsigned value, elem;            /* FK_W_SET: the pattern and its width (1, 2, 4) */
+  size_t count;                    /* FK_W_SET: elements; FK_W_COPY: bytes */
+  struct CUstream_st *wait_stream; /* FK_W_WAIT: work to wait for */
+  uint64_t wait_seq;
+};
+
+/* Creates a stream of `kind` in c (never fails but for ENOMEM, which aborts). */
+struct CUstream_st *fk_stream_new(struct CUctx_st *c, int kind, unsigned flags, int priority);
+
+/* Resolves a stream handle. ptsz: the _ptsz convention (NULL = per-thread stream) instead of
+ * the legacy one (NULL = legacy stream). Default streams need a current context. */
+CUresult fk_stream_resolve(CUstream h, int ptsz, struct CUstream_st **out);
+
+/* The calling thread's per-thread default stream of c (created on first use). */
+struct CUstream_st *fk_stream_thread(struct CUctx_st *c);
+
+/* Allocates a zeroed work item (aborts on ENOMEM). */
+struct fk_work *fk_work_new(int kind);
+
+/* Appends w to s and gives it the next global sequence number. */
+void fk_work_enqueue(struct CUstream_st *s, struct fk_work *w);
+
+/* Completes the work that an operation enqueued on s now would wait for. */
+void fk_stream_reach(struct CUstream_st *s, uint64_t seq);
+
+/* Completes every pending item of c / of device dev / of the process. */
+void fk_sync_ctx(struct CUctx_st *c);
+void fk_sync_device(int dev);
+void fk_sync_all(void);
+
+/* Number of pending items (wait markers excluded). */
+int fk_work_pending(void);
+
+/* Number of pending items touching [addr, addr + n). */
+int fk_work_overlapping(uintptr_t addr, size_t n);
+
+/* Drops every stream and event of c (after its work completed). */
+void fk_stream_kill_ctx(struct CUctx_st *c);
+
+/* ---- Memory (fk_mem.c, fk_vmm.c, fk_copy.c). ---- */
+
+enum { FK_K_DEVICE = 1, FK_K_ASYNC, FK_K_MANAGED, FK_K_HOST, FK_K_RESERVE };
+
+struct fk_phys {
+  CUmemGenericAllocationHandle handle;
+  size_t size;
+  CUmemAllocationProp prop;
+  int refs; /* handle references (cuMemCreate, cuMemRetainAllocationHandle) */
+  int maps; /* live mappings */
+  int fd;   /* memfd holding its bytes (FAKECUDA_BACKING=1), else -1 */
+  unsigned long long id;
+};
+
+struct fk_map {
+  uintptr_t va;
+  size_t size;
+  struct fk_phys *phys;
+  uint64_t rmask, wmask; /* devices with read / write access */
+  unsigned long long id;
+};
+
+struct fk_alloc {
+  uintptr_t base;
+  size_t size; /* requested bytes (pitch x height for pitched allocations) */
+  size_t span; /* address space and device memory it holds */
+  int kind;    /* FK_K_* */
+  int dev;
+  int freeing; /* cuMemFreeAsync enqueued: gone for the API, alive for pending work */
+  struct CUctx_st *ctx;
+  unsigned long long id;
+  unsigned flags;      /* cuMemHostAlloc / cuMemAllocManaged flags */
+  struct fk_map *maps; /* FK_K_RESERVE: mappings, sorted by va */
+  size_t nmaps, capmaps;
+};
+
+/* Reserves the address space of every device and the VMM region. */
+CUresult fk_mem_init(void);
+
+/* The allocation containing p (freeing ones included), or NULL. O(log n). */
+struct fk_alloc *fk_mem_find(uintptr_t p);
+
+/* The allocation with this id, or NULL. O(n). */
+struct fk_alloc *fk_mem_by_id(unsigned long long id);
+
+/* Whether p lies in the fake's reserved (device / VMM) address space. */
+int fk_mem_in_reservation(uintptr_t p);
+
+/* Releases allocation a now: registry, address space, device memory and host pages. */
+void fk_mem_release(struct fk_alloc *a);
+
+/* Frees every allocation that belongs to c (context destroy / reset), and with pools the
+ * stream-ordered ones of its device too. */
+void fk_mem_free_ctx(struct CUctx_st *c, int pools);
+
+/* First fit of span bytes, align-aligned, in [lo, hi) between registered allocations; 0 when
+ * nothing fits. */
+uintptr_t fk_mem_carve(uintptr_t lo, uintptr_t hi, size_t span, size_t align);
+
+/* A new registered allocation (aborts on ENOMEM). */
+struct fk_alloc *fk_mem_new(int kind, uintptr_t base, size_t size, size_t span, int dev);
+
+/* Adds the physical VMM allocations of device dev still alive (still referenced by a handle
+ * or a mapping) to *count and their bytes to *bytes. */
+void fk_vmm_leaked(int dev, unsigned long long *count, size_t *bytes);
+
+/* Registry of allocations (sorted by base). */
+void fk_mem_insert(struct fk_alloc *a);
+extern struct fk_alloc **fk_allocs;
+extern size_t fk_nallocs;
+
+/* Where a byte range lives, for copies and memsets. */
+enum { FK_AT_PAGEABLE, FK_AT_PINNED, FK_AT_MANAGED, FK_AT_DEVICE };
+
+/* Validates [p, p + n) (n > 0) as one operand of a copy or memset executed by device `dev`.
+ * allow_pageable: plain host memory is acceptable. write: the operand is written (VMM
+ * mappings need write access then). On success *where is FK_AT_*, *alloc_id the allocation.
+ * Fails with CUDA_ERROR_INVALID_VALUE for NULL, unknown or out-of-range device addresses,
+ * pointers into freed or unmapped device address space, and missing VMM access. */
+CUresult fk_mem_check(uintptr_t p, size_t n, int dev, int allow_pageable, int write, int *where,
+                      unsigned long long *alloc_id);
+
+/* Whether the bytes of a range located FK_AT_* can be touched by the fake's own code. */
+int fk_mem_host_visible(int where);
+
+/* Executes the data effect of a completed copy / memset item (skipped when its memory is not
+ * host-visible); counts stale work (memory freed or reallocated since enqueue). */
+void fk_mem_effect(struct fk_work *w);
+
+/* Completes a stream-ordered free. */
+void fk_mem_free_effect(struct fk_work *w);
+
+/* VMM look-ups for pointer attributes (fk_vmm.c). */
+struct fk_map *fk_vmm_map_at(struct fk_alloc *r, uintptr_t p);
+int fk_vmm_covered(struct fk_alloc *r, uintptr_t p, size_t n, int dev, int write);
+
+/* Teardown at unload (the destructor in fk_core.c, lock held): frees every object. */
+void fk_stream_teardown(void);
+void fk_vmm_teardown(void);
+void fk_mem_teardown(void);
+
+/* Counts one cuGetProcAddress* query and the object that made it (ret: its return address).
+ * Takes the lock itself: call without it. */
+void fk_note_caller(void *ret);
+
+#endif

@@ -1,0 +1,363 @@
+/* The fake driver's spine: the global state and its lock, entry/exit of every entry point
+ * (configuration, call counting, fault injection, the init check), fork handling, the
+ * generated catch-all's body, and the statistics report written at exit.
+ *
+ * Locking: fk.lock guards everything in `fk`; fk_enter takes it, fk_leave drops it. The
+ * configuration is parsed once (pthread_once) outside the lock. fork: the prepare handler takes
+ * the lock so the child never inherits it mid-operation; a child of a process that had called
+ * cuInit gets CUDA_ERROR_NOT_INITIALIZED from every entry point and never writes the report.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/fakecuda/fk.h"
+
+struct fk_global fk = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+void fk_log(const char *fmt, ...) {
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "fakecuda: ");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+  if (len > sizeof buf - 2) {
+    len = sizeof buf - 2;
+  }
+  buf[len++] = '\n';
+  int saved = errno;
+  ssize_t w = write(2, buf, len);
+  (void)w;
+  errno = saved;
+}
+
+void fk_push(void ***arr, size_t *n, size_t *cap, void *p) {
+  if (*n == *cap) {
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void **na = realloc(*arr, ncap * sizeof *na);
+    if (na == NULL) {
+      fk_log("error: out of host memory");
+      abort();
+    }
+    *arr = na;
+    *cap = ncap;
+  }
+  (*arr)[(*n)++] = p;
+}
+
+unsigned long long fk_new_id(void) {
+  return ++fk.next_id;
+}
+
+static int cmp_export(const void *key, const void *elem) {
+  return strcmp((const char *)key, ((const struct fk_export *)elem)->name);
+}
+
+int fk_export_index(const char *name) {
+  const struct fk_export *e =
+      bsearch(name, fk_exports, fk_export_count, sizeof fk_exports[0], cmp_export);
+  return e ? (int)(e - fk_exports) : -1;
+}
+
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  return (v != NULL && v[0] != '\0') ? v : NULL;
+}
+
+static void parse_config(void) {
+  char err[256];
+  if (fk_export_count > FK_MAX_EXPORTS) {
+    fk_log("error: %zu exports exceed FK_MAX_EXPORTS", fk_export_count);
+    fk.cfg_error = 1;
+    return;
+  }
+  if (fk_env_parse(&fk.cfg, env("FAKECUDA_DEVICES"), env("FAKECUDA_MEMORY"), env("FAKECUDA_CC"),
+                   env("FAKECUDA_BACKING"), env("FAKECUDA_FAIL"), env("FAKECUDA_STATS"),
+                   env("FAKECUDA_STUB"), err, sizeof err) != 0) {
+    fk_log("error: %s; every CUDA call will fail with CUDA_ERROR_INVALID_VALUE", err);
+    fk.cfg_error = 1;
+  }
+}
+
+CUresult fk_enter(const char *fn, int need_init) {
+  pthread_once(&cfg_once, parse_config);
+  pthread_mutex_lock(&fk.lock);
+  int idx = fk_export_index(fn);
+  unsigned long long n = idx >= 0 ? ++fk.calls[idx] : 0;
+  if (fk.cfg_error) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (fk.cfg.stub) {
+    return CUDA_ERROR_STUB_LIBRARY; /* the stub answers 34 everywhere and writes nothing */
+  }
+  for (int i = 0; i < fk.cfg.nfail; i++) {
+    if (fk.cfg.fail[i].export_index == idx && fk.cfg.fail[i].nth == n) {
+      return (CUresult)fk.cfg.fail[i].code;
+    }
+  }
+  if (fk.deinitialized) {
+    return CUDA_ERROR_DEINITIALIZED;
+  }
+  if (fk.forked) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (need_init && !fk.initialized) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult fk_leave(CUresult rc) {
+  pthread_mutex_unlock(&fk.lock);
+  return rc;
+}
+
+int fk_catchall(const char *name) {
+  CUresult rc = fk_enter(name, FK_NEED_INIT);
+  return (int)fk_leave(rc == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : rc);
+}
+
+/* ---- Init and version. ---- */
+
+FK_API CUresult cuInit(unsigned int Flags) {
+  CUresult rc = fk_enter(__func__, FK_ANYTIME);
+  if (rc == CUDA_SUCCESS && Flags != 0) {
+    rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  if (rc == CUDA_SUCCESS && !fk.initialized) {
+    rc = fk_devices_init();
+    if (rc == CUDA_SUCCESS) {
+      fk.initialized = 1;
+    }
+  }
+  return fk_leave(rc);
+}
+
+static CUresult driver_version(int *v) {
+  if (v == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *v = FK_DRIVER_VERSION;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuDriverGetVersion(int *driverVersion) {
+  FK_BODY(FK_ANYTIME, driver_version(driverVersion));
+}
+
+/* ---- Statistics. ---- */
+
+FK_API unsigned long long fakecudaHazards(void) {
+  pthread_mutex_lock(&fk.lock);
+  unsigned long long h = fk.hazards;
+  pthread_mutex_unlock(&fk.lock);
+  return h;
+}
+
+FK_API unsigned long long fakecudaCalls(const char *name) {
+  int idx = name ? fk_export_index(name) : -1;
+  if (idx < 0) {
+    return 0;
+  }
+  pthread_mutex_lock(&fk.lock);
+  unsigned long long n = fk.calls[idx];
+  pthread_mutex_unlock(&fk.lock);
+  return n;
+}
+
+/* A write(2)-backed buffered writer: the report allocates nothing. */
+struct out {
+  int fd;
+  size_t len;
+  char buf[4096];
+};
+
+static void out_flush(struct out *o) {
+  size_t off = 0;
+  while (off < o->len) {
+    ssize_t w = write(o->fd, o->buf + off, o->len - off);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) {
+        continue;
+      }
+      break;
+    }
+    off += (size_t)w;
+  }
+  o->len = 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void out_printf(struct out *o, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    return;
+  }
+  size_t len = (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1;
+  if (o->len + len > sizeof o->buf) {
+    out_flush(o);
+  }
+  memcpy(o->buf + o->len, tmp, len);
+  o->len += len;
+}
+
+/* Expands %p in the configured path to the process id. */
+static void stats_path(char *dst, size_t cap) {
+  const char *s = fk.cfg.stats_path;
+  size_t j = 0;
+  for (size_t i = 0; s[i] != '\0' && j + 24 < cap; i++) {
+    if (s[i] == '%' && s[i + 1] == 'p') {
+      j += (size_t)snprintf(dst + j, cap - j, "%ld", (long)getpid());
+      i++;
+    } else {
+      dst[j++] = s[i];
+    }
+  }
+  dst[j] = '\0';
+}
+
+static void write_stats(void) {
+  char path[1100];
+  stats_path(path, sizeof path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fk_log("warning: cannot write FAKECUDA_STATS file %s: %s", path, strerror(errno));
+    return;
+  }
+  static struct out o; /* under fk.lock; static keeps 4 KiB off a destructor's stack */
+  o.fd = fd;
+  o.len = 0;
+  out_printf(&o, "{\n\"driver_version\": %d,\n\"initialized\": %d,\n\"hazards\": %llu,\n",
+             FK_DRIVER_VERSION, fk.initialized, fk.hazards);
+  out_printf(&o, "\"stale_work\": %llu,\n\"pending_work\": %d,\n", fk.stale_work,
+             fk_work_pending());
+  out_printf(&o, "\"proc_address_queries\": %llu,\n\"proc_address_callers\": {", fk.gpa_queries);
+  for (int i = 0; i < FK_MAX_CALLERS && fk.callers[i].name[0] != '\0'; i++) {
+    out_printf(&o, "%s\n  \"%s\": %llu", i ? "," : "", fk.callers[i].name, fk.callers[i].count);
+  }
+  out_printf(&o, "\n},\n\"devices\": [");
+  for (int d = 0; d < fk.ndev; d++) {
+    struct fk_device *dv = &fk.dev[d];
+    /* Leaked: never freed by the program (a pending cuMemFreeAsync counts as freed). */
+    unsigned long long leaked = 0;
+    size_t leaked_bytes = 0;
+    for (size_t i = 0; i < fk_nallocs; i++) {
+      const struct fk_alloc *a = fk_allocs[i];
+      if ((a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC) && a->dev == d && !a->freeing) {
+        leaked++;
+        leaked_bytes += a->span;
+      }
+    }
+    fk_vmm_leaked(d, &leaked, &leaked_bytes);
+    out_printf(&o,
+               "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
+               "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
+               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu}",
+               d ? "," : "", d, dv->total, dv->alloc_calls, dv->free_calls, dv->used, dv->peak,
+               leaked, leaked_bytes);
+  }
+  out_printf(&o, "\n],\n\"calls\": {");
+  int first = 1;
+  for (size_t i = 0; i < fk_export_count; i++) {
+    if (fk.calls[i] != 0) {
+      out_printf(&o, "%s\n  \"%s\": %llu", first ? "" : ",", fk_exports[i].name, fk.calls[i]);
+      first = 0;
+    }
+  }
+  out_printf(&o, "\n}\n}\n");
+  out_flush(&o);
+  close(fd);
+}
+
+/* ---- Process life. ---- */
+
+static void atfork_prepare(void) {
+  pthread_mutex_lock(&fk.lock);
+}
+
+static void atfork_parent(void) {
+  pthread_mutex_unlock(&fk.lock);
+}
+
+static void atfork_child(void) {
+  /* As with a real driver, CUDA state does not survive fork: a child of an initialised
+   * process gets CUDA_ERROR_NOT_INITIALIZED everywhere (see README). */
+  if (fk.initialized) {
+    fk.forked = 1;
+  }
+  pthread_mutex_unlock(&fk.lock);
+}
+
+__attribute__((constructor)) static void fk_load(void) {
+  fk.pid = getpid();
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+__attribute__((destructor)) static void fk_unload(void) {
+  if (getpid() != fk.pid) {
+    return;
+  }
+  pthread_once(&cfg_once, parse_config);
+  pthread_mutex_lock(&fk.lock);
+  if (!fk.cfg_error && fk.cfg.stats_path[0] != '\0') {
+    write_stats();
+  }
+  /* Like a real driver at exit: release everything; later calls get DEINITIALIZED. This also
+   * lets a dlclose()d fake leave nothing behind. */
+  fk_stream_teardown();
+  fk_vmm_teardown();
+  fk_mem_teardown();
+  fk.deinitialized = 1;
+  pthread_mutex_unlock(&fk.lock);
+}
+
+/* Records the shared object that called cuGetProcAddress*: basename of dladdr(ret). Called
+ * without the lock held (dladdr takes the loader's lock). */
+void fk_note_caller(void *ret) {
+  char name[64] = "?";
+  Dl_info info;
+  if (ret != NULL && dladdr(ret, &info) != 0 && info.dli_fname != NULL) {
+    const char *f = info.dli_fname;
+    char exe[512];
+    if (f[0] == '\0') {
+      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      exe[n > 0 ? n : 0] = '\0';
+      f = exe;
+    }
+    const char *slash = strrchr(f, '/');
+    const char *base = slash ? slash + 1 : f;
+    size_t len = strnlen(base, sizeof name - 1);
+    memcpy(name, base, len);
+    name[len] = '\0';
+    for (char *c = name; *c; c++) {
+      if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) {
+        *c = '_';
+      }
+    }
+  }
+  pthread_mutex_lock(&fk.lock);
+  fk.gpa_queries++;
+  int i = 0;
+  while (i < FK_MAX_CALLERS - 1 && fk.callers[i].name[0] != '\0' &&
+         strcmp(fk.callers[i].name, name) != 0) {
+    i++;
+  }
+  if (fk.callers[i].name[0] == '\0') {
+    snprintf(fk.callers[i].name, sizeof fk.callers[i].name, "%s",
+             i == FK_MAX_CALLERS - 1 ? "(other)" : name);
+  }
+  fk.callers[i].count++;
+  pthread_mutex_unlock(&fk.lock);
+}

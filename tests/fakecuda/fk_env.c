@@ -1,0 +1,220 @@
+/* Parsing of the fake driver's FAKECUDA_* settings: pure functions, no getenv, no I/O.
+ *
+ * Grammar (whole strings, no spaces, decimal only, overflow rejected):
+ *   FAKECUDA_DEVICES  N                    0..64 (default 1)
+ *   FAKECUDA_MEMORY   SIZE | ORD:SIZE,...  SIZE = digits + optional B, K, KiB, M, MiB, G, GiB,
+ *                                          T, TiB (binary units); 1 MiB..1 TiB per device
+ *   FAKECUDA_CC       MAJOR.MINOR          e.g. 9.0 (default), 8.0, 8.6, 12.0
+ *   FAKECUDA_BACKING  0 | 1
+ *   FAKECUDA_FAIL     NAME:N[:CODE],...    NAME an exported symbol, N >= 1, CODE 1..100000
+ *   FAKECUDA_STATS    PATH                 (any non-empty string)
+ *   FAKECUDA_STUB     0 | 1
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/fakecuda/fk.h"
+
+#define MIN_DEVICE_MEMORY ((size_t)1 << 20)
+#define MAX_DEVICE_MEMORY ((size_t)1 << 40)
+
+/* Parses decimal digits s[0..len) into *out; fails on no digits, non-digits or overflow. */
+static int parse_u64(const char *s, size_t len, unsigned long long *out) {
+  unsigned long long v = 0;
+  if (len == 0) {
+    return -EINVAL;
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9') {
+      return -EINVAL;
+    }
+    unsigned d = (unsigned)(s[i] - '0');
+    if (v > (~0ULL - d) / 10) {
+      return -EINVAL;
+    }
+    v = v * 10 + d;
+  }
+  *out = v;
+  return 0;
+}
+
+static int size_n(const char *s, size_t len, size_t *out) {
+  static const struct {
+    const char *unit;
+    unsigned shift;
+  } units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
+               {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
+  size_t digits = 0;
+  while (digits < len && s[digits] >= '0' && s[digits] <= '9') {
+    digits++;
+  }
+  unsigned long long v;
+  if (parse_u64(s, digits, &v) != 0) {
+    return -EINVAL;
+  }
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    size_t ulen = strlen(units[i].unit);
+    if (ulen == len - digits && memcmp(s + digits, units[i].unit, ulen) == 0) {
+      if (units[i].shift > 0 && v > (~0ULL >> units[i].shift)) {
+        return -EINVAL;
+      }
+      *out = (size_t)(v << units[i].shift);
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+int fk_env_size(const char *s, size_t *out) {
+  return size_n(s, strlen(s), out);
+}
+
+static int fail_msg(char *err, size_t errlen, const char *var, const char *val, const char *why) {
+  snprintf(err, errlen, "%s='%s': %s", var, val, why);
+  return -EINVAL;
+}
+
+static int parse_memory(struct fk_config *cfg, const char *val, char *err, size_t errlen) {
+  size_t sz;
+  if (strchr(val, ':') == NULL) {
+    if (fk_env_size(val, &sz) != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "not a size (e.g. 16GiB)");
+    }
+    if (sz < MIN_DEVICE_MEMORY || sz > MAX_DEVICE_MEMORY) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "must be 1MiB..1TiB");
+    }
+    for (int d = 0; d < FK_MAX_DEVICES; d++) {
+      cfg->mem[d] = sz;
+    }
+    return 0;
+  }
+  int seen[FK_MAX_DEVICES] = {0};
+  const char *p = val;
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    unsigned long long ord;
+    if (colon == NULL || parse_u64(p, (size_t)(colon - p), &ord) != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "expected ORDINAL:SIZE,...");
+    }
+    if (ord >= (unsigned long long)cfg->ndev) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "ordinal not below FAKECUDA_DEVICES");
+    }
+    if (seen[ord]) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "ordinal given twice");
+    }
+    seen[ord] = 1;
+    if (size_n(colon + 1, len - (size_t)(colon + 1 - p), &sz) != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "not a size (e.g. 16GiB)");
+    }
+    if (sz < MIN_DEVICE_MEMORY || sz > MAX_DEVICE_MEMORY) {
+      return fail_msg(err, errlen, "FAKECUDA_MEMORY", val, "must be 1MiB..1TiB");
+    }
+    cfg->mem[ord] = sz;
+    if (end == NULL) {
+      return 0;
+    }
+    p = end + 1;
+  }
+}
+
+static int parse_fail(struct fk_config *cfg, const char *val, char *err, size_t errlen) {
+  const char *p = val;
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *c1 = memchr(p, ':', len);
+    if (c1 == NULL || c1 == p) {
+      return fail_msg(err, errlen, "FAKECUDA_FAIL", val, "expected NAME:N[:CODE],...");
+    }
+    char name[128];
+    size_t nlen = (size_t)(c1 - p);
+    if (nlen >= sizeof name) {
+      return fail_msg(err, errlen, "FAKECUDA_FAIL", val, "name too long");
+    }
+    memcpy(name, p, nlen);
+    name[nlen] = '\0';
+    int idx = fk_export_index(name);
+    if (idx < 0) {
+      return fail_msg(err, errlen, "FAKECUDA_FAIL", val, "not an exported entry point");
+    }
+    const char *rest = c1 + 1;
+    size_t rlen = len - (size_t)(rest - p);
+    const char *c2 = memchr(rest, ':', rlen);
+    unsigned long long nth, code = CUDA_ERROR_OUT_OF_MEMORY;
+    if (parse_u64(rest, c2 ? (size_t)(c2 - rest) : rlen, &nth) != 0 || nth == 0) {
+      return fail_msg(err, errlen, "FAKECUDA_FAIL", val, "N must be a call number >= 1");
+    }
+    if (c2 != NULL && (parse_u64(c2 + 1, rlen - (size_t)(c2 + 1 - rest), &code) != 0 || code == 0 ||
+                       code > 100000)) {
+      return fail_msg(err, errlen, "FAKECUDA_FAIL", val, "CODE must be 1..100000");
+    }
+    if (cfg->nfail == FK_MAX_FAILS) {
+      return fail_msg(err, errlen, "FAKECUDA_FAIL", val, "too many entries");
+    }
+    cfg->fail[cfg->nfail].export_index = idx;
+    cfg->fail[cfg->nfail].nth = nth;
+    cfg->fail[cfg->nfail].code = (int)code;
+    cfg->nfail++;
+    if (end == NULL) {
+      return 0;
+    }
+    p = end + 1;
+  }
+}
+
+int fk_env_parse(struct fk_config *cfg, const char *devices, const char *memory, const char *cc,
+                 const char *backing, const char *fail, const char *stats, const char *stub,
+                 char *err, size_t errlen) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->ndev = 1;
+  cfg->cc_major = 9;
+  cfg->cc_minor = 0;
+  for (int d = 0; d < FK_MAX_DEVICES; d++) {
+    cfg->mem[d] = FK_DEFAULT_MEMORY;
+  }
+  if (devices != NULL) {
+    unsigned long long n;
+    if (parse_u64(devices, strlen(devices), &n) != 0 || n > FK_MAX_DEVICES) {
+      return fail_msg(err, errlen, "FAKECUDA_DEVICES", devices, "must be 0..64");
+    }
+    cfg->ndev = (int)n;
+  }
+  if (memory != NULL && parse_memory(cfg, memory, err, errlen) != 0) {
+    return -EINVAL;
+  }
+  if (cc != NULL) {
+    const char *dot = strchr(cc, '.');
+    unsigned long long major, minor;
+    if (dot == NULL || parse_u64(cc, (size_t)(dot - cc), &major) != 0 ||
+        parse_u64(dot + 1, strlen(dot + 1), &minor) != 0 || major < 1 || major > 99 || minor > 9) {
+      return fail_msg(err, errlen, "FAKECUDA_CC", cc, "expected MAJOR.MINOR, e.g. 9.0");
+    }
+    cfg->cc_major = (int)major;
+    cfg->cc_minor = (int)minor;
+  }
+  if (backing != NULL) {
+    if (strcmp(backing, "0") != 0 && strcmp(backing, "1") != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_BACKING", backing, "must be 0 or 1");
+    }
+    cfg->backing = backing[0] == '1';
+  }
+  if (stub != NULL) {
+    if (strcmp(stub, "0") != 0 && strcmp(stub, "1") != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_STUB", stub, "must be 0 or 1");
+    }
+    cfg->stub = stub[0] == '1';
+  }
+  if (fail != NULL && parse_fail(cfg, fail, err, errlen) != 0) {
+    return -EINVAL;
+  }
+  if (stats != NULL) {
+    if (stats[0] == '\0' || strlen(stats) >= sizeof cfg->stats_path) {
+      return fail_msg(err, errlen, "FAKECUDA_STATS", stats, "empty or too long");
+    }
+    strcpy(cfg->stats_path, stats);
+  }
+  return 0;
+}

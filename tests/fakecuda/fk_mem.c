@@ -1,0 +1,812 @@
+/* Device memory of the fake driver: the address space, the registry of allocations, cuMemAlloc
+ * and friends, stream-ordered allocation, managed and pinned host memory, cuMemGetInfo,
+ * cuMemGetAddressRange and pointer attributes.
+ *
+ * Address space: cuInit reserves one PROT_NONE, MAP_NORESERVE mapping holding, per device, a
+ * region of twice its memory for cuMemAlloc-style allocations (first fit, FK_ALLOC_ALIGN
+ * aligned), then a region for cuMemAddressReserve. Device addresses therefore never collide
+ * with host memory. With FAKECUDA_BACKING=1 the pages of live device allocations are made
+ * read/write (and discarded again when freed) so copies and memsets move real bytes; without
+ * it device bytes are never touched. Managed and pinned host memory are ordinary anonymous
+ * mappings, always accessible. Registry: an array of allocations sorted by base address.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tests/fakecuda/fk.h"
+
+#define PAGE ((uintptr_t)4096)
+
+struct fk_alloc **fk_allocs;
+size_t fk_nallocs;
+static size_t capallocs;
+static void *reservation;
+static size_t reservation_size;
+
+static uintptr_t round_up(uintptr_t v, uintptr_t a) {
+  return (v + a - 1) / a * a;
+}
+
+static uintptr_t round_down(uintptr_t v, uintptr_t a) {
+  return v / a * a;
+}
+
+CUresult fk_mem_init(void) {
+  size_t total = 0, sum = 0;
+  for (int d = 0; d < fk.ndev; d++) {
+    fk.dev[d].va_size = round_up(2 * fk.dev[d].total, FK_GRANULARITY);
+    total += fk.dev[d].va_size;
+    sum += fk.dev[d].total;
+  }
+  fk.vmm_size = round_up(4 * sum, FK_GRANULARITY) + ((size_t)16 << 30);
+  total += fk.vmm_size;
+  void *p = mmap(NULL, total + FK_GRANULARITY, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    fk_log("error: cannot reserve %zu bytes of address space", total);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  reservation = p;
+  reservation_size = total + FK_GRANULARITY;
+  uintptr_t base = round_up((uintptr_t)p, FK_GRANULARITY);
+  fk.va_base = base;
+  fk.va_size = total;
+  for (int d = 0; d < fk.ndev; d++) {
+    fk.dev[d].va_base = base;
+    base += fk.dev[d].va_size;
+  }
+  fk.vmm_base = base;
+  return CUDA_SUCCESS;
+}
+
+int fk_mem_in_reservation(uintptr_t p) {
+  return fk.va_size != 0 && p >= fk.va_base && p - fk.va_base < fk.va_size;
+}
+
+/* Index of the first allocation whose base is >= p. */
+static size_t lower_bound(uintptr_t p) {
+  size_t lo = 0, hi = fk_nallocs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (fk_allocs[mid]->base < p) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+struct fk_alloc *fk_mem_find(uintptr_t p) {
+  size_t i = lower_bound(p + 1); /* first with base > p */
+  if (i == 0) {
+    return NULL;
+  }
+  struct fk_alloc *a = fk_allocs[i - 1];
+  return p - a->base < a->size ? a : NULL;
+}
+
+struct fk_alloc *fk_mem_by_id(unsigned long long id) {
+  for (size_t i = 0; i < fk_nallocs; i++) {
+    if (fk_allocs[i]->id == id) {
+      return fk_allocs[i];
+    }
+  }
+  return NULL;
+}
+
+void fk_mem_insert(struct fk_alloc *a) {
+  fk_push((void ***)&fk_allocs, &fk_nallocs, &capallocs, a); /* grow by one */
+  size_t i = lower_bound(a->base);
+  memmove(&fk_allocs[i + 1], &fk_allocs[i], (fk_nallocs - 1 - i) * sizeof *fk_allocs);
+  fk_allocs[i] = a;
+}
+
+static void registry_remove(struct fk_alloc *a) {
+  size_t i = lower_bound(a->base);
+  while (i < fk_nallocs && fk_allocs[i] != a) {
+    i++;
+  }
+  if (i < fk_nallocs) {
+    memmove(&fk_allocs[i], &fk_allocs[i + 1], (fk_nallocs - 1 - i) * sizeof *fk_allocs);
+    fk_nallocs--;
+  }
+}
+
+/* First fit of span bytes, align-aligned, in [lo, hi) between registered allocations. */
+uintptr_t fk_mem_carve(uintptr_t lo, uintptr_t hi, size_t span, size_t align) {
+  uintptr_t cur = lo;
+  for (size_t i = lower_bound(lo); i < fk_nallocs && fk_allocs[i]->base < hi; i++) {
+    uintptr_t start = round_up(cur, align);
+    if (start + span <= fk_allocs[i]->base) {
+      return start;
+    }
+    uintptr_t end = fk_allocs[i]->base + fk_allocs[i]->span;
+    cur = end > cur ? end : cur;
+  }
+  uintptr_t start = round_up(cur, align);
+  return start + span <= hi && start + span > start ? start : 0;
+}
+
+struct fk_alloc *fk_mem_new(int kind, uintptr_t base, size_t size, size_t span, int dev) {
+  struct fk_alloc *a = calloc(1, sizeof *a);
+  if (a == NULL) {
+    fk_log("error: out of host memory");
+    abort();
+  }
+  a->kind = kind;
+  a->base = base;
+  a->size = size;
+  a->span = span;
+  a->dev = dev;
+  a->id = fk_new_id();
+  fk_mem_insert(a);
+  return a;
+}
+
+/* Makes the host pages of a device allocation's span inaccessible again, except pages it shares
+ * with a neighbour that is still alive. Call after removing a from the registry. */
+static void pages_release(const struct fk_alloc *a) {
+  uintptr_t lo = round_down(a->base, PAGE), hi = round_up(a->base + a->span, PAGE);
+  size_t i = lower_bound(a->base);
+  if (i > 0 && fk_allocs[i - 1]->base + fk_allocs[i - 1]->span > lo) {
+    lo = round_up(a->base, PAGE);
+  }
+  if (i < fk_nallocs && fk_allocs[i]->base < hi) {
+    hi = round_down(a->base + a->span, PAGE);
+  }
+  if (lo < hi) {
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    mprotect((void *)lo, hi - lo, PROT_NONE);
+  }
+}
+
+void fk_mem_release(struct fk_alloc *a) {
+  registry_remove(a);
+  switch (a->kind) {
+  case FK_K_DEVICE:
+  case FK_K_ASYNC:
+    fk.dev[a->dev].used -= a->span;
+    if (fk.cfg.backing) {
+      pages_release(a);
+    }
+    break;
+  case FK_K_MANAGED:
+  case FK_K_HOST:
+    munmap((void *)a->base, a->span);
+    break;
+  default:
+    break;
+  }
+  free(a->maps);
+  free(a);
+}
+
+void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
+  for (size_t i = 0; i < fk_nallocs;) {
+    struct fk_alloc *a = fk_allocs[i];
+    int mine =
+        a->ctx == c && (a->kind == FK_K_DEVICE || a->kind == FK_K_MANAGED || a->kind == FK_K_HOST);
+    int pool = pools && a->kind == FK_K_ASYNC && a->dev == c->dev;
+    if (mine || pool) {
+      fk_mem_release(a); /* shifts the array down: stay at i */
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Allocates span bytes of device memory on dev (FK_K_DEVICE / FK_K_ASYNC). */
+static CUresult device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
+                             struct fk_alloc **out) {
+  struct fk_device *d = &fk.dev[dev];
+  size_t span = round_up(size, FK_ALLOC_ALIGN);
+  if (span < size || span > d->total - d->used) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  uintptr_t base = fk_mem_carve(d->va_base, d->va_base + d->va_size, span, FK_ALLOC_ALIGN);
+  if (base == 0) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (fk.cfg.backing &&
+      mprotect((void *)round_down(base, PAGE), round_up(base + span, PAGE) - round_down(base, PAGE),
+               PROT_READ | PROT_WRITE) != 0) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  struct fk_alloc *a = fk_mem_new(kind, base, size, span, dev);
+  a->ctx = c;
+  d->used += span;
+  if (d->used > d->peak) {
+    d->peak = d->used;
+  }
+  d->alloc_calls++;
+  *out = a;
+  return CUDA_SUCCESS;
+}
+
+/* Maps page-rounded host memory for managed / pinned allocations. */
+static CUresult host_alloc(int kind, size_t size, unsigned flags, struct CUctx_st *c,
+                           struct fk_alloc **out) {
+  size_t span = round_up(size, PAGE);
+  if (span < size) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  struct fk_alloc *a = fk_mem_new(kind, (uintptr_t)p, size, span, c->dev);
+  a->ctx = c;
+  a->flags = flags;
+  *out = a;
+  return CUDA_SUCCESS;
+}
+
+/* ---- cuMemAlloc, cuMemAllocPitch, cuMemFree, cuMemGetInfo. ---- */
+
+static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (dptr == NULL || size == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_alloc *a;
+  rc = device_alloc(FK_K_DEVICE, c->dev, size, c, &a);
+  if (rc == CUDA_SUCCESS) {
+    *dptr = a->base;
+  }
+  return rc;
+}
+
+FK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  FK_BODY(FK_NEED_INIT, mem_alloc(dptr, bytesize));
+}
+
+static CUresult mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                unsigned elem) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (dptr == NULL || pitch == NULL || width == 0 || height == 0 ||
+      (elem != 4 && elem != 8 && elem != 16)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t p = round_up(width, FK_PITCH_ALIGN);
+  if (p < width || p > 2147483647u) { /* CU_DEVICE_ATTRIBUTE_MAX_PITCH */
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (height > SIZE_MAX / p) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  struct fk_alloc *a;
+  rc = device_alloc(FK_K_DEVICE, c->dev, p * height, c, &a);
+  if (rc == CUDA_SUCCESS) {
+    *dptr = a->base;
+    *pitch = p;
+  }
+  return rc;
+}
+
+FK_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                   size_t Height, unsigned int ElementSizeBytes) {
+  FK_BODY(FK_NEED_INIT, mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+}
+
+static CUresult mem_free(CUdeviceptr dptr) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (dptr == 0) {
+    return CUDA_SUCCESS; /* free(NULL) semantics, as the real driver */
+  }
+  struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
+  if (a == NULL || a->base != (uintptr_t)dptr || a->freeing ||
+      (a->kind != FK_K_DEVICE && a->kind != FK_K_ASYNC && a->kind != FK_K_MANAGED)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  /* cuMemFree waits for outstanding device work, except for stream-ordered allocations
+   * ("will not perform any implicit synchronization", cuda.h). */
+  if (a->kind != FK_K_ASYNC) {
+    fk_sync_device(a->dev);
+  }
+  if (a->kind != FK_K_MANAGED) {
+    fk.dev[a->dev].free_calls++;
+  }
+  fk_mem_release(a);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  FK_BODY(FK_NEED_INIT, mem_free(dptr));
+}
+
+static CUresult mem_get_info(size_t *free_b, size_t *total_b, unsigned *free32, unsigned *total32) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_device *d = &fk.dev[c->dev];
+  size_t f = d->total - d->used, t = d->total;
+  if (free_b != NULL && total_b != NULL) {
+    *free_b = f;
+    *total_b = t;
+    return CUDA_SUCCESS;
+  }
+  if (free32 != NULL && total32 != NULL) {
+    *free32 = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
+    *total32 = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+FK_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+  FK_BODY(FK_NEED_INIT, mem_get_info(free, total, NULL, NULL));
+}
+
+FK_API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
+  FK_BODY(FK_NEED_INIT, mem_get_info(NULL, NULL, free, total));
+}
+
+/* ---- Managed and pinned host memory. ---- */
+
+static CUresult mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (dptr == NULL || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_alloc *a;
+  rc = host_alloc(FK_K_MANAGED, size, flags, c, &a);
+  if (rc == CUDA_SUCCESS) {
+    *dptr = a->base;
+  }
+  return rc;
+}
+
+FK_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+  FK_BODY(FK_NEED_INIT, mem_alloc_managed(dptr, bytesize, flags));
+}
+
+static CUresult mem_host_alloc(void **pp, size_t size, unsigned flags) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  unsigned known =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (pp == NULL || size == 0 || (flags & ~known) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_alloc *a;
+  rc = host_alloc(FK_K_HOST, size, flags, c, &a);
+  if (rc == CUDA_SUCCESS) {
+    *pp = (void *)a->base;
+  }
+  return rc;
+}
+
+FK_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+  FK_BODY(FK_NEED_INIT, mem_host_alloc(pp, bytesize, Flags));
+}
+
+FK_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) {
+  FK_BODY(FK_NEED_INIT, mem_host_alloc(pp, bytesize, 0));
+}
+
+static CUresult mem_free_host(void *p) {
+  if (p == NULL) {
+    return CUDA_SUCCESS; /* free(NULL) semantics, as the real driver */
+  }
+  struct fk_alloc *a = fk_mem_find((uintptr_t)p);
+  if (a == NULL || a->kind != FK_K_HOST || a->base != (uintptr_t)p) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  fk_sync_all(); /* pinned memory may be the target of pending copies on any device */
+  fk_mem_release(a);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemFreeHost(void *p) {
+  FK_BODY(FK_NEED_INIT, mem_free_host(p));
+}
+
+static CUresult host_device_pointer(CUdeviceptr *pdptr, void *p, unsigned flags) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_alloc *a = fk_mem_find((uintptr_t)p);
+  if (pdptr == NULL || flags != 0 || a == NULL || a->kind != FK_K_HOST) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *pdptr = (CUdeviceptr)(uintptr_t)p; /* unified addressing: same address */
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags) {
+  FK_BODY(FK_NEED_INIT, host_device_pointer(pdptr, p, Flags));
+}
+
+static CUresult host_get_flags(unsigned *flags, void *p) {
+  struct fk_alloc *a = fk_mem_find((uintptr_t)p);
+  if (flags == NULL || a == NULL || a->kind != FK_K_HOST) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *flags = a->flags;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p) {
+  FK_BODY(FK_NEED_INIT, host_get_flags(pFlags, p));
+}
+
+/* ---- Stream-ordered allocation from each device's default pool. ---- */
+
+static struct fk_work *last_free(const struct CUstream_st *s) {
+  struct fk_work *last = NULL;
+  for (struct fk_work *w = s->head; w != NULL; w = w->next) {
+    if (w->kind == FK_W_FREE) {
+      last = w;
+    }
+  }
+  return last;
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandle_st *pool,
+                            CUstream h, int ptsz) {
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  int dev = s->ctx->dev;
+  if (pool != NULL) {
+    int ok = 0;
+    for (int d = 0; d < fk.ndev; d++) {
+      ok |= pool == &fk.dev[d].pool;
+    }
+    if (!ok) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    dev = pool->dev;
+  }
+  if (dptr == NULL || size == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_alloc *a;
+  rc = device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
+  struct fk_work *w;
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY && (w = last_free(s)) != NULL) {
+    /* The pool may reuse memory freed earlier in the same stream: those frees are ordered
+     * before this allocation, so completing them now is a legal schedule. */
+    fk_stream_reach(s, w->seq);
+    rc = device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
+  }
+  if (rc == CUDA_SUCCESS) {
+    *dptr = a->base;
+  }
+  return rc;
+}
+
+FK_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, alloc_async(dptr, bytesize, NULL, hStream, 0));
+}
+
+FK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, alloc_async(dptr, bytesize, NULL, hStream, 1));
+}
+
+FK_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                        CUstream hStream) {
+  FK_BODY(FK_NEED_INIT,
+          pool == NULL ? CUDA_ERROR_INVALID_VALUE : alloc_async(dptr, bytesize, pool, hStream, 0));
+}
+
+FK_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream) {
+  FK_BODY(FK_NEED_INIT,
+          pool == NULL ? CUDA_ERROR_INVALID_VALUE : alloc_async(dptr, bytesize, pool, hStream, 1));
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream h, int ptsz) {
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
+  if (a == NULL || a->base != (uintptr_t)dptr || a->freeing ||
+      (a->kind != FK_K_ASYNC && a->kind != FK_K_DEVICE)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  a->freeing = 1;
+  fk.dev[a->dev].free_calls++;
+  struct fk_work *w = fk_work_new(FK_W_FREE);
+  w->dst.addr = a->base;
+  w->dst.alloc_id = a->id;
+  fk_work_enqueue(s, w);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, free_async(dptr, hStream, 0));
+}
+
+FK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, free_async(dptr, hStream, 1));
+}
+
+void fk_mem_free_effect(struct fk_work *w) {
+  struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
+  if (a != NULL) {
+    fk_mem_release(a);
+  }
+}
+
+static CUresult pool_trim(struct CUmemPoolHandle_st *pool) {
+  for (int d = 0; d < fk.ndev; d++) {
+    if (pool == &fk.dev[d].pool) {
+      return CUDA_SUCCESS; /* freed blocks are returned at once: nothing to trim */
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+FK_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  (void)minBytesToKeep;
+  FK_BODY(FK_NEED_INIT, pool_trim(pool));
+}
+
+/* ---- Address ranges and pointer attributes. ---- */
+
+static CUresult address_range(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
+  if (a == NULL || a->freeing) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  uintptr_t base = a->base;
+  size_t size = a->size;
+  if (a->kind == FK_K_RESERVE) {
+    /* For VMM the range is the mapping that holds dptr, not the reservation. */
+    struct fk_map *m = fk_vmm_map_at(a, (uintptr_t)dptr);
+    if (m == NULL) {
+      return CUDA_ERROR_NOT_FOUND;
+    }
+    base = m->va;
+    size = m->size;
+  }
+  if (pbase != NULL) {
+    *pbase = base;
+  }
+  if (psize != NULL) {
+    *psize = size;
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+  FK_BODY(FK_NEED_INIT, address_range(pbase, psize, dptr));
+}
+
+#define ATTR_IS_HW_DECOMPRESS_CAPABLE 21 /* CUDA 13.0, not in shim/cudadefs.h */
+
+static void put_u32(void *data, unsigned v) {
+  memcpy(data, &v, sizeof v);
+}
+
+static void put_u64(void *data, unsigned long long v) {
+  memcpy(data, &v, sizeof v);
+}
+
+static void put_ptr(void *data, const void *v) {
+  memcpy(data, &v, sizeof v);
+}
+
+/* One attribute of a known allocation a (p inside it). */
+static CUresult attribute(void *data, int attr, uintptr_t p, struct fk_alloc *a) {
+  struct fk_map *m = a->kind == FK_K_RESERVE ? fk_vmm_map_at(a, p) : NULL;
+  int device_mem = a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC || m != NULL;
+  if (a->kind == FK_K_RESERVE && m == NULL && attr != CU_POINTER_ATTRIBUTE_MAPPED &&
+      attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE) {
+    return CUDA_ERROR_INVALID_VALUE; /* reserved but unmapped */
+  }
+  struct CUctx_st *cur = NULL;
+  int dev = m != NULL ? m->phys->prop.location.id : a->dev;
+  switch (attr) {
+  case CU_POINTER_ATTRIBUTE_CONTEXT:
+    put_ptr(data, a->ctx); /* NULL for pool and VMM memory: no owning context */
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    put_u32(data, a->kind == FK_K_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: {
+    CUresult rc = fk_ctx_current(&cur);
+    if (rc != CUDA_SUCCESS) {
+      return rc;
+    }
+    put_u64(data, p);
+    return CUDA_SUCCESS;
+  }
+  case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+    if (device_mem) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    put_ptr(data, (void *)p);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+    return CUDA_ERROR_NOT_SUPPORTED;
+  case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+  case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+  case ATTR_IS_HW_DECOMPRESS_CAPABLE:
+    put_u32(data, 0);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    put_u64(data, m != NULL ? m->id : a->id);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    put_u32(data, a->kind == FK_K_MANAGED);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    put_u32(data, (unsigned)dev);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    put_u32(data, a->kind == FK_K_DEVICE);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    put_u64(data, a->base); /* the reservation for VMM, as documented */
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    put_u64(data, a->size);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPED:
+    put_u32(data, a->kind != FK_K_RESERVE || m != NULL);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    put_u64(data, m != NULL ? (unsigned long long)m->phys->prop.requestedHandleTypes : 0);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: {
+    unsigned flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (m != NULL) {
+      int who = fk_ctx_current(&cur) == CUDA_SUCCESS ? cur->dev : dev;
+      flags = (m->wmask >> who & 1)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+              : (m->rmask >> who & 1) ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                      : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    }
+    put_u32(data, flags);
+    return CUDA_SUCCESS;
+  }
+  case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+    put_ptr(data, a->kind == FK_K_ASYNC ? &fk.dev[a->dev].pool : NULL);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+    put_u64(data, m != NULL ? m->size : a->size);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+    put_u64(data, m != NULL ? m->va : a->base);
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+    put_u64(data, m != NULL ? m->phys->id : a->id);
+    return CUDA_SUCCESS;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static struct fk_alloc *live_at(uintptr_t p) {
+  struct fk_alloc *a = fk_mem_find(p);
+  return (a != NULL && !a->freeing) ? a : NULL;
+}
+
+static CUresult pointer_attribute(void *data, int attr, CUdeviceptr ptr) {
+  if (data == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_alloc *a = live_at((uintptr_t)ptr);
+  if (a == NULL) {
+    return CUDA_ERROR_INVALID_VALUE; /* "not allocated by ... a context using UVA" */
+  }
+  return attribute(data, attr, (uintptr_t)ptr, a);
+}
+
+FK_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute_, CUdeviceptr ptr) {
+  FK_BODY(FK_NEED_INIT, pointer_attribute(data, (int)attribute_, ptr));
+}
+
+/* The attributes cuPointerGetAttributes documents, and what it reports for memory it does
+ * not know ("default NULL values"; the device ordinal reads -2, cudaInvalidDeviceId). */
+static int multi_default(int attr, void *data) {
+  switch (attr) {
+  case CU_POINTER_ATTRIBUTE_CONTEXT:
+  case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+  case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+    put_ptr(data, NULL);
+    return 1;
+  case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+  case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+  case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+  case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    put_u64(data, 0);
+    return 1;
+  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+  case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+  case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+  case CU_POINTER_ATTRIBUTE_MAPPED:
+  case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+  case ATTR_IS_HW_DECOMPRESS_CAPABLE:
+    put_u32(data, 0);
+    return 1;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    put_u32(data, (unsigned)-2);
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static CUresult pointer_attributes(unsigned n, CUpointer_attribute *attrs, void **data,
+                                   CUdeviceptr ptr) {
+  if (n > 0 && (attrs == NULL || data == NULL)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  char scratch[8];
+  for (unsigned i = 0; i < n; i++) {
+    if (!multi_default((int)attrs[i], scratch)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  struct fk_alloc *a = live_at((uintptr_t)ptr);
+  for (unsigned i = 0; i < n; i++) {
+    if (data[i] == NULL) {
+      continue;
+    }
+    if (a == NULL || attribute(data[i], (int)attrs[i], (uintptr_t)ptr, a) != CUDA_SUCCESS) {
+      multi_default((int)attrs[i], data[i]);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+                                       void **data, CUdeviceptr ptr) {
+  FK_BODY(FK_NEED_INIT, pointer_attributes(numAttributes, attributes, data, ptr));
+}
+
+void fk_mem_teardown(void) {
+  for (size_t i = 0; i < fk_nallocs; i++) {
+    struct fk_alloc *a = fk_allocs[i];
+    if (a->kind == FK_K_MANAGED || a->kind == FK_K_HOST) {
+      munmap((void *)a->base, a->span);
+    }
+    free(a->maps);
+    free(a);
+  }
+  free(fk_allocs);
+  fk_allocs = NULL;
+  fk_nallocs = capallocs = 0;
+  if (reservation != NULL) {
+    munmap(reservation, reservation_size); /* VMM mappings inside it go too */
+    reservation = NULL;
+  }
+}

@@ -1,0 +1,434 @@
+/* Virtual memory management: address reservations (registry entries of kind FK_K_RESERVE,
+ * carved from the VMM region), physical allocations (cuMemCreate handles, charged to their
+ * device), mappings of one into the other and per-device access.
+ *
+ * Invariants: a physical allocation lives while it has a handle reference or a mapping, and
+ * holds device memory for exactly that long. Mappings of a reservation are sorted by address
+ * and never overlap. With FAKECUDA_BACKING=1 each physical allocation is a memfd, mapped
+ * MAP_SHARED at each of its mappings, so two mappings of one handle see the same bytes; host
+ * protection follows the widest access any device was granted (none until cuMemSetAccess).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tests/fakecuda/fk.h"
+
+static struct fk_phys **phys;
+static size_t nphys, capphys;
+
+static struct fk_phys *phys_find(CUmemGenericAllocationHandle h) {
+  for (size_t i = 0; i < nphys; i++) {
+    if (phys[i]->handle == h) {
+      return phys[i];
+    }
+  }
+  return NULL;
+}
+
+/* Frees a physical allocation once nothing refers to it. */
+static void phys_maybe_free(struct fk_phys *p) {
+  if (p->refs > 0 || p->maps > 0) {
+    return;
+  }
+  for (size_t i = 0; i < nphys; i++) {
+    if (phys[i] == p) {
+      phys[i] = phys[--nphys];
+      break;
+    }
+  }
+  fk.dev[p->prop.location.id].used -= p->size;
+  if (p->fd >= 0) {
+    close(p->fd);
+  }
+  free(p);
+}
+
+void fk_vmm_leaked(int dev, unsigned long long *count, size_t *bytes) {
+  for (size_t i = 0; i < nphys; i++) {
+    if (phys[i]->prop.location.id == dev) {
+      ++*count;
+      *bytes += phys[i]->size;
+    }
+  }
+}
+
+struct fk_map *fk_vmm_map_at(struct fk_alloc *r, uintptr_t p) {
+  for (size_t i = 0; i < r->nmaps; i++) {
+    if (p >= r->maps[i].va && p - r->maps[i].va < r->maps[i].size) {
+      return &r->maps[i];
+    }
+  }
+  return NULL;
+}
+
+int fk_vmm_covered(struct fk_alloc *r, uintptr_t p, size_t n, int dev, int write) {
+  uintptr_t cur = p, end = p + n;
+  for (size_t i = 0; i < r->nmaps && cur < end; i++) {
+    const struct fk_map *m = &r->maps[i];
+    if (m->va + m->size <= cur) {
+      continue;
+    }
+    if (m->va > cur) {
+      return 0;
+    }
+    if (dev >= 0 && !((write ? m->wmask : m->rmask) >> dev & 1)) {
+      return 0;
+    }
+    cur = m->va + m->size;
+  }
+  return cur >= end;
+}
+
+static CUresult prop_check(const CUmemAllocationProp *prop) {
+  if (prop == NULL || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+      prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* host VMM: the attribute reads 0 */
+  }
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (prop->location.id < 0 || prop->location.id >= fk.ndev) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult granularity(size_t *g, const CUmemAllocationProp *prop, int option) {
+  if (g == NULL || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+                    option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult rc = prop_check(prop);
+  if (rc == CUDA_SUCCESS) {
+    *g = FK_GRANULARITY;
+  }
+  return rc;
+}
+
+FK_API CUresult cuMemGetAllocationGranularity(size_t *granularity_, const CUmemAllocationProp *prop,
+                                              CUmemAllocationGranularity_flags option) {
+  FK_BODY(FK_NEED_INIT, granularity(granularity_, prop, (int)option));
+}
+
+static int is_pow2(size_t v) {
+  return (v & (v - 1)) == 0;
+}
+
+static CUresult address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                unsigned long long flags) {
+  long pg = sysconf(_SC_PAGESIZE);
+  if (ptr == NULL || size == 0 || size % (size_t)pg != 0 || !is_pow2(alignment) || flags != 0 ||
+      addr % (CUdeviceptr)pg != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t align = alignment > FK_GRANULARITY ? alignment : FK_GRANULARITY;
+  uintptr_t lo = fk.vmm_base, hi = fk.vmm_base + fk.vmm_size, base = 0;
+  /* addr is only a hint: honour it when that range is free. */
+  if (addr != 0 && addr % align == 0 && addr >= lo && addr + size <= hi && addr + size > addr &&
+      fk_mem_carve(addr, addr + size, size, align) == addr) {
+    base = addr;
+  }
+  if (base == 0) {
+    base = fk_mem_carve(lo, hi, size, align);
+  }
+  if (base == 0) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  fk_mem_new(FK_K_RESERVE, base, size, size, -1);
+  *ptr = base;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                    CUdeviceptr addr, unsigned long long flags) {
+  FK_BODY(FK_NEED_INIT, address_reserve(ptr, size, alignment, addr, flags));
+}
+
+static CUresult address_free(CUdeviceptr ptr, size_t size) {
+  struct fk_alloc *r = fk_mem_find((uintptr_t)ptr);
+  if (r == NULL || r->kind != FK_K_RESERVE || r->base != ptr || r->size != size || r->nmaps != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  fk_mem_release(r);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  FK_BODY(FK_NEED_INIT, address_free(ptr, size));
+}
+
+static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
+                           const CUmemAllocationProp *prop, unsigned long long flags) {
+  if (handle == NULL || flags != 0 || size == 0 || size % FK_GRANULARITY != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult rc = prop_check(prop);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* shareable handles are not modelled */
+  }
+  struct fk_device *d = &fk.dev[prop->location.id];
+  if (size > d->total - d->used) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  int fd = -1;
+  if (fk.cfg.backing) {
+    fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+      if (fd >= 0) {
+        close(fd);
+      }
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  struct fk_phys *p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    if (fd >= 0) {
+      close(fd);
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  p->id = fk_new_id();
+  p->handle = (CUmemGenericAllocationHandle)p->id;
+  p->size = size;
+  p->prop = *prop;
+  p->refs = 1;
+  p->fd = fd;
+  fk_push((void ***)&phys, &nphys, &capphys, p);
+  d->used += size;
+  if (d->used > d->peak) {
+    d->peak = d->used;
+  }
+  d->alloc_calls++;
+  *handle = p->handle;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                            const CUmemAllocationProp *prop, unsigned long long flags) {
+  FK_BODY(FK_NEED_INIT, mem_create(handle, size, prop, flags));
+}
+
+static CUresult mem_release(CUmemGenericAllocationHandle handle) {
+  struct fk_phys *p = phys_find(handle);
+  if (p == NULL || p->refs == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (--p->refs == 0) {
+    fk.dev[p->prop.location.id].free_calls++;
+  }
+  phys_maybe_free(p);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  FK_BODY(FK_NEED_INIT, mem_release(handle));
+}
+
+static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset,
+                        CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (flags != 0 || offset != 0 || size == 0 || size % FK_GRANULARITY != 0 ||
+      ptr % FK_GRANULARITY != 0) {
+    return CUDA_ERROR_INVALID_VALUE; /* offset: "currently must be zero" (cuda.h) */
+  }
+  struct fk_alloc *r = fk_mem_find((uintptr_t)ptr);
+  struct fk_phys *p = phys_find(handle);
+  if (r == NULL || r->kind != FK_K_RESERVE || ptr + size > r->base + r->size || p == NULL ||
+      p->refs == 0 || size > p->size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t at = 0;
+  while (at < r->nmaps && r->maps[at].va < ptr) {
+    at++;
+  }
+  if ((at > 0 && r->maps[at - 1].va + r->maps[at - 1].size > ptr) ||
+      (at < r->nmaps && r->maps[at].va < ptr + size)) {
+    return CUDA_ERROR_INVALID_VALUE; /* only unmapped parts of a reservation can be mapped */
+  }
+  if (p->fd >= 0 && mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd,
+                         0) == MAP_FAILED) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (r->nmaps == r->capmaps) {
+    size_t ncap = r->capmaps ? r->capmaps * 2 : 4;
+    struct fk_map *nm = realloc(r->maps, ncap * sizeof *nm);
+    if (nm == NULL) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->maps = nm;
+    r->capmaps = ncap;
+  }
+  memmove(&r->maps[at + 1], &r->maps[at], (r->nmaps - at) * sizeof *r->maps);
+  r->nmaps++;
+  r->maps[at] = (struct fk_map){.va = ptr, .size = size, .phys = p, .id = fk_new_id()};
+  p->maps++;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  FK_BODY(FK_NEED_INIT, mem_map(ptr, size, offset, handle, flags));
+}
+
+/* Indexes [first, last) of the mappings that exactly tile [ptr, ptr + size); 0 if none do. */
+static int tiling(const struct fk_alloc *r, uintptr_t ptr, size_t size, size_t *first,
+                  size_t *last) {
+  size_t i = 0;
+  while (i < r->nmaps && r->maps[i].va < ptr) {
+    i++;
+  }
+  if (i == r->nmaps || r->maps[i].va != ptr) {
+    return 0;
+  }
+  *first = i;
+  uintptr_t cur = ptr;
+  while (i < r->nmaps && r->maps[i].va == cur && cur < ptr + size) {
+    cur += r->maps[i].size;
+    i++;
+  }
+  *last = i;
+  return cur == ptr + size;
+}
+
+static CUresult mem_unmap(CUdeviceptr ptr, size_t size) {
+  struct fk_alloc *r = fk_mem_find((uintptr_t)ptr);
+  size_t first, last;
+  if (size == 0 || r == NULL || r->kind != FK_K_RESERVE || !tiling(r, ptr, size, &first, &last)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  fk_sync_all(); /* \note_sync: outstanding work on the range completes first */
+  if (fk.cfg.backing) {
+    mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  }
+  for (size_t i = first; i < last; i++) {
+    struct fk_phys *p = r->maps[i].phys;
+    p->maps--;
+    phys_maybe_free(p);
+  }
+  memmove(&r->maps[first], &r->maps[last], (r->nmaps - last) * sizeof *r->maps);
+  r->nmaps -= last - first;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  FK_BODY(FK_NEED_INIT, mem_unmap(ptr, size));
+}
+
+static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                           size_t count) {
+  if (desc == NULL || count == 0 || size == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_alloc *r = fk_mem_find((uintptr_t)ptr);
+  if (r == NULL || r->kind != FK_K_RESERVE || !fk_vmm_covered(r, ptr, size, -1, 0)) {
+    return CUDA_ERROR_INVALID_VALUE; /* the whole range must be mapped */
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (desc[i].location.id < 0 || desc[i].location.id >= fk.ndev) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (size_t j = 0; j < r->nmaps; j++) {
+    struct fk_map *m = &r->maps[j];
+    if (m->va >= ptr + size || m->va + m->size <= ptr) {
+      continue;
+    }
+    for (size_t i = 0; i < count; i++) {
+      uint64_t bit = (uint64_t)1 << desc[i].location.id;
+      m->rmask = (desc[i].flags & CU_MEM_ACCESS_FLAGS_PROT_READ) ? m->rmask | bit : m->rmask & ~bit;
+      m->wmask =
+          desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? m->wmask | bit : m->wmask & ~bit;
+    }
+    if (m->phys->fd >= 0) {
+      int prot = m->wmask ? PROT_READ | PROT_WRITE : m->rmask ? PROT_READ : PROT_NONE;
+      mprotect((void *)m->va, m->size, prot);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count) {
+  FK_BODY(FK_NEED_INIT, set_access(ptr, size, desc, count));
+}
+
+static CUresult get_access(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr) {
+  if (flags == NULL || loc == NULL || loc->type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (loc->id < 0 || loc->id >= fk.ndev) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  struct fk_alloc *r = fk_mem_find((uintptr_t)ptr);
+  struct fk_map *m = (r != NULL && r->kind == FK_K_RESERVE) ? fk_vmm_map_at(r, ptr) : NULL;
+  if (m == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *flags = (m->wmask >> loc->id & 1)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+           : (m->rmask >> loc->id & 1) ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                       : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+                               CUdeviceptr ptr) {
+  FK_BODY(FK_NEED_INIT, get_access(flags, location, ptr));
+}
+
+static CUresult properties(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle) {
+  struct fk_phys *p = phys_find(handle);
+  if (prop == NULL || p == NULL || p->refs == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *prop = p->prop;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                       CUmemGenericAllocationHandle handle) {
+  FK_BODY(FK_NEED_INIT, properties(prop, handle));
+}
+
+static CUresult retain_handle(CUmemGenericAllocationHandle *handle, void *addr) {
+  struct fk_alloc *r = fk_mem_find((uintptr_t)addr);
+  struct fk_map *m =
+      (r != NULL && r->kind == FK_K_RESERVE) ? fk_vmm_map_at(r, (uintptr_t)addr) : NULL;
+  if (handle == NULL || m == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  m->phys->refs++;
+  *handle = m->phys->handle;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+  FK_BODY(FK_NEED_INIT, retain_handle(handle, addr));
+}
+
+void fk_vmm_teardown(void) {
+  for (size_t i = 0; i < nphys; i++) {
+    if (phys[i]->fd >= 0) {
+      close(phys[i]->fd);
+    }
+    free(phys[i]);
+  }
+  free(phys);
+  phys = NULL;
+  nphys = capphys = 0;
+}

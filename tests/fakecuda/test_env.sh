@@ -1,0 +1,135 @@
+#!/bin/sh
+# TAP test of the fake driver's settings from outside, through fakecuda_probe: device count,
+# memory and compute capability, malformed values failing loudly, FAKECUDA_FAIL fault
+# injection, the FAKECUDA_STATS report (content, %p, proc_address_callers, hazards, stale
+# work) and fork.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+. "$top/tests/tap.sh"
+build=${BUILD:-$top/build}
+probe=$build/tests/fakecuda_probe
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+# Start from no FAKECUDA_* setting at all.
+for v in $(env | sed -n 's/^\(FAKECUDA_[A-Z_]*\)=.*/\1/p'); do
+  unset "$v"
+done
+
+# p [VAR=VALUE...] -- OPS...: runs the probe with the given settings; stderr goes to $tmp/err.
+p() {
+  env "$@" 2>"$tmp/err"
+  st=$?
+  if [ "$st" -ne 0 ] || grep -q Sanitizer "$tmp/err"; then
+    echo "exit $st: $*" >>"$tmp/bad"
+    sed 's/^/# /' "$tmp/err" >&2
+  fi
+  return 0
+}
+
+# num KEY FILE [LINE-FILTER]: the number after "KEY": in FILE (on the first line matching FILTER).
+num() {
+  grep -e "${3:-.}" "$2" | sed -n "s/.*\"$1\": \([0-9-]*\).*/\1/p" | head -1
+}
+
+[ -x "$probe" ]
+ok $? "fakecuda_probe is built"
+
+out=$(p "$probe" version init devices)
+like "$out" "version 0 13000" "cuDriverGetVersion: 13000"
+like "$out" "devices 0 1" "one device by default"
+like "$out" "device0 total=17179869184 cc=9.0 sms=132 name=Fake CUDA Device 0" \
+  "default device: 16 GiB, compute capability 9.0"
+
+out=$(p FAKECUDA_DEVICES=2 FAKECUDA_MEMORY=0:16GiB,1:8GiB "$probe" init devices)
+like "$out" "devices 0 2" "FAKECUDA_DEVICES=2"
+like "$out" "device1 total=8589934592" "FAKECUDA_MEMORY=0:16GiB,1:8GiB: device 1 has 8 GiB"
+like "$out" "device0 total=17179869184" "... device 0 has 16 GiB"
+out=$(p FAKECUDA_DEVICES=3 FAKECUDA_MEMORY=1:2G "$probe" init devices)
+like "$out" "device1 total=2147483648" "ORD:SIZE with a K/M/G/T unit"
+like "$out" "device2 total=17179869184" "devices not listed keep 16 GiB"
+out=$(p FAKECUDA_DEVICES=3 FAKECUDA_MEMORY=1073741824 "$probe" init devices)
+like "$out" "device2 total=1073741824" "a plain size in bytes applies to every device"
+out=$(p FAKECUDA_CC=8.0 "$probe" init devices)
+like "$out" "cc=8.0 sms=108" "FAKECUDA_CC=8.0 (an A100: 108 SMs)"
+out=$(p FAKECUDA_DEVICES=0 "$probe" init devices)
+like "$out" "init 100" "FAKECUDA_DEVICES=0: cuInit fails with CUDA_ERROR_NO_DEVICE"
+like "$out" "devices 3 " "... and the driver stays uninitialised"
+
+for setting in FAKECUDA_MEMORY=1GB FAKECUDA_MEMORY=0x40000000 FAKECUDA_MEMORY=-1 \
+  FAKECUDA_MEMORY=99999999999999999999 FAKECUDA_MEMORY=512KiB FAKECUDA_MEMORY=2TiB \
+  FAKECUDA_MEMORY=1:1GiB FAKECUDA_MEMORY=0:1GiB,0:2GiB FAKECUDA_MEMORY=16GiB, \
+  FAKECUDA_DEVICES=abc FAKECUDA_DEVICES=65 FAKECUDA_CC=9 FAKECUDA_CC=9.10 FAKECUDA_BACKING=yes \
+  FAKECUDA_STUB=true \
+  FAKECUDA_FAIL=cuMemAlloc_v2 FAKECUDA_FAIL=cuNoSuchCall:1 FAKECUDA_FAIL=cuMemAlloc_v2:0 \
+  FAKECUDA_FAIL=cuMemAlloc_v2:1:0 FAKECUDA_FAIL=cuMemAlloc_v2:1:x; do
+  out=$(p "$setting" "$probe" init version gpa:cuInit:2000)
+  var=${setting%%=*}
+  fails=$(printf '%s\n' "$out" | grep -c -e '^init 1$' -e '^version 1 ' -e '^gpa 1 ')
+  is "$fails" 3 \
+    "$setting: every call fails with CUDA_ERROR_INVALID_VALUE"
+  grep -q "^fakecuda: error: $var=" "$tmp/err"
+  ok $? "$setting: names the variable on stderr"
+done
+
+out=$(p FAKECUDA_STUB=1 "$probe" gpa:cuInit:2000 version init ctx)
+is "$(printf '%s\n' "$out" | tr '\n' ' ')" "gpa 34 0 version 34 0 init 34 ctx 34 " \
+  "FAKECUDA_STUB=1: like the toolkit's stub, every call answers 34 and writes nothing"
+
+out=$(p FAKECUDA_FAIL=cuMemAlloc_v2:3 "$probe" init ctx alloc:1 alloc:1 alloc:1 alloc:1)
+is "$(printf '%s\n' "$out" | grep alloc | tr '\n' ' ')" "alloc 0 alloc 0 alloc 2 alloc 0 " \
+  "FAKECUDA_FAIL=cuMemAlloc_v2:3: the third call fails with OUT_OF_MEMORY"
+out=$(p FAKECUDA_FAIL=cuMemAlloc_v2:2:999,cuInit:1:100 "$probe" init init ctx alloc:1 alloc:1)
+is "$(printf '%s\n' "$out" | tr '\n' ' ')" "init 100 init 0 ctx 0 alloc 0 alloc 999 " \
+  "NAME:N:CODE, several entries"
+
+json=$tmp/stats.json
+p FAKECUDA_STATS="$json" "$probe" init ctx alloc:1000 alloc:4096 alloc:512 free:1 work:0 \
+  claim:0 claim:2 sync gpa:cuMemAlloc:3020 gpa:cuNothing:1000 callergpa:cuMemFree:3020 >"$tmp/out"
+[ -s "$json" ]
+ok $? "FAKECUDA_STATS writes the report at exit"
+if perl -MJSON::PP -e 1 2>/dev/null; then
+  perl -MJSON::PP -e 'local $/; decode_json(<STDIN>)' <"$json"
+  ok $? "the report is valid JSON"
+else
+  skip "the report is valid JSON" "no JSON::PP"
+fi
+dev0='"ordinal": 0'
+is "$(num alloc_calls "$json" "$dev0")" 3 "device 0 alloc_calls"
+is "$(num free_calls "$json" "$dev0")" 1 "device 0 free_calls"
+is "$(num live_bytes "$json" "$dev0")" 1536 "device 0 live_bytes (512-byte units)"
+is "$(num peak_bytes "$json" "$dev0")" 5632 "device 0 peak_bytes"
+is "$(num leaked_allocations "$json" "$dev0")" 2 "device 0 leaked_allocations"
+is "$(num leaked_bytes "$json" "$dev0")" 1536 "device 0 leaked_bytes"
+is "$(num total_bytes "$json" "$dev0")" 17179869184 "device 0 total_bytes"
+is "$(num cuMemAlloc_v2 "$json")" 3 "calls: cuMemAlloc_v2"
+is "$(num cuGetProcAddress_v2 "$json")" 3 "calls: cuGetProcAddress_v2"
+is "$(grep -c '"cuMemcpy"' "$json")" 0 "entry points never called are not listed"
+is "$(num proc_address_queries "$json")" 3 "proc_address_queries"
+is "$(num fakecuda_probe "$json")" 2 "proc_address_callers: 2 queries from the program"
+is "$(num libfk_caller.so "$json")" 1 "proc_address_callers: 1 from libfk_caller.so"
+is "$(num hazards "$json")" 1 "hazards: the claim while work was pending"
+is "$(num pending_work "$json")" 0 "pending_work at exit"
+is "$(num initialized "$json")" 1 "initialized"
+
+p FAKECUDA_STATS="$tmp/s.%p.json" "$probe" init ctx stale >/dev/null
+set -- "$tmp"/s.*.json
+is "$#" 1 "%p in FAKECUDA_STATS becomes the process id"
+is "$(num stale_work "$1")" 1 "a free that overtakes pending work counts stale work"
+is "$(num alloc_calls "$1" "$dev0")" 1 "cuMemAllocAsync counts as an allocation"
+is "$(num free_calls "$1" "$dev0")" 1 "cuMemFreeAsync counts as a free"
+
+out=$(p FAKECUDA_STATS="$tmp/f.%p.json" "$probe" init ctx alloc:512 fork forkcuda)
+like "$out" "fork 0" "a forked child that never touches CUDA exits cleanly"
+like "$out" "child 3" "a forked child's CUDA calls fail with CUDA_ERROR_NOT_INITIALIZED"
+set -- "$tmp"/f.*.json
+is "$#" 1 "only the parent writes the report"
+is "$(num alloc_calls "$1" "$dev0")" 1 "... with the parent's numbers"
+out=$(p "$probe" fork init ctx alloc:1 | tr "\n" " ")
+like "$out" "fork 0.*init 0.*alloc 0" "fork before any CUDA call is harmless"
+
+p FAKECUDA_STATS="$tmp/none.json" "$probe" version >/dev/null
+is "$(num initialized "$tmp/none.json")" 0 "a report is written without cuInit too"
+is "$(cat "$tmp/bad" 2>/dev/null)" "" "the probe always exited 0 with no sanitizer report"
+done_testing
