@@ -42,6 +42,11 @@ bool cap_init(void) {
   return settings_ok;
 }
 
+const struct cfg *cap_settings(void) {
+  cap_init();
+  return &settings;
+}
+
 CUresult cap_current_device(int *dev) {
   CUdevice d = 0;
   if (!real.cuCtxGetDevice) {
@@ -102,15 +107,16 @@ uint64_t cap_used(int dev) {
   return atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
 }
 
-void cap_view(int dev, uint64_t *free_bytes, uint64_t *total_bytes) {
+void cap_view(int dev, uint64_t idle, uint64_t *free_bytes, uint64_t *total_bytes) {
   uint64_t limit = cap_limit(dev, *total_bytes);
-  if (limit == CAP_NONE) {
-    return;
-  }
-  uint64_t used = cap_used(dev);
+  uint64_t charged = cap_used(dev);
+  uint64_t held = charged > idle ? charged - idle : 0;
   uint64_t total = limit < *total_bytes ? limit : *total_bytes;
-  uint64_t headroom = used >= limit ? 0 : limit - used;
-  uint64_t avail = headroom < *free_bytes ? headroom : *free_bytes;
+  uint64_t avail = *free_bytes + idle < *free_bytes ? UINT64_MAX : *free_bytes + idle;
+  if (limit != CAP_NONE) {
+    uint64_t headroom = held >= limit ? 0 : limit - held;
+    avail = headroom < avail ? headroom : avail;
+  }
   *total_bytes = total;
   *free_bytes = avail < total ? avail : total;
 }

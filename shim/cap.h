@@ -19,6 +19,9 @@
  * they are not, every device's cap is 0 (fail closed). */
 bool cap_init(void);
 
+/* The loaded settings (valid after cap_init; all-defaults-and-invalid before). */
+const struct cfg *cap_settings(void);
+
 /* The ordinal of the calling thread's current context's device in *dev. Fails (returning the
  * driver's error) iff there is no usable current context. */
 CUresult cap_current_device(int *dev);
@@ -36,9 +39,11 @@ void cap_credit(int dev, uint64_t bytes);
 /* Bytes currently charged to dev. */
 uint64_t cap_used(int dev);
 
-/* Rewrites a driver's (free, total) answer for dev as the program should see it:
- * total = min(cap, physical), free = min(cap - used, real free), never above total, never
- * negative. Unchanged when dev has no cap. */
-void cap_view(int dev, uint64_t *free_bytes, uint64_t *total_bytes);
+/* Rewrites a driver's (free, total) answer for dev as the program should see it. `idle` is
+ * bytes gpucap holds from the driver for dev without the program holding them (free and
+ * deferred pool chunks): they count as free, since gpucap hands them out on request.
+ * total = min(cap, physical); free = min(cap - (charged - idle), real free + idle), never
+ * above total, never negative. Without a cap only the idle bytes are added back. */
+void cap_view(int dev, uint64_t idle, uint64_t *free_bytes, uint64_t *total_bytes);
 
 #endif

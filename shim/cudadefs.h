@@ -274,7 +274,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent);
 /* Device memory. */
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr);
-CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total);
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes);
 CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                     size_t Height, unsigned int ElementSizeBytes);
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
@@ -329,7 +329,7 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity,
 /* Legacy 32-bit-size ABIs that entry-point queries at old versions still resolve to. */
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
 CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr);
-CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total);
+CUresult CUDAAPI cuMemGetInfo(unsigned int *freeBytes, unsigned int *totalBytes);
 CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
 CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
                                  unsigned int WidthInBytes, unsigned int Height,

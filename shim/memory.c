@@ -1,16 +1,22 @@
 /* The device-memory hooks: allocation, free, get-info, total-mem and pitch, in every ABI the
- * driver resolves them to. Allocation is pass-through with the cap enforced before the driver
- * is asked (pitch: right after, since only the driver knows the pitch), and each live block
- * remembered with its device and charge so a free credits exactly what was charged.
+ * driver resolves them to. cuMemAlloc_v2 and cuMemAllocPitch_v2 are served from the context's
+ * pool (shim/pool.c) unless GPUCAP_POOL=off. Otherwise, and for the legacy 32-bit ABIs,
+ * allocation is pass-through with the cap enforced before the driver is asked (pitch: right
+ * after, since only the driver knows the pitch), and each live block remembered with its
+ * device and charge so a free credits exactly what was charged.
  * Locking: one mutex guards the live-block map; it is never held across a driver call.
  */
 #include "core/addrmap.h"
 #include "shim/cap.h"
 #include "shim/log.h"
+#include "shim/memory.h"
+#include "shim/pool.h"
 #include "shim/real.h"
+#include "shim/trace.h"
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
 
@@ -20,6 +26,23 @@
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static addrmap_t live = ADDRMAP_INIT;
+
+/* Counters of the pass-through path, per device, for the exit report. */
+struct passthru {
+  _Atomic uint64_t allocs, frees, ooms, in_use, peak, largest;
+};
+static struct passthru passthru[CAP_MAX_DEVICES];
+
+static void count_alloc(int dev, uint64_t bytes) {
+  struct passthru *c = &passthru[dev];
+  uint64_t now = atomic_fetch_add(&c->in_use, bytes) + bytes;
+  uint64_t peak = atomic_load(&c->peak), largest = atomic_load(&c->largest);
+  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {
+  }
+  while (bytes > largest && !atomic_compare_exchange_weak(&c->largest, &largest, bytes)) {
+  }
+  atomic_fetch_add(&c->allocs, 1);
+}
 
 static int live_put(uint64_t ptr, int dev, uint64_t bytes) {
   pthread_mutex_lock(&live_lock);
@@ -60,6 +83,8 @@ static CUresult remember(uint64_t ptr, int dev, uint64_t bytes,
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  count_alloc(dev, bytes);
+  trace_event(TRACE_ALLOC, ptr, bytes);
   return CUDA_SUCCESS;
 }
 
@@ -80,6 +105,8 @@ static CUresult refuse(int dev, uint64_t bytes) {
     log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", CAP_MAX_DEVICES - 1);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  atomic_fetch_add(&passthru[dev].ooms, 1);
+  trace_event(TRACE_ALLOC_FAILURE, 0, bytes);
   log_msg(LOG_DEBUG, "device %d: %llu bytes refused: %llu of %llu in use", dev,
           (unsigned long long)bytes, (unsigned long long)cap_used(dev),
           (unsigned long long)cap_limit(dev, 0));
@@ -90,6 +117,9 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   int dev;
   if (!driver_ready() || !real.cuMemAlloc_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (dptr && bytesize > 0 && pool_enabled()) {
+    return pool_alloc(dptr, bytesize);
   }
   if (!dptr || bytesize == 0 || !current_device(&dev)) {
     return real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own error code */
@@ -140,6 +170,9 @@ static CUresult free_block(uint64_t ptr, CUresult (*driver_free)(uint64_t)) {
   if (known) {
     if (rc == CUDA_SUCCESS) {
       cap_credit(dev, bytes);
+      atomic_fetch_sub(&passthru[dev].in_use, bytes);
+      atomic_fetch_add(&passthru[dev].frees, 1);
+      trace_event(TRACE_FREE, ptr, bytes);
     } else if (live_put(ptr, dev, bytes) != 0) {
       log_msg(LOG_ERROR, "out of host memory: block %#llx is no longer tracked",
               (unsigned long long)ptr);
@@ -149,8 +182,12 @@ static CUresult free_block(uint64_t ptr, CUresult (*driver_free)(uint64_t)) {
 }
 
 GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  CUresult rc;
   if (!driver_ready() || !real.cuMemFree_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (dptr && pool_free(dptr, &rc)) {
+    return rc;
   }
   return free_block(dptr, free_v2);
 }
@@ -162,32 +199,32 @@ GPUCAP_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
   return free_block(dptr, free_v1);
 }
 
-GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   int dev;
   if (!driver_ready() || !real.cuMemGetInfo_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  CUresult rc = real.cuMemGetInfo_v2(free, total);
+  CUresult rc = real.cuMemGetInfo_v2(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && cap_current_device(&dev) == CUDA_SUCCESS) {
-    uint64_t f = *free, t = *total;
-    cap_view(dev, &f, &t);
-    *free = (size_t)f;
-    *total = (size_t)t;
+    uint64_t f = *freeBytes, t = *totalBytes;
+    cap_view(dev, pool_idle_bytes(dev), &f, &t);
+    *freeBytes = (size_t)f;
+    *totalBytes = (size_t)t;
   }
   return rc;
 }
 
-GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
+GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *totalBytes) {
   int dev;
   if (!driver_ready() || !real.cuMemGetInfo) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  CUresult rc = real.cuMemGetInfo(free, total);
+  CUresult rc = real.cuMemGetInfo(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && cap_current_device(&dev) == CUDA_SUCCESS) {
-    uint64_t f = *free, t = *total;
-    cap_view(dev, &f, &t);
-    *free = (unsigned int)f;
-    *total = (unsigned int)t;
+    uint64_t f = *freeBytes, t = *totalBytes;
+    cap_view(dev, pool_idle_bytes(dev), &f, &t);
+    *freeBytes = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
+    *totalBytes = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
   }
   return rc;
 }
@@ -237,6 +274,9 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
   if (!driver_ready() || !real.cuMemAllocPitch_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  if (pool_enabled()) {
+    return pool_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  }
   CUresult rc = real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   if (rc != CUDA_SUCCESS || !current_device(&dev)) {
     return rc;
@@ -264,4 +304,26 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitc
     *dptr = 0;
   }
   return rc;
+}
+
+void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *stats),
+                             void *arg) {
+  for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
+    struct passthru *c = &passthru[dev];
+    bfc_stats_t s = {0};
+    s.num_allocs = atomic_load(&c->allocs);
+    if (s.num_allocs == 0 && atomic_load(&c->ooms) == 0) {
+      continue;
+    }
+    s.bytes_in_use = s.bytes_requested_in_use = atomic_load(&c->in_use);
+    s.peak_bytes_in_use = s.peak_bytes_requested_in_use =
+        atomic_load(&c->peak);
+    s.largest_alloc_size = atomic_load(&c->largest);
+    s.driver_alloc_calls = s.num_allocs;
+    s.driver_free_calls = atomic_load(&c->frees);
+    s.num_ooms = atomic_load(&c->ooms);
+    s.num_in_use = s.num_allocs - s.driver_free_calls;
+    s.bytes_limit = cap_limit(dev, 0) == CAP_NONE ? 0 : cap_limit(dev, 0);
+    fn(arg, dev, &s);
+  }
 }

@@ -56,8 +56,9 @@ static void load_entry_points(void) {
 #define HOOK(base, version, pt, symbol) *(void **)&real.symbol = real_driver_sym(#symbol);
 #include "shim/hooks.def"
 #undef HOOK
-  *(void **)&real.cuCtxGetDevice = real_driver_sym("cuCtxGetDevice");
-  *(void **)&real.cuDeviceGetCount = real_driver_sym("cuDeviceGetCount");
+#define LOAD(symbol) *(void **)&real.symbol = real_driver_sym(#symbol);
+  REAL_EXTRA(LOAD)
+#undef LOAD
 }
 
 static bool adopt(void *handle) {

@@ -18,8 +18,14 @@ struct real_fns {
 #define HOOK(base, version, pt, symbol) __typeof__(&symbol) symbol;
 #include "shim/hooks.def"
 #undef HOOK
-  __typeof__(&cuCtxGetDevice) cuCtxGetDevice;
-  __typeof__(&cuDeviceGetCount) cuDeviceGetCount;
+#define REAL_EXTRA(X)                                                                      \
+  X(cuCtxGetDevice)                                                                        \
+  X(cuCtxGetCurrent)                                                                       \
+  X(cuCtxSynchronize)                                                                      \
+  X(cuDeviceGetAttribute)
+#define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
+  REAL_EXTRA(REAL_FIELD)
+#undef REAL_FIELD
 };
 extern struct real_fns real;
 

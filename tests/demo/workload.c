@@ -19,6 +19,7 @@ int main(void) {
   CUdevice dev;
   CUcontext ctx;
   CUdeviceptr weights = 0, act[16] = {0};
+  setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with gpucap's stderr in order */
   if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
       cuCtxSetCurrent(ctx)) {
     fprintf(stderr, "workload: no CUDA device\n");

@@ -6,12 +6,17 @@
 MiB=$((1 << 20))
 GiB=$((1 << 30))
 
+# captest ARGS...: runs the cap probe under the shim; its stderr goes to $WORK/err.
+captest() {
+  with_shim "$TESTBIN/captest" "$@" 2>"$WORK/err"
+}
+
 # field OUTPUT KEY: the value of KEY=... in captest's output.
 field() {
   printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
-out=$(GPUCAP_MEMORY_LIMIT=1GiB with_shim "$TESTBIN/captest" 0 $((256 * MiB)) 2>"$WORK/err")
+out=$(GPUCAP_MEMORY_LIMIT=1GiB captest 0 $((256 * MiB)))
 is "$(field "$out" allocs)" 4 "1GiB cap: four 256 MiB blocks fit"
 is "$(field "$out" last_rc)" 2 "the fifth gets CUDA_ERROR_OUT_OF_MEMORY"
 is "$(field "$out" totalmem)" $GiB "cuDeviceTotalMem_v2 reports the cap"
@@ -20,46 +25,50 @@ is "$(field "$out" before_free)" $GiB "free is the cap while nothing is allocate
 is "$(field "$out" full_free)" 0 "free is 0 when the cap is used up, not an underflow"
 is "$(field "$out" full_rc)" 0 "get-info never errors past the cap"
 is "$(field "$out" after_free)" $GiB "frees give the cap back"
-is "$(cat "$WORK/err")" "" "a valid setting prints nothing"
+is "$(field "$out" burst_rc)" 2,2 "the next two attempts fail the same way"
+is "$(grep -c '^gpucap: warning: device 0: out of memory' "$WORK/err")" 1 \
+  "one memory-state report for the burst of three failures, not one per call"
+like "$(cat "$WORK/err")" 'largest free' "  it shows the pool's state"
+is "$(grep -c '^gpucap: error' "$WORK/err")" 0 "a valid setting prints no error"
 
-out=$(with_shim "$TESTBIN/captest" 0 $((4 * GiB)) 2>"$WORK/err")
+out=$(captest 0 $((4 * GiB)))
 is "$(field "$out" allocs)" 4 "no cap: the fake's 16 GiB hold four 4 GiB blocks"
 is "$(field "$out" totalmem)" $((16 * GiB)) "no cap: total is the device's"
 
-out=$(GPUCAP_MEMORY_FRACTION=0.25 with_shim "$TESTBIN/captest" 0 $((512 * MiB)))
+out=$(GPUCAP_MEMORY_FRACTION=0.25 captest 0 $((512 * MiB)))
 is "$(field "$out" allocs)" 8 "fraction 0.25 of 16 GiB holds eight 512 MiB blocks"
 is "$(field "$out" before_total)" $((4 * GiB)) "get-info total is a quarter of the card"
 
-out=$(GPUCAP_MEMORY_FRACTION=0.5 GPUCAP_MEMORY_LIMIT=2GiB with_shim "$TESTBIN/captest" 0 $GiB)
+out=$(GPUCAP_MEMORY_FRACTION=0.5 GPUCAP_MEMORY_LIMIT=2GiB captest 0 $GiB)
 is "$(field "$out" allocs)" 2 "limit 2GiB and fraction 0.5: the smaller (2 GiB) wins"
-out=$(GPUCAP_MEMORY_FRACTION=0.0625 GPUCAP_MEMORY_LIMIT=2GiB with_shim "$TESTBIN/captest" 0 $GiB)
+out=$(GPUCAP_MEMORY_FRACTION=0.0625 GPUCAP_MEMORY_LIMIT=2GiB captest 0 $GiB)
 is "$(field "$out" allocs)" 1 "limit 2GiB and fraction 1/16: the smaller (1 GiB) wins"
 
 export FAKECUDA_DEVICES=2 FAKECUDA_MEMORY=0:16GiB,1:8GiB
-out0=$(GPUCAP_MEMORY_LIMIT=0:3GiB,1:1GiB with_shim "$TESTBIN/captest" 0 $GiB)
-out1=$(GPUCAP_MEMORY_LIMIT=0:3GiB,1:1GiB with_shim "$TESTBIN/captest" 1 $GiB)
+out0=$(GPUCAP_MEMORY_LIMIT=0:3GiB,1:1GiB captest 0 $GiB)
+out1=$(GPUCAP_MEMORY_LIMIT=0:3GiB,1:1GiB captest 1 $GiB)
 is "$(field "$out0" allocs)/$(field "$out1" allocs)" 3/1 "per-device limits: 3 GiB on 0, 1 GiB on 1"
-out1=$(GPUCAP_MEMORY_FRACTION=1:0.5 with_shim "$TESTBIN/captest" 1 $GiB)
+out1=$(GPUCAP_MEMORY_FRACTION=1:0.5 captest 1 $GiB)
 is "$(field "$out1" totalmem)" $((4 * GiB)) "a per-device fraction uses that device's total"
-out0=$(GPUCAP_MEMORY_FRACTION=1:0.5 with_shim "$TESTBIN/captest" 0 $((8 * GiB)))
+out0=$(GPUCAP_MEMORY_FRACTION=1:0.5 captest 0 $((8 * GiB)))
 is "$(field "$out0" allocs)" 2 "a device missing from the list is not capped"
 unset FAKECUDA_DEVICES FAKECUDA_MEMORY
 
 for bad in 1GB 0x100 -1 010 '4 GiBs' '' 0 '0:1GiB,0:2GiB'; do
-  out=$(GPUCAP_MEMORY_LIMIT="$bad" with_shim "$TESTBIN/captest" 0 $MiB 2>"$WORK/err")
+  out=$(GPUCAP_MEMORY_LIMIT="$bad" captest 0 $MiB)
   is "$(field "$out" allocs)" 0 "GPUCAP_MEMORY_LIMIT='$bad' fails closed: no memory at all"
   is "$(field "$out" before_total)" 0 "  and get-info reports nothing to use"
-  lines=$(grep -c . "$WORK/err")
+  lines=$(grep -c '^gpucap: error' "$WORK/err")
   like "$(cat "$WORK/err")" "^gpucap: error: GPUCAP_MEMORY_LIMIT='$bad'.*accepted" \
     "  one message names the variable, the value and the accepted forms"
-  is "$lines" 1 "  exactly one line"
+  is "$lines" 1 "  exactly one error line (the exit report shows the refusals)"
 done
-out=$(GPUCAP_MEMORY_FRACTION=1.5 with_shim "$TESTBIN/captest" 0 $MiB 2>"$WORK/err")
+out=$(GPUCAP_MEMORY_FRACTION=1.5 captest 0 $MiB)
 is "$(field "$out" allocs)" 0 "GPUCAP_MEMORY_FRACTION=1.5 fails closed"
 like "$(cat "$WORK/err")" "GPUCAP_MEMORY_FRACTION='1.5'" "  and says so"
 
-out=$(TF_FORCE_GPU_ALLOW_GROWTH=yes GPUCAP_MEMORY_LIMIT=64MiB with_shim "$TESTBIN/captest" 0 \
-  $((16 * MiB)) 2>"$WORK/err")
+out=$(TF_FORCE_GPU_ALLOW_GROWTH=yes GPUCAP_MEMORY_LIMIT=64MiB captest 0 \
+  $((16 * MiB)))
 is "$(field "$out" allocs)" 4 "a TF_FORCE_GPU_ALLOW_GROWTH TensorFlow would reject leaves the cap"
 like "$(cat "$WORK/err")" "^gpucap: warning: TF_FORCE_GPU_ALLOW_GROWTH" "  with a warning"
 

@@ -2,7 +2,8 @@
  *
  * usage: captest DEVICE BLOCK_BYTES [MAX_BLOCKS]
  * Makes DEVICE's primary context current, allocates BLOCK_BYTES blocks with cuMemAlloc_v2
- * until one fails (at most MAX_BLOCKS, default 4096), then frees them, printing what the
+ * until one fails (at most MAX_BLOCKS, default 4096), tries twice more after a failure, then
+ * frees them, printing what the
  * driver calls answered as `key=value` lines for the test scripts to check.
  */
 #include "shim/cudadefs.h"
@@ -48,6 +49,11 @@ int main(int argc, char **argv) {
     n++;
   }
   printf("allocs=%d last_rc=%d\n", n, rc);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) { /* the rest of a burst of failures */
+    CUdeviceptr extra;
+    CUresult r1 = cuMemAlloc_v2(&extra, block), r2 = cuMemAlloc_v2(&extra, block);
+    printf("burst_rc=%d,%d\n", r1, r2);
+  }
   info("full");
   int bad = 0;
   for (int i = 0; i < n; i++) {

@@ -6,8 +6,12 @@
 stats="$WORK/linked.json"
 GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program "program linked with -lcuda" \
   with_shim "$TESTBIN/linked"
+is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 2 \
+  "pooled: the driver saw the no-context call and one region for three allocations"
+GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program \
+  "program linked with -lcuda, GPUCAP_POOL=off" with_shim "$TESTBIN/linked"
 is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 3 \
-  "the driver saw the 3 allocations under the cap, not the refused one"
+  "pass-through: the driver saw the no-context call and the 2 allocations under the cap"
 
 san=${SAN_PRELOAD:+$SAN_PRELOAD }
 next="$BUILD/tests/libnext.so"

@@ -9,5 +9,10 @@ GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program "4 threads under 
 peak=$(json_num "$stats" peak_bytes)
 [ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
 ok $? "the driver's peak ($peak bytes) never passed the cap"
-is "$(json_num "$stats" leaked_allocations)" 0 "nothing leaked"
+GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program \
+  "4 threads under a 256 MiB cap, GPUCAP_POOL=off" with_shim "$TESTBIN/threads" 4 3000
+peak=$(json_num "$stats" peak_bytes)
+[ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
+ok $? "pass-through: the driver's peak ($peak bytes) never passed the cap"
+is "$(json_num "$stats" leaked_allocations)" 0 "pass-through: nothing leaked"
 done_testing

@@ -1,0 +1,1174 @@
+/* bfc: best-fit-with-coalescing pool (contracts in bfc.h; design in docs/benchmarks.md).
+ *
+ * Invariants: chunks tile each region in address order; no two adjacent chunks are free; every
+ * free chunk is in the treap of its size class (ordered by size, then address) or is the one
+ * designated victim (dv), which best fit compares against the bins' answer, so best fit stays
+ * exact; in-use chunks are exactly the pointer map's values; deferred chunks are exactly the
+ * deferred list. Not thread-safe: the caller serialises all calls on one pool.
+ */
+#include "core/bfc.h"
+#include "core/bfc_map.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(GPUCAP_DEBUG) && GPUCAP_DEBUG
+#include <assert.h>
+#define DEBUG_CHECK(p) assert(bfc_check(p) == 0)
+#else
+#define DEBUG_CHECK(p) ((void)0)
+#endif
+
+enum {
+  SL_BITS = 5,      /* 32 classes per power of two */
+  SL_COUNT = 1 << SL_BITS,
+  NCLASS = 1664,    /* class_of(2^64 - 256) == 1663 */
+  NWORDS = NCLASS / 64,
+  SLAB_CHUNKS = 256,
+  SPLIT_SHIFT = 7,  /* split iff remainder >= 256 and >= rounded / 128 */
+  STATE_SPARE = 0x7f
+};
+
+typedef struct chunk chunk_t;
+typedef struct region region_t;
+
+/* One cache line: a tree step or a neighbour check touches a single line. */
+struct chunk {
+  _Alignas(64) uint64_t addr;
+  uint64_t size;
+  uint64_t requested; /* bytes asked for while in use or deferred; 0 when free */
+  chunk_t *prev;      /* address neighbours inside the region, NULL at its ends */
+  chunk_t *next;
+  union {
+    struct {
+      chunk_t *left; /* treap children while free; left also links the spare list */
+      chunk_t *right;
+    };
+    struct {
+      chunk_t *dnext;  /* deferred list, oldest first */
+      uint64_t ticket; /* order of its bfc_free_deferred call (1, 2, ...) */
+    };
+  };
+  uint32_t prio;      /* treap priority (max-heap), fixed when the record is created */
+  uint16_t mark;      /* scan epoch of retire_would_fit */
+  uint8_t state;      /* enum bfc_chunk_state, or STATE_SPARE */
+};
+
+_Static_assert(sizeof(struct chunk) == 64, "a chunk record is one cache line");
+
+struct region {
+  uint64_t base;
+  uint64_t size;
+  chunk_t *first;
+};
+
+struct slab {
+  struct slab *next;
+  chunk_t chunks[SLAB_CHUNKS];
+};
+
+struct bfc_pool {
+  bfc_prim_t prim;
+  uint64_t limit;
+  int growth;
+  uint64_t next_region; /* TensorFlow's curr_region_allocation_bytes_ */
+
+  chunk_t *bin[NCLASS];
+  uint64_t bits[NWORDS]; /* bit c: bin[c] non-empty */
+  uint64_t top;          /* bit w: bits[w] != 0 */
+  chunk_t *dv;           /* the designated victim: free, in no bin; or NULL */
+
+  bfc_map_t map; /* in-use block base -> chunk */
+  chunk_t *spare;
+  uint64_t nspare;
+  struct slab *slabs;
+  uint64_t nslabs;
+  chunk_t *deferred;      /* oldest deferred chunk */
+  chunk_t *deferred_tail; /* newest */
+  uint64_t defer_seq;     /* tickets handed out */
+
+  region_t **regions; /* sorted by base */
+  uint32_t nregions;
+  uint32_t region_cap;
+  uint32_t rng;
+  uint16_t epoch;
+
+  uint64_t num_allocs;
+  uint64_t bytes_in_use;
+  uint64_t peak_bytes_in_use;
+  uint64_t requested_in_use;
+  uint64_t peak_requested_in_use;
+  uint64_t largest_alloc;
+  uint64_t pool_bytes;
+  uint64_t peak_pool_bytes;
+  uint64_t deferred_bytes;
+  uint64_t num_deferred;
+  uint64_t num_in_use;
+  uint64_t num_free;
+  uint64_t driver_alloc_calls;
+  uint64_t driver_alloc_failures;
+  uint64_t driver_free_calls;
+  uint64_t driver_free_failures;
+  uint64_t num_ooms;
+  uint64_t num_eagain;
+  uint64_t num_retired;
+};
+
+/* ---- sizes and classes ---------------------------------------------------------------- */
+
+uint64_t bfc_round(uint64_t bytes) {
+  if (bytes > UINT64_MAX - (BFC_MIN_ALLOC - 1)) {
+    return 0;
+  }
+  return (bytes + (BFC_MIN_ALLOC - 1)) & ~(uint64_t)(BFC_MIN_ALLOC - 1);
+}
+
+uint64_t bfc_min_system_memory(uint64_t free_bytes, int cc_major) {
+  const uint64_t mib = (uint64_t)1 << 20;
+  if (free_bytes < ((uint64_t)2 << 30)) {
+    return 225 * mib;
+  }
+  if (cc_major <= 6) {
+    return 500 * mib;
+  }
+  if (cc_major == 7) {
+    return 1050 * mib;
+  }
+  if (cc_major == 8) {
+    return 1536 * mib;
+  }
+  return 1800 * mib;
+}
+
+/* Monotone in size: every chunk of class c is smaller than every chunk of class c + 1. */
+static inline unsigned class_of(uint64_t size) {
+  uint64_t u = size >> 8;
+  if (u < SL_COUNT) {
+    return (unsigned)u;
+  }
+  unsigned fl = 63u - (unsigned)__builtin_clzll(u);
+  unsigned sl = (unsigned)(u >> (fl - SL_BITS)) & (SL_COUNT - 1);
+  return (fl - SL_BITS + 1) * SL_COUNT + sl;
+}
+
+static inline void bit_set(bfc_pool_t *p, unsigned c) {
+  p->bits[c >> 6] |= (uint64_t)1 << (c & 63);
+  p->top |= (uint64_t)1 << (c >> 6);
+}
+
+static inline void bit_clear(bfc_pool_t *p, unsigned c) {
+  p->bits[c >> 6] &= ~((uint64_t)1 << (c & 63));
+  if (p->bits[c >> 6] == 0) {
+    p->top &= ~((uint64_t)1 << (c >> 6));
+  }
+}
+
+/* First non-empty class >= from, or NCLASS. */
+static inline unsigned next_class(const bfc_pool_t *p, unsigned from) {
+  if (from >= NCLASS) {
+    return NCLASS;
+  }
+  unsigned w = from >> 6;
+  uint64_t b = p->bits[w] & (~(uint64_t)0 << (from & 63));
+  if (b != 0) {
+    return w * 64 + (unsigned)__builtin_ctzll(b);
+  }
+  uint64_t t = p->top & (~(uint64_t)0 << (w + 1));
+  if (t == 0) {
+    return NCLASS;
+  }
+  w = (unsigned)__builtin_ctzll(t);
+  return w * 64 + (unsigned)__builtin_ctzll(p->bits[w]);
+}
+
+/* ---- treaps keyed by (size, addr) ----------------------------------------------------- */
+
+static inline int key_less(const chunk_t *a, const chunk_t *b) {
+  return a->size < b->size || (a->size == b->size && a->addr < b->addr);
+}
+
+/* Joins two treaps where every key of a is below every key of b, storing the result in *link
+ * (written directly: no temporary that the caller must reload). */
+static inline void treap_merge(chunk_t **link, chunk_t *a, chunk_t *b) {
+  while (a != NULL && b != NULL) {
+    if (a->prio > b->prio) {
+      *link = a;
+      link = &a->right;
+      a = a->right;
+    } else {
+      *link = b;
+      link = &b->left;
+      b = b->left;
+    }
+  }
+  *link = (a != NULL) ? a : b;
+}
+
+/* Splits t into keys below x (*lo) and above x (*hi). */
+static void treap_split(chunk_t *t, const chunk_t *x, chunk_t **lo, chunk_t **hi) {
+  while (t != NULL) {
+    if (key_less(t, x)) {
+      *lo = t;
+      lo = &t->right;
+      t = t->right;
+    } else {
+      *hi = t;
+      hi = &t->left;
+      t = t->left;
+    }
+  }
+  *lo = NULL;
+  *hi = NULL;
+}
+
+static void bin_insert(bfc_pool_t *p, chunk_t *x) {
+  unsigned c = class_of(x->size);
+  chunk_t **link = &p->bin[c];
+  while (*link != NULL && (*link)->prio > x->prio) {
+    link = key_less(x, *link) ? &(*link)->left : &(*link)->right;
+  }
+  treap_split(*link, x, &x->left, &x->right);
+  *link = x;
+  bit_set(p, c);
+}
+
+static void bin_remove(bfc_pool_t *p, chunk_t *x) {
+  unsigned c = class_of(x->size);
+  chunk_t **link = &p->bin[c];
+  while (*link != x) {
+    link = key_less(x, *link) ? &(*link)->left : &(*link)->right;
+  }
+  if (link == &p->bin[c] && x->left == NULL && x->right == NULL) {
+    *link = NULL;
+    bit_clear(p, c);
+    return;
+  }
+  treap_merge(link, x->left, x->right);
+}
+
+/* Removes and returns the smallest free chunk >= rounded (lowest address on ties), or NULL.
+ * The bins' best candidate is found read-only and compared with the dv before anything moves. */
+static chunk_t *take_best(bfc_pool_t *p, uint64_t rounded) {
+  unsigned c = class_of(rounded);
+  chunk_t **best = NULL;
+  chunk_t *dv = p->dv;
+  if (p->bits[c >> 6] & ((uint64_t)1 << (c & 63))) {
+    chunk_t **link = &p->bin[c];
+    while (*link != NULL) {
+      if ((*link)->size >= rounded) {
+        best = link;
+        link = &(*link)->left;
+      } else {
+        link = &(*link)->right;
+      }
+    }
+  }
+  if (best == NULL) {
+    c = next_class(p, c + 1);
+    if (c != NCLASS) {
+      best = &p->bin[c];
+      while ((*best)->left != NULL) {
+        best = &(*best)->left;
+      }
+    }
+  }
+  if (dv != NULL && dv->size >= rounded && (best == NULL || key_less(dv, *best))) {
+    p->dv = NULL;
+    return dv;
+  }
+  if (best == NULL) {
+    return NULL;
+  }
+  chunk_t *x = *best;
+  if (best == &p->bin[c] && x->left == NULL && x->right == NULL) {
+    *best = NULL;
+    bit_clear(p, c);
+    return x;
+  }
+  treap_merge(best, x->left, x->right);
+  return x;
+}
+
+static uint64_t largest_free(const bfc_pool_t *p) {
+  uint64_t dv = p->dv != NULL ? p->dv->size : 0;
+  if (p->top == 0) {
+    return dv;
+  }
+  unsigned w = 63u - (unsigned)__builtin_clzll(p->top);
+  unsigned c = w * 64 + 63u - (unsigned)__builtin_clzll(p->bits[w]);
+  const chunk_t *x = p->bin[c];
+  while (x->right != NULL) {
+    x = x->right;
+  }
+  return x->size > dv ? x->size : dv;
+}
+
+/* Makes x the designated victim; the previous one goes to its bin. */
+static inline void set_dv(bfc_pool_t *p, chunk_t *x) {
+  if (p->dv != NULL) {
+    bin_insert(p, p->dv);
+  }
+  p->dv = x;
+}
+
+/* Takes a free chunk out of the free index (its bin, or the dv slot). */
+static inline void unindex(bfc_pool_t *p, chunk_t *x) {
+  if (x == p->dv) {
+    p->dv = NULL;
+  } else {
+    bin_remove(p, x);
+  }
+}
+
+/* ---- chunk records -------------------------------------------------------------------- */
+
+static uint32_t next_rand(bfc_pool_t *p) {
+  uint32_t x = p->rng;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  p->rng = x;
+  return x;
+}
+
+static int add_slab(bfc_pool_t *p) {
+  struct slab *s = aligned_alloc(_Alignof(struct slab), sizeof(*s));
+  if (s == NULL) {
+    return -ENOMEM;
+  }
+  memset(s, 0, sizeof(*s));
+  s->next = p->slabs;
+  p->slabs = s;
+  p->nslabs++;
+  for (int i = SLAB_CHUNKS - 1; i >= 0; i--) {
+    chunk_t *c = &s->chunks[i];
+    c->prio = next_rand(p);
+    c->state = STATE_SPARE;
+    c->left = p->spare;
+    p->spare = c;
+  }
+  p->nspare += SLAB_CHUNKS;
+  return 0;
+}
+
+/* Host metadata for one operation: two chunk records (new region + split) and a map slot. */
+static int reserve_meta(bfc_pool_t *p) {
+  if (p->nspare < 2 && add_slab(p) != 0) {
+    return -ENOMEM;
+  }
+  return bfc_map_reserve(&p->map, 1);
+}
+
+static inline chunk_t *chunk_new(bfc_pool_t *p) {
+  chunk_t *c = p->spare;
+  p->spare = c->left;
+  p->nspare--;
+  c->mark = 0; /* never equal to a live epoch */
+  return c;
+}
+
+static inline void chunk_put(bfc_pool_t *p, chunk_t *c) {
+  c->state = STATE_SPARE;
+  c->left = p->spare;
+  p->spare = c;
+  p->nspare++;
+}
+
+/* ---- regions -------------------------------------------------------------------------- */
+
+static region_t *region_find(const bfc_pool_t *p, uint64_t addr) {
+  uint32_t lo = 0;
+  uint32_t hi = p->nregions;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    region_t *r = p->regions[mid];
+    if (addr < r->base) {
+      hi = mid;
+    } else if (addr - r->base >= r->size) {
+      lo = mid + 1;
+    } else {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+/* Index of the first region whose base is >= base. */
+static uint32_t region_slot(const bfc_pool_t *p, uint64_t base) {
+  uint32_t lo = 0;
+  uint32_t hi = p->nregions;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (p->regions[mid]->base < base) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+/* 1 iff [base, base + bytes) is aligned, does not wrap and overlaps no region. */
+static int placement_ok(const bfc_pool_t *p, uint64_t base, uint64_t bytes) {
+  if ((base & (BFC_MIN_ALLOC - 1)) != 0 || base > UINT64_MAX - bytes) {
+    return 0;
+  }
+  uint32_t i = region_slot(p, base);
+  if (i < p->nregions && p->regions[i]->base < base + bytes) {
+    return 0;
+  }
+  if (i > 0) {
+    const region_t *r = p->regions[i - 1];
+    if (r->base + r->size > base) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static chunk_t *chunk_at(const region_t *r, uint64_t addr) {
+  chunk_t *c = r->first;
+  while (addr - c->addr >= c->size) {
+    c = c->next;
+  }
+  return c;
+}
+
+static int region_fully_free(const region_t *r) {
+  return r->first->state == BFC_FREE && r->first->size == r->size;
+}
+
+static void double_next_region(bfc_pool_t *p) {
+  if (p->next_region <= UINT64_MAX / 2) {
+    p->next_region *= 2;
+  }
+}
+
+/* TensorFlow's Extend: reserve the next region and add it as one free chunk. */
+static int extend(bfc_pool_t *p, uint64_t rounded) {
+  uint64_t avail = (p->limit - p->pool_bytes) & ~(uint64_t)(BFC_MIN_ALLOC - 1);
+  if (rounded > avail) {
+    return -ENOMEM;
+  }
+  if (p->nregions == p->region_cap) {
+    uint32_t cap = p->region_cap ? 2 * p->region_cap : 16;
+    region_t **grown = realloc(p->regions, cap * sizeof(*grown));
+    if (grown == NULL) {
+      return -ENOMEM;
+    }
+    p->regions = grown;
+    p->region_cap = cap;
+  }
+  region_t *r = malloc(sizeof(*r));
+  if (r == NULL) {
+    return -ENOMEM;
+  }
+  int increased = 0;
+  while (rounded > p->next_region) {
+    if (p->next_region > UINT64_MAX / 2) {
+      p->next_region = rounded;
+    } else {
+      p->next_region *= 2;
+    }
+    increased = 1;
+  }
+  uint64_t bytes = p->next_region < avail ? p->next_region : avail;
+  uint64_t base = 0;
+  for (;;) {
+    int rc = p->prim.reserve(p->prim.ctx, bytes, &base);
+    if (rc == 0) {
+      break;
+    }
+    p->driver_alloc_failures++;
+    if (rc != -ENOMEM || bytes == rounded) {
+      free(r);
+      return rc < 0 ? rc : -EIO;
+    }
+    /* RoundedBytes(bytes * 0.9) without overflow, never below the request, always shrinking. */
+    uint64_t next = bfc_round(bytes / 10 * 9 + bytes % 10 * 9 / 10);
+    if (next < rounded || next >= bytes) {
+      next = rounded;
+    }
+    bytes = next;
+  }
+  if (!placement_ok(p, base, bytes)) {
+    if (p->prim.release(p->prim.ctx, base, bytes) == 0) {
+      p->driver_free_calls++;
+    } else {
+      p->driver_free_failures++;
+    }
+    free(r);
+    return -EFAULT;
+  }
+  p->driver_alloc_calls++;
+  if (!increased) {
+    double_next_region(p);
+  }
+  chunk_t *c = chunk_new(p);
+  c->addr = base;
+  c->size = bytes;
+  c->requested = 0;
+  c->prev = NULL;
+  c->next = NULL;
+  c->state = BFC_FREE;
+  r->base = base;
+  r->size = bytes;
+  r->first = c;
+  uint32_t i = region_slot(p, base);
+  memmove(&p->regions[i + 1], &p->regions[i], (p->nregions - i) * sizeof(*p->regions));
+  p->regions[i] = r;
+  p->nregions++;
+  p->pool_bytes += bytes;
+  if (p->pool_bytes > p->peak_pool_bytes) {
+    p->peak_pool_bytes = p->pool_bytes;
+  }
+  bin_insert(p, c);
+  p->num_free++;
+  return 0;
+}
+
+/* Releases every fully free region; returns the first release error or 0. */
+static int release_free_regions(bfc_pool_t *p, uint64_t *released) {
+  int first_err = 0;
+  uint64_t total = 0;
+  uint32_t i = 0;
+  while (i < p->nregions) {
+    region_t *r = p->regions[i];
+    if (!region_fully_free(r)) {
+      i++;
+      continue;
+    }
+    int rc = p->prim.release(p->prim.ctx, r->base, r->size);
+    if (rc != 0) {
+      p->driver_free_failures++;
+      if (first_err == 0) {
+        first_err = rc < 0 ? rc : -EIO;
+      }
+      i++;
+      continue;
+    }
+    p->driver_free_calls++;
+    unindex(p, r->first);
+    p->num_free--;
+    chunk_put(p, r->first);
+    p->pool_bytes -= r->size;
+    total += r->size;
+    memmove(&p->regions[i], &p->regions[i + 1], (p->nregions - i - 1) * sizeof(*p->regions));
+    p->nregions--;
+    free(r);
+  }
+  if (released != NULL) {
+    *released = total;
+  }
+  return first_err;
+}
+
+/* TensorFlow's DeallocateFreeRegions: 1 iff regions were released to make room. */
+static int collect(bfc_pool_t *p, uint64_t rounded) {
+  uint64_t free_region_bytes = 0;
+  for (uint32_t i = 0; i < p->nregions; i++) {
+    if (region_fully_free(p->regions[i])) {
+      free_region_bytes += p->regions[i]->size;
+    }
+  }
+  if (free_region_bytes == 0 || rounded > p->limit - p->pool_bytes + free_region_bytes) {
+    return 0;
+  }
+  uint64_t released = 0;
+  release_free_regions(p, &released);
+  return released > 0;
+}
+
+/* ---- allocation and free -------------------------------------------------------------- */
+
+/* 1 iff retiring the deferred chunks would create a free run of at least rounded bytes. */
+static int retire_would_fit(bfc_pool_t *p, uint64_t rounded) {
+  if (++p->epoch == 0) {
+    for (uint32_t i = 0; i < p->nregions; i++) {
+      for (chunk_t *c = p->regions[i]->first; c != NULL; c = c->next) {
+        c->mark = 0;
+      }
+    }
+    p->epoch = 1;
+  }
+  for (chunk_t *d = p->deferred; d != NULL; d = d->dnext) {
+    if (d->mark == p->epoch) {
+      continue;
+    }
+    chunk_t *s = d;
+    while (s->prev != NULL && s->prev->state != BFC_IN_USE) {
+      s = s->prev;
+    }
+    uint64_t run = 0;
+    for (chunk_t *x = s; x != NULL && x->state != BFC_IN_USE; x = x->next) {
+      x->mark = p->epoch;
+      run += x->size;
+    }
+    if (run >= rounded) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int alloc_slow(bfc_pool_t *p, uint64_t rounded, chunk_t **out) {
+  if (p->num_deferred > 0 && retire_would_fit(p, rounded)) {
+    return -EAGAIN;
+  }
+  int rc = extend(p, rounded);
+  if (rc == 0) {
+    *out = take_best(p, rounded);
+    return 0;
+  }
+  if (rc != -ENOMEM) {
+    return rc;
+  }
+  if (p->num_deferred > 0) {
+    return -EAGAIN;
+  }
+  if (collect(p, rounded)) {
+    rc = extend(p, rounded);
+    if (rc == 0) {
+      *out = take_best(p, rounded);
+    }
+  }
+  return rc;
+}
+
+static void use_chunk(bfc_pool_t *p, chunk_t *c, uint64_t rounded, uint64_t bytes) {
+  uint64_t rest = c->size - rounded;
+  if (rest >= BFC_MIN_ALLOC && rest >= (rounded >> SPLIT_SHIFT)) {
+    chunk_t *r = chunk_new(p);
+    r->addr = c->addr + rounded;
+    r->size = rest;
+    r->requested = 0;
+    r->state = BFC_FREE;
+    r->prev = c;
+    r->next = c->next;
+    if (c->next != NULL) {
+      c->next->prev = r;
+    }
+    c->next = r;
+    c->size = rounded;
+    set_dv(p, r);
+  } else {
+    p->num_free--;
+  }
+  c->state = BFC_IN_USE;
+  c->requested = bytes;
+  bfc_map_put(&p->map, c->addr, c);
+  p->num_allocs++;
+  p->num_in_use++;
+  p->bytes_in_use += c->size;
+  p->requested_in_use += bytes;
+  if (p->bytes_in_use > p->peak_bytes_in_use) {
+    p->peak_bytes_in_use = p->bytes_in_use;
+  }
+  if (p->requested_in_use > p->peak_requested_in_use) {
+    p->peak_requested_in_use = p->requested_in_use;
+  }
+  if (c->size > p->largest_alloc) {
+    p->largest_alloc = c->size;
+  }
+}
+
+int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr) {
+  if (pool == NULL || addr == NULL || bytes == 0) {
+    return -EINVAL;
+  }
+  uint64_t rounded = bfc_round(bytes);
+  if (rounded == 0) {
+    pool->num_ooms++;
+    return -ENOMEM;
+  }
+  if (pool->nspare < 2 || 2 * (pool->map.count + 1) > pool->map.mask + 1) {
+    if (reserve_meta(pool) != 0) {
+      pool->num_ooms++;
+      return -ENOMEM;
+    }
+  }
+  chunk_t *c = take_best(pool, rounded);
+  if (c == NULL) {
+    int rc = alloc_slow(pool, rounded, &c);
+    if (rc != 0) {
+      if (rc == -ENOMEM) {
+        pool->num_ooms++;
+      } else if (rc == -EAGAIN) {
+        pool->num_eagain++;
+      }
+      DEBUG_CHECK(pool);
+      return rc;
+    }
+  }
+  use_chunk(pool, c, rounded, bytes);
+  *addr = c->addr;
+  DEBUG_CHECK(pool);
+  return 0;
+}
+
+/* Makes c free and coalesces it with free address neighbours; the result becomes the dv. */
+static void make_free(bfc_pool_t *p, chunk_t *c) {
+  c->state = BFC_FREE;
+  c->requested = 0;
+  chunk_t *n = c->next;
+  if (n != NULL && n->state == BFC_FREE) {
+    unindex(p, n);
+    c->size += n->size;
+    c->next = n->next;
+    if (n->next != NULL) {
+      n->next->prev = c;
+    }
+    chunk_put(p, n);
+    p->num_free--;
+  }
+  chunk_t *pv = c->prev;
+  if (pv != NULL && pv->state == BFC_FREE) {
+    unindex(p, pv);
+    pv->size += c->size;
+    pv->next = c->next;
+    if (c->next != NULL) {
+      c->next->prev = pv;
+    }
+    chunk_put(p, c);
+    p->num_free--;
+    c = pv;
+  }
+  set_dv(p, c);
+  p->num_free++;
+}
+
+/* Error for an address that is not the base of an in-use block. */
+static int bad_address(const bfc_pool_t *p, uint64_t addr) {
+  const region_t *r = region_find(p, addr);
+  if (r == NULL) {
+    return -ENOENT;
+  }
+  return chunk_at(r, addr)->state == BFC_IN_USE ? -EINVAL : -EALREADY;
+}
+
+static chunk_t *take_in_use(bfc_pool_t *p, uint64_t addr) {
+  if ((addr & (BFC_MIN_ALLOC - 1)) != 0) {
+    return NULL; /* also keeps BFC_MAP_EMPTY out of the map */
+  }
+  chunk_t *c = bfc_map_take(&p->map, addr);
+  if (c != NULL) {
+    p->num_in_use--;
+    p->bytes_in_use -= c->size;
+    p->requested_in_use -= c->requested;
+  }
+  return c;
+}
+
+int bfc_free(bfc_pool_t *pool, uint64_t addr) {
+  if (pool == NULL) {
+    return -EINVAL;
+  }
+  chunk_t *c = take_in_use(pool, addr);
+  if (c == NULL) {
+    return bad_address(pool, addr);
+  }
+  make_free(pool, c);
+  DEBUG_CHECK(pool);
+  return 0;
+}
+
+int bfc_free_deferred(bfc_pool_t *pool, uint64_t addr) {
+  if (pool == NULL) {
+    return -EINVAL;
+  }
+  chunk_t *c = take_in_use(pool, addr);
+  if (c == NULL) {
+    return bad_address(pool, addr);
+  }
+  c->state = BFC_DEFERRED;
+  c->dnext = NULL;
+  c->ticket = ++pool->defer_seq;
+  if (pool->deferred_tail != NULL) {
+    pool->deferred_tail->dnext = c;
+  } else {
+    pool->deferred = c;
+  }
+  pool->deferred_tail = c;
+  pool->deferred_bytes += c->size;
+  pool->num_deferred++;
+  DEBUG_CHECK(pool);
+  return 0;
+}
+
+uint64_t bfc_defer_mark(const bfc_pool_t *pool) {
+  return pool == NULL ? 0 : pool->defer_seq;
+}
+
+uint64_t bfc_retire_upto(bfc_pool_t *pool, uint64_t mark) {
+  if (pool == NULL) {
+    return 0;
+  }
+  uint64_t n = 0;
+  chunk_t *d = pool->deferred;
+  while (d != NULL && d->ticket <= mark) {
+    chunk_t *next = d->dnext; /* make_free may recycle d */
+    pool->deferred_bytes -= d->size;
+    pool->num_deferred--;
+    make_free(pool, d);
+    n++;
+    d = next;
+  }
+  pool->deferred = d;
+  if (d == NULL) {
+    pool->deferred_tail = NULL;
+  }
+  pool->num_retired += n;
+  DEBUG_CHECK(pool);
+  return n;
+}
+
+uint64_t bfc_retire(bfc_pool_t *pool) {
+  return bfc_retire_upto(pool, UINT64_MAX);
+}
+
+int bfc_trim(bfc_pool_t *pool, uint64_t *released) {
+  if (pool == NULL) {
+    return -EINVAL;
+  }
+  int rc = release_free_regions(pool, released);
+  DEBUG_CHECK(pool);
+  return rc;
+}
+
+/* ---- queries -------------------------------------------------------------------------- */
+
+int bfc_owns(const bfc_pool_t *pool, uint64_t addr) {
+  return pool != NULL && region_find(pool, addr) != NULL;
+}
+
+int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
+               uint64_t *requested) {
+  if (pool == NULL) {
+    return -ENOENT;
+  }
+  const chunk_t *c = NULL;
+  if ((addr & (BFC_MIN_ALLOC - 1)) == 0) {
+    c = bfc_map_get(&pool->map, addr);
+  }
+  if (c == NULL) {
+    const region_t *r = region_find(pool, addr);
+    if (r == NULL) {
+      return -ENOENT;
+    }
+    c = chunk_at(r, addr);
+    if (c->state != BFC_IN_USE) {
+      return -ENOENT;
+    }
+  }
+  if (base != NULL) {
+    *base = c->addr;
+  }
+  if (size != NULL) {
+    *size = c->size;
+  }
+  if (requested != NULL) {
+    *requested = c->requested;
+  }
+  return 0;
+}
+
+void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uint64_t *free_bytes,
+               uint64_t *reserved) {
+  const bfc_pool_t *p = pool;
+  if (in_use != NULL) {
+    *in_use = p->bytes_in_use;
+  }
+  if (deferred != NULL) {
+    *deferred = p->deferred_bytes;
+  }
+  if (free_bytes != NULL) {
+    *free_bytes = p->pool_bytes - p->bytes_in_use - p->deferred_bytes;
+  }
+  if (reserved != NULL) {
+    *reserved = p->pool_bytes;
+  }
+}
+
+static size_t metadata_bytes(const bfc_pool_t *p) {
+  return sizeof(*p) + p->nslabs * sizeof(struct slab) + bfc_map_bytes(&p->map) +
+         p->region_cap * sizeof(*p->regions) + p->nregions * sizeof(region_t);
+}
+
+void bfc_stats(const bfc_pool_t *pool, bfc_stats_t *out) {
+  memset(out, 0, sizeof(*out));
+  if (pool == NULL) {
+    return;
+  }
+  const bfc_pool_t *p = pool;
+  out->num_allocs = p->num_allocs;
+  out->bytes_in_use = p->bytes_in_use;
+  out->peak_bytes_in_use = p->peak_bytes_in_use;
+  out->bytes_requested_in_use = p->requested_in_use;
+  out->peak_bytes_requested_in_use = p->peak_requested_in_use;
+  out->largest_alloc_size = p->largest_alloc;
+  out->bytes_limit = p->limit;
+  out->pool_bytes = p->pool_bytes;
+  out->peak_pool_bytes = p->peak_pool_bytes;
+  out->largest_free_block_bytes = largest_free(p);
+  out->free_bytes = p->pool_bytes - p->bytes_in_use - p->deferred_bytes;
+  out->fragmentation = out->free_bytes == 0
+                           ? 0.0
+                           : (double)(out->free_bytes - out->largest_free_block_bytes) /
+                                 (double)out->free_bytes;
+  out->deferred_bytes = p->deferred_bytes;
+  out->num_deferred = p->num_deferred;
+  out->num_in_use = p->num_in_use;
+  out->num_free_chunks = p->num_free;
+  out->num_regions = p->nregions;
+  out->driver_alloc_calls = p->driver_alloc_calls;
+  out->driver_alloc_failures = p->driver_alloc_failures;
+  out->driver_free_calls = p->driver_free_calls;
+  out->driver_free_failures = p->driver_free_failures;
+  out->num_ooms = p->num_ooms;
+  out->num_eagain = p->num_eagain;
+  out->num_retired = p->num_retired;
+  out->host_metadata_bytes = metadata_bytes(p);
+}
+
+int bfc_walk(const bfc_pool_t *pool, bfc_walk_fn fn, void *ctx) {
+  if (pool == NULL) {
+    return 0;
+  }
+  for (uint32_t i = 0; i < pool->nregions; i++) {
+    for (const chunk_t *c = pool->regions[i]->first; c != NULL; c = c->next) {
+      bfc_chunk_info_t info = {c->addr,          c->size, c->requested, i, c->state,
+                               c == pool->regions[i]->first};
+      int rc = fn(ctx, &info);
+      if (rc != 0) {
+        return rc;
+      }
+    }
+  }
+  return 0;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+int bfc_create(const bfc_options_t *opts, const bfc_prim_t *prim, bfc_pool_t **out) {
+  if (opts == NULL || prim == NULL || out == NULL || prim->reserve == NULL ||
+      prim->release == NULL || opts->limit == 0) {
+    return -EINVAL;
+  }
+  bfc_pool_t *p = calloc(1, sizeof(*p));
+  if (p == NULL) {
+    return -ENOMEM;
+  }
+  p->prim = *prim;
+  p->limit = opts->limit;
+  p->growth = opts->allow_growth != 0;
+  uint64_t first = p->growth && opts->limit > BFC_INITIAL_REGION ? BFC_INITIAL_REGION
+                                                                  : opts->limit;
+  p->next_region = bfc_round(first);
+  if (p->next_region == 0) {
+    p->next_region = first & ~(uint64_t)(BFC_MIN_ALLOC - 1);
+  }
+  p->rng = 0x9E3779B9u;
+  if (bfc_map_init(&p->map, 64) != 0 || add_slab(p) != 0) {
+    bfc_map_fini(&p->map);
+    free(p);
+    return -ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+void bfc_destroy(bfc_pool_t *pool) {
+  if (pool == NULL) {
+    return;
+  }
+  for (uint32_t i = 0; i < pool->nregions; i++) {
+    region_t *r = pool->regions[i];
+    pool->prim.release(pool->prim.ctx, r->base, r->size);
+    free(r);
+  }
+  free(pool->regions);
+  while (pool->slabs != NULL) {
+    struct slab *s = pool->slabs;
+    pool->slabs = s->next;
+    free(s);
+  }
+  bfc_map_fini(&pool->map);
+  free(pool);
+}
+
+/* ---- invariant checker ---------------------------------------------------------------- */
+
+typedef struct check_ctx {
+  const bfc_pool_t *p;
+  int bad;
+  uint64_t budget; /* chunk records that exist: bounds every walk against cycles */
+} check_ctx_t;
+
+static void expect(check_ctx_t *k, int cond) {
+  if (!cond) {
+    k->bad++;
+  }
+}
+
+/* In-order walk of one bin: keys strictly increasing, heap order, class and state right. */
+static uint64_t check_tree(check_ctx_t *k, const chunk_t *n, unsigned cls, const chunk_t **last,
+                           uint64_t depth) {
+  if (n == NULL) {
+    return 0;
+  }
+  if (depth > k->budget) {
+    k->bad++;
+    return 0;
+  }
+  uint64_t count = 0;
+  if (n->left != NULL) {
+    expect(k, n->left->prio <= n->prio);
+    count += check_tree(k, n->left, cls, last, depth + 1);
+  }
+  expect(k, n->state == BFC_FREE);
+  expect(k, class_of(n->size) == cls);
+  expect(k, *last == NULL || key_less(*last, n));
+  *last = n;
+  count++;
+  if (n->right != NULL) {
+    expect(k, n->right->prio <= n->prio);
+    count += check_tree(k, n->right, cls, last, depth + 1);
+  }
+  return count;
+}
+
+/* 1 iff x is reachable in its bin by key search. */
+static int in_bin(const bfc_pool_t *p, const chunk_t *x, uint64_t budget) {
+  const chunk_t *n = p->bin[class_of(x->size)];
+  while (n != NULL && n != x && budget-- > 0) {
+    n = key_less(x, n) ? n->left : n->right;
+  }
+  return n == x;
+}
+
+int bfc_check(const bfc_pool_t *pool) {
+  if (pool == NULL) {
+    return 1;
+  }
+  const bfc_pool_t *p = pool;
+  check_ctx_t k = {p, 0, p->nslabs * SLAB_CHUNKS + 1};
+  uint64_t pool_bytes = 0, used = 0, used_bytes = 0, req_bytes = 0, nfree = 0;
+  uint64_t ndeferred = 0, deferred_bytes = 0, records = 0;
+
+  for (uint32_t i = 0; i < p->nregions; i++) {
+    const region_t *r = p->regions[i];
+    expect(&k, r->size > 0 && (r->base % BFC_MIN_ALLOC) == 0 && (r->size % BFC_MIN_ALLOC) == 0);
+    expect(&k, r->base <= UINT64_MAX - r->size);
+    if (i > 0) {
+      const region_t *q = p->regions[i - 1];
+      expect(&k, q->base + q->size <= r->base);
+    }
+    pool_bytes += r->size;
+    uint64_t cursor = r->base;
+    const chunk_t *prev = NULL;
+    for (const chunk_t *c = r->first; c != NULL; c = c->next) {
+      if (++records > k.budget) {
+        k.bad++;
+        break;
+      }
+      expect(&k, c->prev == prev && c->addr == cursor);
+      expect(&k, c->size > 0 && (c->size % BFC_MIN_ALLOC) == 0);
+      cursor += c->size;
+      switch (c->state) {
+      case BFC_FREE:
+        nfree++;
+        expect(&k, c->requested == 0);
+        expect(&k, prev == NULL || prev->state != BFC_FREE);
+        expect(&k, in_bin(p, c, k.budget) == (c != p->dv));
+        break;
+      case BFC_IN_USE:
+        used++;
+        used_bytes += c->size;
+        req_bytes += c->requested;
+        expect(&k, c->requested > 0 && bfc_round(c->requested) <= c->size);
+        expect(&k, bfc_map_get(&p->map, c->addr) == c);
+        break;
+      case BFC_DEFERRED:
+        ndeferred++;
+        deferred_bytes += c->size;
+        expect(&k, c->requested > 0 && bfc_round(c->requested) <= c->size);
+        expect(&k, bfc_map_get(&p->map, c->addr) == NULL);
+        break;
+      default:
+        k.bad++;
+        break;
+      }
+      prev = c;
+    }
+    expect(&k, cursor == r->base + r->size);
+  }
+
+  /* Bins: every binned chunk is free and correctly keyed; the count equals the free chunks
+   * found in regions, each of which was found in its bin above, so the sets are equal. */
+  uint64_t binned = 0;
+  uint64_t top = 0;
+  for (unsigned c = 0; c < NCLASS; c++) {
+    const chunk_t *last = NULL;
+    int bit = (p->bits[c >> 6] >> (c & 63)) & 1;
+    expect(&k, bit == (p->bin[c] != NULL));
+    if (p->bin[c] != NULL) {
+      top |= (uint64_t)1 << (c >> 6);
+      binned += check_tree(&k, p->bin[c], c, &last, 0);
+    }
+  }
+  expect(&k, top == p->top);
+  expect(&k, binned + (p->dv != NULL) == nfree);
+  expect(&k, p->dv == NULL || p->dv->state == BFC_FREE);
+
+  /* Map: exactly the in-use chunks, each under its own address. */
+  uint64_t mapped = 0;
+  for (uint64_t i = 0; i <= p->map.mask; i++) {
+    const bfc_map_slot_t *s = &p->map.slots[i];
+    if (s->key == BFC_MAP_EMPTY) {
+      continue;
+    }
+    mapped++;
+    const chunk_t *c = s->val;
+    expect(&k, c != NULL && c->state == BFC_IN_USE && c->addr == s->key);
+  }
+  expect(&k, mapped == p->map.count && mapped == used);
+
+  /* Deferred list: exactly the deferred chunks, oldest first, tickets increasing. */
+  uint64_t listed = 0, listed_bytes = 0, last_ticket = 0;
+  const chunk_t *last = NULL;
+  for (const chunk_t *d = p->deferred; d != NULL; d = d->dnext) {
+    if (++listed > k.budget) {
+      k.bad++;
+      break;
+    }
+    expect(&k, d->state == BFC_DEFERRED && d->ticket > last_ticket && d->ticket <= p->defer_seq);
+    last_ticket = d->ticket;
+    listed_bytes += d->size;
+    last = d;
+  }
+  expect(&k, listed == ndeferred && listed_bytes == deferred_bytes && last == p->deferred_tail);
+
+  uint64_t spares = 0;
+  for (const chunk_t *s = p->spare; s != NULL; s = s->left) {
+    if (++spares > k.budget) {
+      k.bad++;
+      break;
+    }
+    expect(&k, s->state == STATE_SPARE);
+  }
+  expect(&k, spares == p->nspare);
+  expect(&k, records + spares == p->nslabs * SLAB_CHUNKS);
+
+  /* Counters against the recount. */
+  expect(&k, pool_bytes == p->pool_bytes && p->pool_bytes <= p->limit);
+  expect(&k, p->peak_pool_bytes >= p->pool_bytes);
+  expect(&k, used == p->num_in_use && used_bytes == p->bytes_in_use);
+  expect(&k, req_bytes == p->requested_in_use);
+  expect(&k, p->peak_bytes_in_use >= p->bytes_in_use);
+  expect(&k, p->peak_requested_in_use >= p->requested_in_use);
+  expect(&k, nfree == p->num_free);
+  expect(&k, ndeferred == p->num_deferred && deferred_bytes == p->deferred_bytes);
+  expect(&k, p->driver_alloc_calls >= p->nregions);
+  return k.bad;
+}

@@ -1,0 +1,305 @@
+/* bfc_dump: the memory-state / out-of-memory report (bfc_format_report in bfc.h).
+ *
+ * Built only on the public bfc_stats and bfc_walk, so it cannot disturb the pool. Writes into
+ * the caller's buffer through a tiny writer with its own integer formatting: no malloc, no
+ * stdio, no locale, so the shim may call it while reporting an OOM or at exit. Layout follows
+ * TensorFlow's DumpMemoryLog, DebugString and RenderOccupancy. Not thread-safe: caller locks.
+ */
+#include "core/bfc.h"
+
+#include <string.h>
+
+enum { TF_BINS = 21, CELLS = 100 };
+
+typedef struct writer {
+  char *buf;
+  size_t cap;
+  size_t len; /* length of the full output, even past cap */
+} writer_t;
+
+static void put_char(writer_t *w, char ch) {
+  if (w->cap > 0 && w->len + 1 < w->cap) {
+    w->buf[w->len] = ch;
+  }
+  w->len++;
+}
+
+static void put_str(writer_t *w, const char *s) {
+  while (*s != '\0') {
+    put_char(w, *s++);
+  }
+}
+
+/* Decimal, right-aligned in `width` columns (0 = no padding). */
+static void put_u64w(writer_t *w, uint64_t v, unsigned width) {
+  char tmp[24];
+  unsigned n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (unsigned i = n; i < width; i++) {
+    put_char(w, ' ');
+  }
+  while (n > 0) {
+    put_char(w, tmp[--n]);
+  }
+}
+
+static void put_u64(writer_t *w, uint64_t v) {
+  put_u64w(w, v, 0);
+}
+
+/* v with `decimals` (1 or 2) fractional digits, v >= 0 and small. */
+static void put_fixed(writer_t *w, double v, unsigned decimals) {
+  uint64_t scale = decimals == 1 ? 10 : 100;
+  uint64_t r = (uint64_t)(v * (double)scale + 0.5);
+  put_u64(w, r / scale);
+  put_char(w, '.');
+  if (decimals == 2 && r % scale < 10) {
+    put_char(w, '0');
+  }
+  put_u64(w, r % scale);
+}
+
+/* TensorFlow's HumanReadableNumBytes: 100B, 1.5KiB, 2.00MiB, 1.25GiB. */
+static void put_bytes(writer_t *w, uint64_t bytes) {
+  static const char units[] = "KMGTPE";
+  if (bytes < 1024) {
+    put_u64(w, bytes);
+    put_char(w, 'B');
+    return;
+  }
+  unsigned u = 0;
+  double v = (double)bytes;
+  while (v >= 1024.0 * 1024.0 && u < 5) {
+    v /= 1024.0;
+    u++;
+  }
+  put_fixed(w, v / 1024.0, units[u] == 'K' ? 1 : 2);
+  put_char(w, units[u]);
+  put_str(w, "iB");
+}
+
+static void put_pct(writer_t *w, double frac) {
+  put_fixed(w, frac * 100.0, 2);
+  put_char(w, '%');
+}
+
+typedef struct bin_sum {
+  uint64_t chunks, in_use, bytes, in_use_bytes, requested;
+} bin_sum_t;
+
+typedef struct scan {
+  bin_sum_t bins[TF_BINS];
+  uint64_t total;             /* pool bytes: the occupancy map's width */
+  uint64_t off;               /* offset of the walk in the concatenated regions */
+  unsigned cell;              /* current cell */
+  uint64_t cell_end;          /* offset where the current cell ends */
+  uint64_t acc[4];            /* bytes of the current cell by kind: _ * x d */
+  int pending_bar;            /* a region starts inside the current cell */
+  char map[2 * CELLS + 4];
+  unsigned maplen;
+} scan_t;
+
+static unsigned tf_bin(uint64_t size) {
+  uint64_t u = size >> 8;
+  unsigned b = u == 0 ? 0 : 63u - (unsigned)__builtin_clzll(u);
+  return b < TF_BINS - 1 ? b : TF_BINS - 1;
+}
+
+static uint64_t cell_end(const scan_t *s, unsigned cell) {
+  uint64_t k = (uint64_t)cell + 1;
+  return s->total / CELLS * k + s->total % CELLS * k / CELLS;
+}
+
+static void map_put(scan_t *s, char ch) {
+  if (s->maplen < sizeof(s->map) - 1) {
+    s->map[s->maplen++] = ch;
+  }
+}
+
+static void emit_cell(scan_t *s) {
+  static const char kinds[4] = {'_', '*', 'x', 'd'};
+  unsigned best = 0;
+  for (unsigned i = 1; i < 4; i++) {
+    if (s->acc[i] > s->acc[best]) {
+      best = i;
+    }
+  }
+  map_put(s, kinds[best]);
+  if (s->pending_bar) {
+    map_put(s, '|');
+    s->pending_bar = 0;
+  }
+  memset(s->acc, 0, sizeof(s->acc));
+  s->cell++;
+  s->cell_end = cell_end(s, s->cell);
+}
+
+static void add_span(scan_t *s, unsigned kind, uint64_t len) {
+  while (len > 0 && s->cell < CELLS) {
+    uint64_t take = s->cell_end - s->off < len ? s->cell_end - s->off : len;
+    s->acc[kind] += take;
+    s->off += take;
+    len -= take;
+    if (s->off == s->cell_end) {
+      emit_cell(s);
+    }
+  }
+}
+
+static int scan_chunk(void *ctx, const bfc_chunk_info_t *c) {
+  scan_t *s = ctx;
+  bin_sum_t *b = &s->bins[tf_bin(c->size)];
+  b->chunks++;
+  b->bytes += c->size;
+  if (c->state == BFC_IN_USE) {
+    b->in_use++;
+    b->in_use_bytes += c->size;
+    b->requested += c->requested;
+  }
+  if (c->region_start && s->off > 0 && s->cell < CELLS) {
+    /* The bar goes before the current cell when the new region covers most of it. */
+    uint64_t start = s->cell == 0 ? 0 : cell_end(s, s->cell - 1);
+    if (2 * (s->off - start) <= s->cell_end - start) {
+      if (s->maplen > 0 && s->map[s->maplen - 1] != '|') {
+        map_put(s, '|');
+      }
+    } else {
+      s->pending_bar = 1;
+    }
+  }
+  if (c->state == BFC_IN_USE) {
+    add_span(s, 1, c->requested);
+    add_span(s, 2, c->size - c->requested);
+  } else {
+    add_span(s, c->state == BFC_DEFERRED ? 3 : 0, c->size);
+  }
+  return 0;
+}
+
+static void put_label(writer_t *w, const char *label, uint64_t v) {
+  put_str(w, label);
+  for (size_t i = strlen(label); i < 18; i++) {
+    put_char(w, ' ');
+  }
+  put_u64w(w, v, 20);
+  put_char(w, '\n');
+}
+
+static void put_bins(writer_t *w, const scan_t *s) {
+  put_str(w, "Bin summary (TensorFlow's 21 bins: bin b holds chunks of [256 << b, 512 << b), "
+             "bin 20 everything from 256MiB):\n");
+  for (unsigned b = 0; b < TF_BINS; b++) {
+    const bin_sum_t *bs = &s->bins[b];
+    put_str(w, "Bin (");
+    put_u64(w, (uint64_t)256 << b);
+    put_str(w, "): \tTotal Chunks: ");
+    put_u64(w, bs->chunks);
+    put_str(w, ", Chunks in use: ");
+    put_u64(w, bs->in_use);
+    put_str(w, ". ");
+    put_bytes(w, bs->bytes);
+    put_str(w, " allocated for chunks. ");
+    put_bytes(w, bs->in_use_bytes);
+    put_str(w, " in use in bin. ");
+    put_bytes(w, bs->requested);
+    put_str(w, " client-requested in use in bin.\n");
+  }
+}
+
+static void put_summary(writer_t *w, const bfc_stats_t *st, uint64_t request) {
+  uint64_t rounded = bfc_round(request);
+  if (request > 0) {
+    put_str(w, "gpucap: out of memory trying to allocate ");
+    put_bytes(w, request);
+    put_str(w, " (");
+    put_u64(w, request);
+    put_str(w, " bytes, rounded to ");
+    put_u64(w, rounded);
+    put_str(w, "); bin for the request: ");
+    put_u64(w, tf_bin(rounded));
+    put_char(w, '\n');
+  } else {
+    put_str(w, "gpucap: memory pool state\n");
+  }
+  put_str(w, "  limit:          ");
+  put_bytes(w, st->bytes_limit);
+  put_str(w, " (");
+  put_u64(w, st->bytes_limit);
+  put_str(w, " bytes), unreserved ");
+  put_bytes(w, st->bytes_limit - st->pool_bytes);
+  put_str(w, "\n  pool:           ");
+  put_bytes(w, st->pool_bytes);
+  put_str(w, " in ");
+  put_u64(w, st->num_regions);
+  put_str(w, " regions (peak ");
+  put_bytes(w, st->peak_pool_bytes);
+  put_str(w, ")\n  in use:         ");
+  put_bytes(w, st->bytes_in_use);
+  put_str(w, " in ");
+  put_u64(w, st->num_in_use);
+  put_str(w, " blocks (requested ");
+  put_bytes(w, st->bytes_requested_in_use);
+  put_str(w, ", internal waste ");
+  put_bytes(w, st->bytes_in_use - st->bytes_requested_in_use);
+  put_str(w, ")\n  deferred:       ");
+  put_bytes(w, st->deferred_bytes);
+  put_str(w, " in ");
+  put_u64(w, st->num_deferred);
+  put_str(w, " blocks awaiting device synchronisation\n  free:           ");
+  put_bytes(w, st->free_bytes);
+  put_str(w, " in ");
+  put_u64(w, st->num_free_chunks);
+  put_str(w, " chunks\n  largest free:   ");
+  put_bytes(w, st->largest_free_block_bytes);
+  put_str(w, "\n  fragmentation:  ");
+  put_pct(w, st->fragmentation);
+  put_str(w, " (1 - largest free / free)\n");
+}
+
+static void put_tf_stats(writer_t *w, const bfc_stats_t *st) {
+  put_str(w, "Stats:\n");
+  put_label(w, "Limit:", st->bytes_limit);
+  put_label(w, "InUse:", st->bytes_in_use);
+  put_label(w, "MaxInUse:", st->peak_bytes_in_use);
+  put_label(w, "NumAllocs:", st->num_allocs);
+  put_label(w, "MaxAllocSize:", st->largest_alloc_size);
+  put_label(w, "Reserved:", 0);
+  put_label(w, "PeakReserved:", 0);
+  put_label(w, "LargestFreeBlock:", st->largest_free_block_bytes);
+  put_label(w, "PoolBytes:", st->pool_bytes);
+  put_label(w, "PeakPoolBytes:", st->peak_pool_bytes);
+  put_label(w, "NumOOMs:", st->num_ooms);
+  put_label(w, "DriverAllocs:", st->driver_alloc_calls);
+  put_label(w, "DriverFrees:", st->driver_free_calls);
+}
+
+size_t bfc_format_report(const bfc_pool_t *pool, uint64_t request, char *buf, size_t cap) {
+  writer_t w = {buf, cap, 0};
+  bfc_stats_t st;
+  bfc_stats(pool, &st);
+  scan_t s;
+  memset(&s, 0, sizeof(s));
+  s.total = st.pool_bytes;
+  s.cell_end = cell_end(&s, 0);
+  if (s.total > 0) {
+    bfc_walk(pool, scan_chunk, &s);
+  }
+
+  put_summary(&w, &st, request);
+  put_bins(&w, &s);
+  put_tf_stats(&w, &st);
+  put_str(&w, "Occupancy (100 cells over ");
+  put_bytes(&w, st.pool_bytes);
+  put_str(&w, "; _ free, * in use, x internal waste, d deferred, | region boundary):\n[");
+  for (unsigned i = 0; i < s.maplen; i++) {
+    put_char(&w, s.map[i]);
+  }
+  put_str(&w, "]\n");
+  if (cap > 0) {
+    buf[w.len < cap ? w.len : cap - 1] = '\0';
+  }
+  return w.len;
+}

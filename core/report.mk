@@ -1,0 +1,15 @@
+# report module: the exit report (human table and JSON) over pool counters; CUDA-agnostic.
+#
+# REPORT_OBJS is what the shim links next to CORE_OBJS. test_report builds its rows from real
+# pools, so it links the pool too. Include this fragment after core/core.mk (it uses CORE_OBJS).
+
+REPORT_OBJS := $(BUILD)/obj/core/report.o
+
+REPORT_TESTS := $(BUILD)/tests/test_report
+
+$(REPORT_TESTS): $(BUILD)/obj/tests/unit/test_report.o $(REPORT_OBJS) $(CORE_OBJS)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+
+TEST_PROGRAMS += $(REPORT_TESTS)

@@ -1,0 +1,106 @@
+/* What gpucap does at process exit: writes out the allocation trace and, only for a process
+ * that allocated (or was refused) device memory, the exit report: a table to stderr or a file
+ * (GPUCAP_REPORT) and JSON (GPUCAP_REPORT_JSON). Runs from a destructor: no CUDA call, no
+ * malloc (static buffers), files created without following symlinks. A forked child that
+ * inherited the parent's pools reports nothing. _exit() and SIGKILL skip all of this.
+ */
+#include "config/cfg.h"
+#include "core/report.h"
+#include "shim/cap.h"
+#include "shim/log.h"
+#include "shim/memory.h"
+#include "shim/pool.h"
+#include "shim/trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_ROWS (POOL_MAX + CAP_MAX_DEVICES)
+
+static report_row_t rows[MAX_ROWS];
+static int nrows;
+static char text[REPORT_TEXT_MAX(MAX_ROWS)];
+static char json[REPORT_JSON_MAX(MAX_ROWS)];
+static bool fork_child;
+
+static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled) {
+  if (nrows < MAX_ROWS) {
+    report_row_t *r = &rows[nrows++];
+    r->device = dev;
+    r->context = index;
+    r->pooled = pooled;
+    r->cap = cap_limit(dev, 0);
+    r->stats = *stats;
+  }
+}
+
+static void add_pool(void *arg, int dev, int index, const bfc_stats_t *stats) {
+  (void)arg;
+  add_row(dev, index, stats, 1);
+}
+
+static void add_passthrough(void *arg, int dev, const bfc_stats_t *stats) {
+  (void)arg;
+  add_row(dev, 0, stats, 0);
+}
+
+static bool write_file(const char *what, const char *path, const char *buf, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    log_msg(LOG_WARN, "%s: cannot create '%s': %s", what, path, strerror(errno));
+    return false;
+  }
+  while (len > 0) {
+    ssize_t n = write(fd, buf, len);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    buf += n;
+    len -= (size_t)n;
+  }
+  close(fd);
+  return len == 0;
+}
+
+static void child_after_fork(void) {
+  fork_child = true;
+}
+
+__attribute__((constructor)) static void exit_init(void) {
+  pthread_atfork(NULL, NULL, child_after_fork);
+}
+
+__attribute__((destructor)) static void exit_report(void) {
+  int saved = errno;
+  trace_flush();
+  pool_settle_at_exit();
+  pool_each(add_pool, NULL);
+  memory_each_passthrough(add_passthrough, NULL);
+  if (nrows == 0 || fork_child) {
+    errno = saved;
+    return;
+  }
+  const cfg_t *cfg = cap_settings();
+  long pid = (long)getpid();
+  if (cfg->report.kind != CFG_DEST_OFF) {
+    size_t n = report_format_text(rows, nrows, pid, text, sizeof text);
+    n = n < sizeof text ? n : sizeof text - 1;
+    if (cfg->report.kind == CFG_DEST_FILE) {
+      write_file("GPUCAP_REPORT", cfg->report.path, text, n);
+    } else {
+      log_write_raw(text, n);
+    }
+  }
+  if (cfg->report_json[0]) {
+    size_t n = report_format_json(rows, nrows, pid, json, sizeof json);
+    write_file("GPUCAP_REPORT_JSON", cfg->report_json, json, n < sizeof json ? n : sizeof json - 1);
+  }
+  errno = saved;
+}

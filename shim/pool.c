@@ -1,0 +1,311 @@
+/* One BFC pool per context. Regions come from the real cuMemAlloc_v2 in the context that owns
+ * the pool (the calling thread's current context) and are charged to the device cap first, so
+ * the cap counts bytes reserved from the driver. Frees are deferred; when a request could only
+ * be met by memory freed since the last synchronize, the pool lock is dropped, the context is
+ * synchronised once and every deferred block becomes reusable (one synchronize retires a whole
+ * batch instead of one per cudaFree).
+ */
+#include "shim/pool.h"
+
+#include "config/cfg.h"
+#include "shim/cap.h"
+#include "shim/log.h"
+#include "shim/real.h"
+#include "shim/trace.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+struct ctx_pool {
+  _Atomic(CUcontext) ctx; /* set once the pool is ready */
+  int dev;
+  int index; /* among the pools of dev */
+  pthread_mutex_t lock;
+  bfc_pool_t *pool;
+  CUresult last_driver_rc; /* the driver's answer behind a failed reserve */
+  unsigned oom_streak;     /* failures since the last success: report only the first */
+  size_t pitch_align;
+};
+
+static struct ctx_pool pools[POOL_MAX];
+static atomic_int npools;
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local struct ctx_pool *last_used;
+
+bool pool_enabled(void) {
+  return cap_init() && cap_settings()->pool;
+}
+
+static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
+  struct ctx_pool *p = arg;
+  if (!cap_charge(p->dev, bytes)) {
+    return -ENOMEM;
+  }
+  CUdeviceptr d = 0;
+  CUresult rc = real.cuMemAlloc_v2(&d, bytes);
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(p->dev, bytes);
+    p->last_driver_rc = rc;
+    return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+  }
+  *base = d;
+  return 0;
+}
+
+static int release(void *arg, uint64_t base, uint64_t bytes) {
+  struct ctx_pool *p = arg;
+  CUresult rc = real.cuMemFree_v2(base);
+  if (rc != CUDA_SUCCESS) {
+    log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)",
+            p->dev, (unsigned long long)bytes, rc);
+    return -EIO;
+  }
+  cap_credit(p->dev, bytes);
+  return 0;
+}
+
+/* The pool limit: the device cap, else (no cap) what TensorFlow would take: the whole card
+ * when growing, free memory minus its MinSystemMemory reserve when preallocating. */
+static uint64_t pool_limit(int dev, bool growth) {
+  uint64_t cap = cap_limit(dev, 0);
+  if (cap != CAP_NONE) {
+    return cap;
+  }
+  size_t free_b = 0, total_b = 0;
+  if (real.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS) {
+    return 0;
+  }
+  if (growth) {
+    return total_b;
+  }
+  int cc = 0;
+  real.cuDeviceGetAttribute(&cc, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  uint64_t keep = bfc_min_system_memory(free_b, cc);
+  return free_b > keep ? free_b - keep : 0;
+}
+
+static struct ctx_pool *create(CUcontext ctx, int dev) {
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&npools, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&pools[i].ctx, memory_order_acquire) == ctx) {
+      pthread_mutex_unlock(&registry);
+      return &pools[i];
+    }
+  }
+  struct ctx_pool *p = NULL;
+  if (n == POOL_MAX) {
+    log_msg(LOG_ERROR, "more than %d CUDA contexts: allocation refused", POOL_MAX);
+  } else {
+    p = &pools[n];
+    bool growth = cap_settings()->allow_growth;
+    bfc_options_t opts = {.limit = pool_limit(dev, growth), .allow_growth = growth};
+    bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
+    int align = 0;
+    p->dev = dev;
+    p->index = 0;
+    for (int i = 0; i < n; i++) {
+      p->index += pools[i].dev == dev;
+    }
+    real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
+    p->pitch_align = align > 0 ? (size_t)align : 512;
+    pthread_mutex_init(&p->lock, NULL);
+    if (opts.limit == 0 || bfc_create(&opts, &prim, &p->pool) != 0) {
+      log_msg(LOG_ERROR, "device %d: cannot create a pool (limit %llu bytes)", dev,
+              (unsigned long long)opts.limit);
+      p = NULL;
+    } else {
+      atomic_store_explicit(&p->ctx, ctx, memory_order_release);
+      atomic_store_explicit(&npools, n + 1, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&registry);
+  return p;
+}
+
+/* The current context's pool; or NULL with *rc = CUDA_SUCCESS when there is no usable current
+ * context (the driver must answer the call itself), or *rc = CUDA_ERROR_OUT_OF_MEMORY when
+ * gpucap refuses (no pool can be made, or the device is beyond what gpucap can cap). */
+static struct ctx_pool *current_pool(CUresult *rc) {
+  CUcontext ctx = NULL;
+  int dev;
+  *rc = CUDA_SUCCESS;
+  if (!real.cuCtxGetCurrent || real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+    return NULL;
+  }
+  struct ctx_pool *p = last_used;
+  if (p && atomic_load_explicit(&p->ctx, memory_order_acquire) == ctx) {
+    return p;
+  }
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&pools[i].ctx, memory_order_acquire) == ctx) {
+      return last_used = &pools[i];
+    }
+  }
+  CUresult drc = cap_current_device(&dev);
+  if (drc != CUDA_SUCCESS) {
+    *rc = drc == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    return NULL;
+  }
+  p = create(ctx, dev);
+  *rc = p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return last_used = p;
+}
+
+/* The setting that would help, after an out-of-memory report. */
+static void oom_hint(int dev, uint64_t bytes, const bfc_stats_t *s) {
+  uint64_t cap = cap_limit(dev, 0);
+  if (s->free_bytes >= bytes && s->largest_free_block_bytes < bytes) {
+    log_msg(LOG_INFO, "hint: enough memory is free but fragmented; GPUCAP_ALLOW_GROWTH=false "
+            "preallocates one region and fragments less");
+  } else if (cap != CAP_NONE) {
+    log_msg(LOG_INFO, "hint: the cap on device %d is %llu bytes; raise GPUCAP_MEMORY_LIMIT or "
+            "GPUCAP_MEMORY_FRACTION if the device has room", dev, (unsigned long long)cap);
+  } else {
+    log_msg(LOG_INFO, "hint: device %d itself is out of memory (no cap is set)", dev);
+  }
+}
+
+CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
+  CUresult rc;
+  struct ctx_pool *p = current_pool(&rc);
+  if (!p) {
+    return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
+  }
+  uint64_t addr = 0;
+  int err;
+  pthread_mutex_lock(&p->lock);
+  for (int tries = 0;; tries++) {
+    p->last_driver_rc = CUDA_SUCCESS;
+    err = bfc_alloc(p->pool, bytes, &addr);
+    if (err != -EAGAIN || tries == 16) {
+      break;
+    }
+    /* Blocks freed since the last synchronize would serve this request: wait for the work
+     * issued before their frees, without holding the pool, then make them all reusable. */
+    pthread_mutex_unlock(&p->lock);
+    CUresult sync = real.cuCtxSynchronize();
+    pthread_mutex_lock(&p->lock);
+    if (sync != CUDA_SUCCESS) {
+      pthread_mutex_unlock(&p->lock);
+      return sync;
+    }
+    bfc_retire(p->pool);
+  }
+  static _Thread_local char oom_text[8192];
+  bfc_stats_t oom_stats;
+  bool print_oom = false;
+  if (err == 0) {
+    p->oom_streak = 0;
+    *dptr = addr;
+  } else if (err == -ENOMEM || err == -EAGAIN) {
+    print_oom = p->oom_streak++ == 0;
+    if (print_oom) {
+      bfc_format_report(p->pool, bytes, oom_text, sizeof oom_text);
+      bfc_stats(p->pool, &oom_stats);
+    }
+  }
+  CUresult driver_rc = p->last_driver_rc;
+  int dev = p->dev;
+  pthread_mutex_unlock(&p->lock);
+  if (err == 0) {
+    trace_event(TRACE_ALLOC, addr, bytes);
+    return CUDA_SUCCESS;
+  }
+  trace_event(TRACE_ALLOC_FAILURE, 0, bytes);
+  if (print_oom) {
+    log_msg(LOG_WARN, "device %d: out of memory allocating %zu bytes under the cap", dev, bytes);
+    log_write_raw(oom_text, strnlen(oom_text, sizeof oom_text));
+    oom_hint(dev, bytes, &oom_stats);
+  }
+  if (err == -ENOMEM || err == -EAGAIN) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return driver_rc != CUDA_SUCCESS ? driver_rc : CUDA_ERROR_UNKNOWN;
+}
+
+CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                          unsigned int element_size) {
+  CUresult rc;
+  if (!dptr || !pitch || width == 0 || height == 0 ||
+      (element_size != 4 && element_size != 8 && element_size != 16)) {
+    return real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
+  }
+  struct ctx_pool *p = current_pool(&rc);
+  if (!p) {
+    return rc == CUDA_SUCCESS ? real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_size)
+                              : rc;
+  }
+  size_t align = p->pitch_align;
+  size_t row = (width + align - 1) / align * align;
+  if (row < width || row > 2147483647u || height > SIZE_MAX / row) {
+    return real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
+  }
+  rc = pool_alloc(dptr, row * height);
+  if (rc == CUDA_SUCCESS) {
+    *pitch = row;
+  }
+  return rc;
+}
+
+bool pool_free(CUdeviceptr ptr, CUresult *rc) {
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    struct ctx_pool *p = &pools[i];
+    uint64_t requested = 0;
+    pthread_mutex_lock(&p->lock);
+    bfc_lookup(p->pool, ptr, NULL, NULL, &requested);
+    int err = bfc_free_deferred(p->pool, ptr);
+    pthread_mutex_unlock(&p->lock);
+    if (err == -ENOENT) {
+      continue;
+    }
+    *rc = err == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (err == 0) {
+      trace_event(TRACE_FREE, ptr, requested);
+    }
+    return true;
+  }
+  return false;
+}
+
+uint64_t pool_idle_bytes(int dev) {
+  uint64_t idle = 0;
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    if (pools[i].dev != dev) {
+      continue;
+    }
+    bfc_stats_t s;
+    pthread_mutex_lock(&pools[i].lock);
+    bfc_stats(pools[i].pool, &s);
+    pthread_mutex_unlock(&pools[i].lock);
+    idle += s.pool_bytes - s.bytes_in_use;
+  }
+  return idle;
+}
+
+void pool_settle_at_exit(void) {
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_lock(&pools[i].lock);
+    bfc_retire(pools[i].pool);
+    pthread_mutex_unlock(&pools[i].lock);
+  }
+}
+
+void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stats), void *arg) {
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    bfc_stats_t s;
+    pthread_mutex_lock(&pools[i].lock);
+    bfc_stats(pools[i].pool, &s);
+    pthread_mutex_unlock(&pools[i].lock);
+    if (s.num_allocs > 0 || s.num_ooms > 0) {
+      fn(arg, pools[i].dev, pools[i].index, &s);
+    }
+  }
+}

@@ -1,0 +1,52 @@
+/* The device-memory pools: one core/bfc pool per CUDA context, growing by regions that are
+ * charged to the context's device cap, with frees deferred until the device has finished the
+ * work issued before them (a real cuMemFree waits for that work).
+ * Thread-safe: a registry mutex guards pool creation, and each pool has its own mutex, held
+ * across driver calls only on growth and garbage collection, never on the steady-state path.
+ */
+#ifndef GPUCAP_SHIM_POOL_H
+#define GPUCAP_SHIM_POOL_H
+
+#include "core/bfc.h"
+#include "shim/cudadefs.h"
+
+#include <stdbool.h>
+
+#define POOL_MAX 64
+
+/* True iff pooling is on (GPUCAP_POOL, read at the first call). */
+bool pool_enabled(void);
+
+/* Serves `bytes` from the current context's pool (created on first use). Returns
+ * CUDA_SUCCESS with *dptr set; CUDA_ERROR_OUT_OF_MEMORY when the request cannot fit under the
+ * cap (printing a memory-state report once per burst of failures); the driver's own error when
+ * there is no usable current context or the driver failed otherwise. `dptr` non-NULL and
+ * bytes > 0 are the caller's to check. */
+CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes);
+
+/* cuMemAllocPitch from the pool: pitch = WidthInBytes rounded up to the device's texture
+ * alignment (what the driver uses), block = pitch x Height. Invalid arguments get the
+ * driver's own error code. */
+CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                          unsigned int element_size);
+
+/* Frees a pooled block (deferred: reusable after the device has synchronised). Returns true
+ * iff some pool owns `ptr`, with *rc set to CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for an
+ * interior pointer or a double free (the pool is left intact); false when no pool owns it
+ * (the caller passes it on to the driver). */
+bool pool_free(CUdeviceptr ptr, CUresult *rc);
+
+/* Bytes the pools of device dev hold from the driver that the program does not hold: free and
+ * deferred chunks. Takes each pool's lock briefly. */
+uint64_t pool_idle_bytes(int dev);
+
+/* For the exit report only: no block will be handed out again, so every deferred free is
+ * settled into free chunks (bookkeeping only; no CUDA call) to show the pool as it ends. */
+void pool_settle_at_exit(void);
+
+/* Calls fn for every pool that served or refused at least one allocation, with its device, its index
+ * among the pools of that device and a snapshot of its counters. Takes each pool's lock
+ * briefly; makes no CUDA call. */
+void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stats), void *arg);
+
+#endif

@@ -1,0 +1,655 @@
+/* gpucap-replay: replays an RMM-format allocation log through core/bfc; prints one JSON line.
+ *
+ * The CSV (`Thread,Time,Action,Pointer,Size,Stream`) is parsed once into dense events: logged
+ * pointers become slot numbers, so the timed loop does only pool work. The device primitive
+ * hands out addresses and never memory. Cold = a fresh pool, warm = the same pool replaying
+ * again; both are medians over --runs. A no-pool baseline (bump addresses plus the same hash
+ * map a pass-through shim would keep) is timed in the same run. `--threads N` replays the trace
+ * in N threads sharing one pool behind one lock. Options: see usage().
+ */
+#include "core/bfc.h"
+#include "core/bfc_map.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NONE UINT64_MAX
+enum { OP_ALLOC = 0, OP_FREE = 1, MAX_RUNS = 101, MAX_THREADS = 64 };
+
+typedef struct ev {
+  uint64_t size;
+  uint32_t slot;
+  uint32_t op;
+} ev_t;
+
+typedef struct trace {
+  ev_t *ev;
+  uint64_t nev, pairs, nslots;
+  uint64_t peak_live, peak_live_rounded, max_live_blocks;
+  uint64_t failures_skipped, unmatched_frees, duplicate_allocs, leaked;
+} trace_t;
+
+typedef struct options {
+  const char *path;
+  double cap_factor;   /* 0: no cap */
+  double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
+  int preallocate, deferred, threads, runs, spin, find_min_cap;
+} options_t;
+
+/* ---- timing, locks ----------------------------------------------------------------------- */
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct lock {
+  int spin;
+  atomic_int flag;
+  pthread_mutex_t mu;
+} lock_t;
+
+static inline void lock_take(lock_t *l) {
+  if (l->spin) {
+    while (atomic_exchange_explicit(&l->flag, 1, memory_order_acquire) != 0) {
+      while (atomic_load_explicit(&l->flag, memory_order_relaxed) != 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+  } else {
+    pthread_mutex_lock(&l->mu);
+  }
+}
+
+static inline void lock_drop(lock_t *l) {
+  if (l->spin) {
+    atomic_store_explicit(&l->flag, 0, memory_order_release);
+  } else {
+    pthread_mutex_unlock(&l->mu);
+  }
+}
+
+/* ---- the device primitive: addresses only ------------------------------------------------ */
+
+typedef struct addr_space {
+  uint64_t next;
+  uint64_t reserves, releases;
+} addr_space_t;
+
+static int as_reserve(void *ctx, uint64_t bytes, uint64_t *base) {
+  addr_space_t *as = ctx;
+  *base = as->next;
+  as->next += (bytes + (2u << 20) + 0xfffff) & ~(uint64_t)0xfffff; /* keep regions apart */
+  as->reserves++;
+  return 0;
+}
+
+static int as_release(void *ctx, uint64_t base, uint64_t bytes) {
+  addr_space_t *as = ctx;
+  (void)base;
+  (void)bytes;
+  as->releases++;
+  return 0;
+}
+
+/* ---- parsing ------------------------------------------------------------------------------ */
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    return NULL;
+  }
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap + 1);
+  while (buf != NULL) {
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap) {
+      break;
+    }
+    cap *= 2;
+    char *grown = realloc(buf, cap + 1);
+    if (grown == NULL) {
+      free(buf);
+      buf = NULL;
+    }
+    buf = grown;
+  }
+  fclose(f);
+  if (buf != NULL) {
+    buf[n] = '\0';
+    *len = n;
+  }
+  return buf;
+}
+
+static int push_event(trace_t *t, uint64_t *cap, ev_t e) {
+  if (t->nev == *cap) {
+    *cap = *cap ? 2 * *cap : 65536;
+    ev_t *grown = realloc(t->ev, *cap * sizeof(*grown));
+    if (grown == NULL) {
+      return -ENOMEM;
+    }
+    t->ev = grown;
+  }
+  t->ev[t->nev++] = e;
+  return 0;
+}
+
+/* Fields of one CSV line, split in place. Returns the number of fields. */
+static int split(char *line, char **field, int max) {
+  int n = 0;
+  field[n++] = line;
+  for (char *c = line; *c != '\0' && n < max; c++) {
+    if (*c == ',') {
+      *c = '\0';
+      field[n++] = c + 1;
+    }
+  }
+  return n;
+}
+
+static int parse(const char *path, trace_t *t) {
+  size_t len = 0;
+  char *text = read_file(path, &len);
+  if (text == NULL) {
+    fprintf(stderr, "gpucap-replay: error: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  memset(t, 0, sizeof(*t));
+  bfc_map_t ptrs;
+  uint64_t evcap = 0, slotcap = 1024, nfree = 0, live = 0, live_rounded = 0, live_blocks = 0;
+  uint64_t *slot_size = malloc(slotcap * sizeof(uint64_t));
+  uint32_t *free_slots = malloc(slotcap * sizeof(uint32_t));
+  if (slot_size == NULL || free_slots == NULL || bfc_map_init(&ptrs, 1024) != 0) {
+    return -1;
+  }
+  long lineno = 0;
+  for (char *line = text; line != NULL && *line != '\0';) {
+    char *eol = strchr(line, '\n');
+    if (eol != NULL) {
+      *eol = '\0';
+    }
+    lineno++;
+    char *f[7];
+    int nf = split(line, f, 7);
+    char *next = eol ? eol + 1 : NULL;
+    if (nf < 5 || strncmp(line, "Thread", 6) == 0) {
+      line = next;
+      continue;
+    }
+    const char *action = f[2];
+    uint64_t ptr = strcmp(f[3], "(nil)") == 0 ? 0 : strtoull(f[3], NULL, 16);
+    uint64_t size = strtoull(f[4], NULL, 10);
+    if (strcmp(action, "allocate failure") == 0) {
+      t->failures_skipped++;
+    } else if (strcmp(action, "allocate") == 0) {
+      if (ptr == BFC_MAP_EMPTY || size == 0 || bfc_map_get(&ptrs, ptr) != NULL) {
+        t->duplicate_allocs++;
+      } else {
+        uint64_t slot;
+        if (nfree > 0) {
+          slot = free_slots[--nfree];
+        } else {
+          slot = t->nslots++;
+          if (t->nslots > slotcap) {
+            slotcap *= 2;
+            slot_size = realloc(slot_size, slotcap * sizeof(uint64_t));
+            free_slots = realloc(free_slots, slotcap * sizeof(uint32_t));
+            if (slot_size == NULL || free_slots == NULL) {
+              return -1;
+            }
+          }
+        }
+        slot_size[slot] = size;
+        if (bfc_map_reserve(&ptrs, 1) != 0 ||
+            push_event(t, &evcap, (ev_t){size, (uint32_t)slot, OP_ALLOC}) != 0) {
+          return -1;
+        }
+        bfc_map_put(&ptrs, ptr, (void *)(uintptr_t)(slot + 1));
+        t->pairs++;
+        live += size;
+        live_rounded += bfc_round(size);
+        live_blocks++;
+        t->peak_live = live > t->peak_live ? live : t->peak_live;
+        t->peak_live_rounded =
+            live_rounded > t->peak_live_rounded ? live_rounded : t->peak_live_rounded;
+        t->max_live_blocks = live_blocks > t->max_live_blocks ? live_blocks : t->max_live_blocks;
+      }
+    } else if (strcmp(action, "free") == 0) {
+      void *v = ptr == BFC_MAP_EMPTY ? NULL : bfc_map_take(&ptrs, ptr);
+      if (v == NULL) {
+        t->unmatched_frees++;
+      } else {
+        uint64_t slot = (uintptr_t)v - 1;
+        if (push_event(t, &evcap, (ev_t){slot_size[slot], (uint32_t)slot, OP_FREE}) != 0) {
+          return -1;
+        }
+        live -= slot_size[slot];
+        live_rounded -= bfc_round(slot_size[slot]);
+        live_blocks--;
+        free_slots[nfree++] = (uint32_t)slot;
+      }
+    } else {
+      fprintf(stderr, "gpucap-replay: warning: %s:%ld: unknown action '%s'\n", path, lineno,
+              action);
+    }
+    line = next;
+  }
+  t->leaked = live_blocks;
+  bfc_map_fini(&ptrs);
+  free(slot_size);
+  free(free_slots);
+  free(text);
+  return 0;
+}
+
+/* ---- replay passes ------------------------------------------------------------------------ */
+
+typedef struct pass {
+  uint64_t ns, failed, retires;
+} pass_t;
+
+/* One pass over the trace; leftovers are freed after the clock stops. */
+static void replay(bfc_pool_t *p, const trace_t *t, uint64_t *addr, int deferred,
+                   double retire_ratio, lock_t *lk, pass_t *r) {
+  memset(r, 0, sizeof(*r));
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < t->nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (lk != NULL) {
+      lock_take(lk);
+    }
+    if (e->op == OP_ALLOC) {
+      uint64_t a = NONE;
+      int rc = bfc_alloc(p, e->size, &a);
+      while (rc == -EAGAIN) {
+        bfc_retire(p); /* the shim synchronises the device here */
+        r->retires++;
+        rc = bfc_alloc(p, e->size, &a);
+      }
+      if (rc != 0) {
+        r->failed++;
+        a = NONE;
+      }
+      addr[e->slot] = a;
+    } else if (addr[e->slot] != NONE) {
+      if (deferred) {
+        bfc_free_deferred(p, addr[e->slot]);
+        if (retire_ratio > 0) {
+          uint64_t pending = 0, avail = 0; /* proactive retire: the caller's policy */
+          bfc_usage(p, NULL, &pending, &avail, NULL);
+          if ((double)pending >= retire_ratio * (double)avail) {
+            bfc_retire(p);
+            r->retires++;
+          }
+        }
+      } else {
+        bfc_free(p, addr[e->slot]);
+      }
+      addr[e->slot] = NONE;
+    }
+    if (lk != NULL) {
+      lock_drop(lk);
+    }
+  }
+  r->ns = now_ns() - t0;
+  if (lk != NULL) {
+    lock_take(lk);
+  }
+  for (uint64_t s = 0; s < t->nslots; s++) {
+    if (addr[s] != NONE) {
+      bfc_free(p, addr[s]);
+      addr[s] = NONE;
+    }
+  }
+  bfc_retire(p);
+  if (lk != NULL) {
+    lock_drop(lk);
+  }
+}
+
+/* No pool: each allocation is served directly (bump address) and tracked in a hash map. */
+static uint64_t baseline(const trace_t *t, uint64_t *addr, bfc_map_t *m, uint64_t *next) {
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < t->nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->op == OP_ALLOC) {
+      uint64_t a = *next;
+      *next += bfc_round(e->size);
+      if (bfc_map_reserve(m, 1) == 0) {
+        bfc_map_put(m, a, (void *)(uintptr_t)e->size);
+      }
+      addr[e->slot] = a;
+    } else {
+      bfc_map_take(m, addr[e->slot]);
+    }
+  }
+  return now_ns() - t0;
+}
+
+static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
+  memset(as, 0, sizeof(*as));
+  as->next = (uint64_t)1 << 40;
+  bfc_prim_t prim = {as, as_reserve, as_release};
+  bfc_options_t opts = {limit, growth};
+  bfc_pool_t *p = NULL;
+  if (bfc_create(&opts, &prim, &p) != 0) {
+    fprintf(stderr, "gpucap-replay: error: cannot create pool\n");
+    exit(1);
+  }
+  return p;
+}
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+typedef struct shared {
+  bfc_pool_t *pool;
+  const trace_t *t;
+  lock_t lock;
+  int deferred;
+  double retire_ratio;
+  pthread_barrier_t barrier;
+} shared_t;
+
+typedef struct worker {
+  shared_t *sh;
+  uint64_t *addr;
+  pass_t warmup, timed;
+  uint64_t start, end;
+} worker_t;
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  shared_t *sh = w->sh;
+  replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, &w->warmup);
+  pthread_barrier_wait(&sh->barrier);
+  w->start = now_ns();
+  replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, &w->timed);
+  w->end = now_ns();
+  return NULL;
+}
+
+/* Aggregate ns per pair with n threads on one pool; *failed counts failed allocations. */
+static double threaded(const trace_t *t, const options_t *o, uint64_t limit, uint64_t *failed) {
+  shared_t sh;
+  addr_space_t as;
+  sh.pool = make_pool(limit, !o->preallocate, &as);
+  sh.t = t;
+  sh.deferred = o->deferred;
+  sh.retire_ratio = o->retire_ratio;
+  sh.lock.spin = o->spin;
+  atomic_init(&sh.lock.flag, 0);
+  pthread_mutex_init(&sh.lock.mu, NULL);
+  pthread_barrier_init(&sh.barrier, NULL, (unsigned)o->threads);
+  worker_t w[MAX_THREADS];
+  pthread_t tid[MAX_THREADS];
+  for (int i = 0; i < o->threads; i++) {
+    w[i].sh = &sh;
+    w[i].addr = malloc(t->nslots * sizeof(uint64_t));
+    for (uint64_t s = 0; s < t->nslots; s++) {
+      w[i].addr[s] = NONE;
+    }
+    pthread_create(&tid[i], NULL, worker_main, &w[i]);
+  }
+  uint64_t start = UINT64_MAX, end = 0;
+  *failed = 0;
+  for (int i = 0; i < o->threads; i++) {
+    pthread_join(tid[i], NULL);
+    start = w[i].start < start ? w[i].start : start;
+    end = w[i].end > end ? w[i].end : end;
+    *failed += w[i].warmup.failed + w[i].timed.failed;
+    free(w[i].addr);
+  }
+  pthread_barrier_destroy(&sh.barrier);
+  pthread_mutex_destroy(&sh.lock.mu);
+  bfc_destroy(sh.pool);
+  return (double)(end - start) / (double)(t->pairs * (uint64_t)o->threads);
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  s = s ? s + 1 : path;
+  return s;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: gpucap-replay TRACE.csv [--runs N] [--cap-factor F] [--preallocate]\n"
+          "         [--deferred [--retire-ratio R]] [--threads N] [--lock mutex|spin]\n"
+          "         [--find-min-cap]\n"
+          "  --cap-factor F  limit = F x peak live bytes of the trace (x threads); default none\n"
+          "  --preallocate   no growth: one region of the whole limit (needs --cap-factor)\n"
+          "  --deferred      free with bfc_free_deferred; retire on -EAGAIN (counts retires)\n"
+          "  --retire-ratio R  also retire after a free once deferred >= R x free bytes\n"
+          "  --threads N     also replay in N threads sharing one pool behind one lock\n"
+          "  --find-min-cap  min_cap_factor: smallest F (step 0.01) such that every factor\n"
+          "                  from F to 2.00 completes; first_cap_factor: first F that does\n");
+}
+
+static int parse_args(int argc, char **argv, options_t *o) {
+  memset(o, 0, sizeof(*o));
+  o->runs = 5;
+  o->threads = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--runs") == 0 && v) {
+      o->runs = atoi(v);
+      i++;
+    } else if (strcmp(a, "--cap-factor") == 0 && v) {
+      o->cap_factor = strtod(v, NULL);
+      i++;
+    } else if (strcmp(a, "--retire-ratio") == 0 && v) {
+      o->retire_ratio = strtod(v, NULL);
+      i++;
+    } else if (strcmp(a, "--threads") == 0 && v) {
+      o->threads = atoi(v);
+      i++;
+    } else if (strcmp(a, "--lock") == 0 && v) {
+      o->spin = strcmp(v, "spin") == 0;
+      i++;
+    } else if (strcmp(a, "--preallocate") == 0) {
+      o->preallocate = 1;
+    } else if (strcmp(a, "--deferred") == 0) {
+      o->deferred = 1;
+    } else if (strcmp(a, "--find-min-cap") == 0) {
+      o->find_min_cap = 1;
+    } else if (a[0] != '-' && o->path == NULL) {
+      o->path = a;
+    } else {
+      return -1;
+    }
+  }
+  if (o->path == NULL || o->runs < 1 || o->runs > MAX_RUNS || o->threads < 1 ||
+      o->threads > MAX_THREADS || o->cap_factor < 0 || (o->preallocate && o->cap_factor == 0) ||
+      o->retire_ratio < 0 || (o->retire_ratio > 0 && !o->deferred)) {
+    return -1;
+  }
+  return 0;
+}
+
+static uint64_t limit_for(const trace_t *t, double factor, int threads) {
+  if (factor == 0) {
+    return (uint64_t)1 << 50;
+  }
+  return (uint64_t)((double)t->peak_live * factor * threads);
+}
+
+/* 1 iff one cold pass completes with limit = factor x peak live. */
+static int completes(const trace_t *t, const options_t *o, uint64_t *addr, double factor) {
+  addr_space_t as;
+  bfc_pool_t *p = make_pool(limit_for(t, factor, 1), !o->preallocate, &as);
+  pass_t r;
+  replay(p, t, addr, o->deferred, o->retire_ratio, NULL, &r);
+  bfc_destroy(p);
+  return r.failed == 0;
+}
+
+/* The smallest cap factor F (0.01 steps) such that every factor from F up to 2.00 completes
+ * (completion is not monotone in the limit: region sizes change with it); above 2.00, the
+ * first factor in 0.05 steps up to 5.00 that completes. 0 when none does. */
+static double min_cap(const trace_t *t, const options_t *o, uint64_t *addr) {
+  if (!completes(t, o, addr, 2.0)) {
+    for (int k = 205; k <= 500; k += 5) {
+      if (completes(t, o, addr, k / 100.0)) {
+        return k / 100.0;
+      }
+    }
+    return 0;
+  }
+  int k = 200;
+  while (k > 100 && completes(t, o, addr, (k - 1) / 100.0)) {
+    k--;
+  }
+  return k / 100.0;
+}
+
+int main(int argc, char **argv) {
+  options_t o;
+  if (parse_args(argc, argv, &o) != 0) {
+    usage();
+    return 2;
+  }
+  trace_t t;
+  if (parse(o.path, &t) != 0) {
+    return 1;
+  }
+  if (t.pairs == 0) {
+    fprintf(stderr, "gpucap-replay: error: %s: no allocations\n", o.path);
+    return 1;
+  }
+  uint64_t *addr = malloc(t.nslots * sizeof(uint64_t));
+  for (uint64_t s = 0; s < t.nslots; s++) {
+    addr[s] = NONE;
+  }
+  uint64_t limit = limit_for(&t, o.cap_factor, 1);
+  double cold[MAX_RUNS], warm[MAX_RUNS], locked[MAX_RUNS], base[MAX_RUNS];
+  uint64_t failed = 0, retires = 0;
+  bfc_stats_t st;
+  memset(&st, 0, sizeof(st));
+  for (int run = 0; run < o.runs; run++) {
+    addr_space_t as;
+    bfc_pool_t *p = make_pool(limit, !o.preallocate, &as);
+    pass_t r;
+    replay(p, &t, addr, o.deferred, o.retire_ratio, NULL, &r);
+    cold[run] = (double)r.ns / (double)t.pairs;
+    failed += r.failed;
+    retires += r.retires;
+    replay(p, &t, addr, o.deferred, o.retire_ratio, NULL, &r);
+    warm[run] = (double)r.ns / (double)t.pairs;
+    failed += r.failed;
+    if (run == 0) {
+      bfc_stats(p, &st);
+    }
+    lock_t lk;
+    lk.spin = o.spin;
+    atomic_init(&lk.flag, 0);
+    pthread_mutex_init(&lk.mu, NULL);
+    replay(p, &t, addr, o.deferred, o.retire_ratio, &lk, &r);
+    locked[run] = (double)r.ns / (double)t.pairs;
+    pthread_mutex_destroy(&lk.mu);
+    bfc_destroy(p);
+
+    bfc_map_t m;
+    uint64_t next = (uint64_t)1 << 40;
+    bfc_map_init(&m, 1024);
+    baseline(&t, addr, &m, &next);
+    base[run] = (double)baseline(&t, addr, &m, &next) / (double)t.pairs;
+    bfc_map_fini(&m);
+  }
+  double wmin = warm[0];
+  for (int run = 1; run < o.runs; run++) {
+    wmin = warm[run] < wmin ? warm[run] : wmin;
+  }
+  double w = median(warm, o.runs), c = median(cold, o.runs), l = median(locked, o.runs);
+  double b = median(base, o.runs);
+
+  printf("{\"trace\":\"%s\",\"events\":%" PRIu64 ",\"pairs\":%" PRIu64
+         ",\"max_live_blocks\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
+         ",\"peak_live_rounded_bytes\":%" PRIu64 ",\"runs\":%d,\"mode\":\"%s\",\"free\":\"%s\"",
+         base_name(o.path), t.nev, t.pairs, t.max_live_blocks, t.peak_live, t.peak_live_rounded,
+         o.runs, o.preallocate ? "preallocate" : "growth", o.deferred ? "deferred" : "immediate");
+  if (o.deferred) {
+    printf(",\"retire_ratio\":%.2f", o.retire_ratio);
+  }
+  if (o.cap_factor > 0) {
+    printf(",\"cap_factor\":%.2f,\"limit\":%" PRIu64, o.cap_factor, limit);
+  } else {
+    printf(",\"cap_factor\":null,\"limit\":null");
+  }
+  printf(",\"ns_per_pair_warm\":%.1f,\"ns_per_pair_warm_min\":%.1f,\"ns_per_pair_cold\":%.1f"
+         ",\"cold_over_warm\":%.2f"
+         ",\"ns_per_pair_warm_locked\":%.1f,\"baseline_ns_per_pair\":%.1f"
+         ",\"ratio_vs_baseline\":%.2f",
+         w, wmin, c, c / w, l, b, w / b);
+  printf(",\"peak_pool_bytes\":%" PRIu64 ",\"pool_over_live\":%.3f,\"peak_bytes_in_use\":%" PRIu64
+         ",\"driver_alloc_calls\":%" PRIu64 ",\"driver_free_calls\":%" PRIu64
+         ",\"host_metadata_bytes\":%" PRIu64 ",\"failed_allocs\":%" PRIu64
+         ",\"completed\":%s,\"retires\":%" PRIu64 ",\"skipped_failures\":%" PRIu64
+         ",\"unmatched_frees\":%" PRIu64 ",\"leaked_at_end\":%" PRIu64,
+         st.peak_pool_bytes, (double)st.peak_pool_bytes / (double)t.peak_live,
+         st.peak_bytes_in_use, st.driver_alloc_calls, st.driver_free_calls,
+         st.host_metadata_bytes, failed, failed == 0 ? "true" : "false", retires / o.runs,
+         t.failures_skipped, t.unmatched_frees, t.leaked);
+  if (o.threads > 1) {
+    /* Each run times one thread (warm, no lock) right before the threads, so the ratio is not
+     * skewed by the machine's speed drifting between the two measurements. */
+    double tv[MAX_RUNS], ratio[MAX_RUNS];
+    uint64_t tfailed = 0;
+    for (int run = 0; run < o.runs; run++) {
+      addr_space_t as;
+      bfc_pool_t *p = make_pool(limit, !o.preallocate, &as);
+      pass_t r;
+      replay(p, &t, addr, o.deferred, o.retire_ratio, NULL, &r);
+      replay(p, &t, addr, o.deferred, o.retire_ratio, NULL, &r);
+      bfc_destroy(p);
+      uint64_t f = 0;
+      tv[run] = threaded(&t, &o, limit_for(&t, o.cap_factor, o.threads), &f);
+      ratio[run] = ((double)r.ns / (double)t.pairs) / tv[run];
+      tfailed += f;
+    }
+    double tn = median(tv, o.runs);
+    printf(",\"threads\":%d,\"lock\":\"%s\",\"threads_ns_per_pair\":%.1f"
+           ",\"thread_scaling\":%.2f,\"threads_completed\":%s",
+           o.threads, o.spin ? "spin" : "mutex", tn, median(ratio, o.runs),
+           tfailed == 0 ? "true" : "false");
+  }
+  if (o.find_min_cap) {
+    double mc = min_cap(&t, &o, addr);
+    double first = 0;
+    for (int k = 100; k <= 500 && first == 0; k += k < 200 ? 1 : 5) {
+      first = completes(&t, &o, addr, k / 100.0) ? k / 100.0 : 0;
+    }
+    if (mc > 0) {
+      printf(",\"min_cap_factor\":%.2f,\"first_cap_factor\":%.2f", mc, first);
+    } else {
+      printf(",\"min_cap_factor\":null,\"first_cap_factor\":null");
+    }
+  }
+  printf("}\n");
+  free(addr);
+  free(t.ev);
+  return 0;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The pool seen from outside: thousands of allocations for a handful of driver calls, no
+# premature reuse of memory the device may still touch, the driver's pitch, preallocation,
+# driver error codes for bad frees, pass-through with GPUCAP_POOL=off, and the RMM trace.
+. "$TOP/tests/integ/lib.sh"
+
+tap_program "10000 mixed allocations" with_shim "$TESTBIN/pooltest" many 10000
+out=$(GPUCAP_POOL=off with_shim "$TESTBIN/pooltest" many 2000 2>&1)
+like "$out" 'driver_allocs=([0-9]{3,})' "GPUCAP_POOL=off: every allocation is a driver call"
+
+stats="$WORK/reuse.json"
+FAKECUDA_STATS="$stats" tap_program "reuse waits for the device" with_shim "$TESTBIN/pooltest" reuse
+is "$(json_num "$stats" hazards)" 0 "the driver's record: 0 hazards"
+
+pooled=$(with_shim "$TESTBIN/pooltest" pitch | grep '^pitch')
+driver=$(GPUCAP_POOL=off with_shim "$TESTBIN/pooltest" pitch | grep '^pitch')
+is "$pooled" "$driver" "pooled pitches and error codes equal the driver's own"
+like "$pooled" 'pitch 100 4 -> 0 512' "  (100-byte rows get a 512-byte pitch)"
+
+tap_program "bad frees and arguments" with_shim "$TESTBIN/pooltest" errors
+
+stats="$WORK/prealloc.json"
+GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
+  with_shim "$TESTBIN/pooltest" many 1000 >/dev/null 2>&1
+is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 1 "preallocation: one driver allocation ..."
+is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... of the whole 1 GiB cap"
+
+trace="$WORK/trace.csv"
+GPUCAP_TRACE="$trace" with_shim "$TESTBIN/pooltest" many 3000 >/dev/null 2>&1
+is "$(head -n 1 "$trace")" "Thread,Time,Action,Pointer,Size,Stream" "trace: RMM's CSV header"
+is "$(grep -c ',allocate,' "$trace")" "$(grep -c ',free,' "$trace")" \
+  "trace: one free for every allocation"
+like "$(sed -n 2p "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6},allocate,0x[0-9a-f]+,[0-9]+,0x0$' \
+  "trace: rows in RMM's format"
+if [ -x "$BUILD/gpucap-replay" ]; then
+  like "$("$BUILD/gpucap-replay" "$trace" --runs 1 2>&1)" '"completed": *true' \
+    "trace: gpucap-replay replays it"
+else
+  skip "trace: gpucap-replay replays it" "gpucap-replay not built"
+fi
+ln -s /nonexistent-target "$WORK/planted"
+GPUCAP_TRACE="$WORK/planted" with_shim "$TESTBIN/pooltest" many 10 >/dev/null 2>"$WORK/err"
+like "$(cat "$WORK/err")" "GPUCAP_TRACE: cannot create" "trace: a symlink at the path is not followed"
+
+done_testing

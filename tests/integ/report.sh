@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The exit report, checked against the fake driver's own record of the same run: where it goes
+# (GPUCAP_REPORT, GPUCAP_REPORT_JSON), that it appears only for processes that allocated, and
+# that its numbers are the driver's.
+. "$TOP/tests/integ/lib.sh"
+
+json="$WORK/report.json"
+stats="$WORK/stats.json"
+GPUCAP_MEMORY_LIMIT=512MiB GPUCAP_REPORT_JSON="$json" FAKECUDA_STATS="$stats" \
+  with_shim "$TESTBIN/pooltest" many 4000 >/dev/null 2>"$WORK/err"
+like "$(head -n 1 "$WORK/err")" '^gpucap: memory report \(pid [0-9]+\)$' "the table goes to stderr"
+[ -s "$json" ]
+ok $? "GPUCAP_REPORT_JSON writes the JSON report"
+is "$(json_num "$json" driver_alloc_calls)" "$(json_obj_num "$stats" calls cuMemAlloc_v2)" \
+  "driver_alloc_calls equals the driver's count of cuMemAlloc_v2"
+is "$(json_num "$json" pool_bytes)" "$(json_num "$stats" leaked_bytes)" \
+  "pool_bytes equals what the driver still has allocated at exit"
+is "$(json_num "$json" bytes_in_use)" 0 "bytes_in_use is 0: the program freed everything"
+is "$(json_num "$json" cap_bytes)" $((512 << 20)) "cap_bytes is the cap"
+allocs=$(json_num "$json" num_allocs)
+[ "${allocs:-0}" -ge 1500 ]
+ok $? "num_allocs counts the program's allocations ($allocs)"
+for key in num_allocs bytes_in_use peak_bytes_in_use largest_alloc_size bytes_limit pool_bytes \
+    peak_pool_bytes largest_free_block_bytes fragmentation driver_alloc_calls driver_free_calls \
+    num_ooms; do
+  grep -q "\"$key\":" "$json"
+  ok $? "JSON has $key"
+  grep -q "\`$key\`" "$TOP/docs/report.md"
+  ok $? "docs/report.md documents $key"
+done
+
+GPUCAP_REPORT=off with_shim "$TESTBIN/pooltest" many 100 >/dev/null 2>"$WORK/err"
+is "$(grep -c 'memory report' "$WORK/err")" 0 "GPUCAP_REPORT=off: no table"
+GPUCAP_REPORT="$WORK/table.txt" with_shim "$TESTBIN/pooltest" many 100 >/dev/null 2>"$WORK/err"
+is "$(grep -c 'memory report' "$WORK/err")" 0 "GPUCAP_REPORT=path: nothing on stderr ..."
+like "$(head -n 1 "$WORK/table.txt")" '^gpucap: memory report' "... the table is in the file"
+
+# A CUDA program that never allocates device memory reports nothing.
+out=$(with_shim "$TESTBIN/captest" 0 $((1 << 20)) 0 2>"$WORK/err")
+is "$(cat "$WORK/err")" "" "no allocation, no report"
+
+done_testing

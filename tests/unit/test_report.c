@@ -1,0 +1,850 @@
+/* Tests for core/report: human sizes, the text table and the JSON report, over rows taken from
+ * real pools (bfc_create over the fake primitive of test_bfc_prim.h). The JSON is checked by a
+ * strict validator below that also records every scalar by its path, so each key is compared
+ * with the pool's own counters; python3's json module checks it again when installed.
+ * Also: snprintf truncation at every buffer size, errno, worst-case bounds, pass-through rows.
+ * Prints TAP.
+ */
+#include "core/report.h"
+#include "tests/tap.h"
+#include "tests/unit/test_bfc_prim.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <locale.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+enum { NROWS = 4, PID = 4242, BIG = 1 << 17 };
+
+static char text[BIG];
+static char json[BIG];
+
+/* ---- A strict JSON validator that records scalars as "devices.0.num_allocs" -> "3". ---- */
+
+enum { MAX_VALS = 512, PATH_LEN = 96, VAL_LEN = 48, MAX_KEYS = 64 };
+
+typedef struct jv {
+  char path[PATH_LEN];
+  char val[VAL_LEN];
+} jv_t;
+
+typedef struct jp {
+  const char *s;
+  size_t i;
+  int bad;
+  int nvals;
+  jv_t vals[MAX_VALS];
+} jp_t;
+
+static jp_t jp;
+
+static void ws(jp_t *p) {
+  while (p->s[p->i] == ' ' || p->s[p->i] == '\n' || p->s[p->i] == '\t' || p->s[p->i] == '\r') {
+    p->i++;
+  }
+}
+
+static int is_digit(char ch) {
+  return ch >= '0' && ch <= '9';
+}
+
+/* A string; its content (escapes kept raw) goes to out when out != NULL. */
+static void jstring(jp_t *p, char *out, size_t cap) {
+  size_t n = 0;
+  if (p->s[p->i] != '"') {
+    p->bad = 1;
+    return;
+  }
+  p->i++;
+  while (!p->bad && p->s[p->i] != '"') {
+    unsigned char ch = (unsigned char)p->s[p->i];
+    if (ch < 0x20) {
+      p->bad = 1;
+      return;
+    }
+    if (ch == '\\') {
+      char e = p->s[++p->i];
+      if (e == 'u') {
+        for (int k = 1; k <= 4; k++) {
+          if (p->s[p->i + k] == '\0' || strchr("0123456789abcdefABCDEF", p->s[p->i + k]) == NULL) {
+            p->bad = 1;
+            return;
+          }
+        }
+        p->i += 4;
+      } else if (e == '\0' || strchr("\"\\/bfnrt", e) == NULL) {
+        p->bad = 1;
+        return;
+      }
+    }
+    if (out != NULL && n + 1 < cap) {
+      out[n++] = (char)ch;
+    }
+    p->i++;
+  }
+  p->i++;
+  if (out != NULL && cap > 0) {
+    out[n] = '\0';
+  }
+}
+
+static void record(jp_t *p, const char *path, size_t start) {
+  if (p->nvals < MAX_VALS) {
+    jv_t *v = &p->vals[p->nvals++];
+    snprintf(v->path, sizeof v->path, "%s", path);
+    size_t len = p->i - start < VAL_LEN - 1 ? p->i - start : VAL_LEN - 1;
+    memcpy(v->val, p->s + start, len);
+    v->val[len] = '\0';
+  }
+}
+
+static void jnumber(jp_t *p) {
+  const char *s = p->s;
+  if (s[p->i] == '-') {
+    p->i++;
+  }
+  if (s[p->i] == '0') {
+    p->i++;
+  } else if (is_digit(s[p->i])) {
+    while (is_digit(s[p->i])) {
+      p->i++;
+    }
+  } else {
+    p->bad = 1;
+    return;
+  }
+  if (s[p->i] == '.') {
+    p->i++;
+    if (!is_digit(s[p->i])) {
+      p->bad = 1;
+    }
+    while (is_digit(s[p->i])) {
+      p->i++;
+    }
+  }
+  if (s[p->i] == 'e' || s[p->i] == 'E') {
+    p->i++;
+    if (s[p->i] == '+' || s[p->i] == '-') {
+      p->i++;
+    }
+    if (!is_digit(s[p->i])) {
+      p->bad = 1;
+    }
+    while (is_digit(s[p->i])) {
+      p->i++;
+    }
+  }
+}
+
+static void jvalue(jp_t *p, const char *path, int depth);
+
+static void jobject(jp_t *p, const char *path, int depth) {
+  char keys[MAX_KEYS][PATH_LEN];
+  int nkeys = 0;
+  p->i++;
+  ws(p);
+  if (p->s[p->i] == '}') {
+    p->i++;
+    return;
+  }
+  while (!p->bad) {
+    char key[PATH_LEN], sub[2 * PATH_LEN];
+    ws(p);
+    jstring(p, key, sizeof key);
+    for (int k = 0; k < nkeys; k++) {
+      if (strcmp(keys[k], key) == 0) {
+        p->bad = 1; /* duplicate key */
+      }
+    }
+    if (nkeys < MAX_KEYS) {
+      snprintf(keys[nkeys++], PATH_LEN, "%s", key);
+    }
+    snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", key);
+    ws(p);
+    if (p->s[p->i] != ':') {
+      p->bad = 1;
+      return;
+    }
+    p->i++;
+    jvalue(p, sub, depth + 1);
+    ws(p);
+    if (p->s[p->i] == ',') {
+      p->i++;
+    } else if (p->s[p->i] == '}') {
+      p->i++;
+      return;
+    } else {
+      p->bad = 1;
+    }
+  }
+}
+
+static void jarray(jp_t *p, const char *path, int depth) {
+  p->i++;
+  ws(p);
+  if (p->s[p->i] == ']') {
+    p->i++;
+    return;
+  }
+  for (int k = 0; !p->bad; k++) {
+    char sub[2 * PATH_LEN];
+    snprintf(sub, sizeof sub, "%s.%d", path, k);
+    jvalue(p, sub, depth + 1);
+    ws(p);
+    if (p->s[p->i] == ',') {
+      p->i++;
+    } else if (p->s[p->i] == ']') {
+      p->i++;
+      return;
+    } else {
+      p->bad = 1;
+    }
+  }
+}
+
+static void jvalue(jp_t *p, const char *path, int depth) {
+  ws(p);
+  size_t start = p->i;
+  char ch = p->s[p->i];
+  if (depth > 16) {
+    p->bad = 1;
+  } else if (ch == '{') {
+    jobject(p, path, depth);
+  } else if (ch == '[') {
+    jarray(p, path, depth);
+  } else if (ch == '"') {
+    jstring(p, NULL, 0);
+    record(p, path, start);
+  } else if (strncmp(p->s + p->i, "true", 4) == 0 || strncmp(p->s + p->i, "null", 4) == 0) {
+    p->i += 4;
+    record(p, path, start);
+  } else if (strncmp(p->s + p->i, "false", 5) == 0) {
+    p->i += 5;
+    record(p, path, start);
+  } else {
+    jnumber(p);
+    record(p, path, start);
+  }
+}
+
+/* Returns 1 iff s is exactly one valid JSON value (whitespace around it allowed). */
+static int json_parse(const char *s) {
+  memset(&jp, 0, sizeof jp);
+  jp.s = s;
+  jvalue(&jp, "", 0);
+  ws(&jp);
+  return !jp.bad && jp.s[jp.i] == '\0';
+}
+
+static const char *jget(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *jget(const char *fmt, ...) {
+  char path[2 * PATH_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(path, sizeof path, fmt, ap);
+  va_end(ap);
+  for (int k = 0; k < jp.nvals; k++) {
+    if (strcmp(jp.vals[k].path, path) == 0) {
+      return jp.vals[k].val;
+    }
+  }
+  return NULL;
+}
+
+/* Number of recorded scalars whose path starts with prefix. */
+static int jcount(const char *prefix) {
+  int n = 0;
+  for (int k = 0; k < jp.nvals; k++) {
+    n += strncmp(jp.vals[k].path, prefix, strlen(prefix)) == 0;
+  }
+  return n;
+}
+
+/* The validator itself: it must refuse what a JSON parser refuses. */
+static void test_validator(void) {
+  static const char *const bad[] = {
+      "",
+      "{",
+      "{\"a\":1,}",
+      "[1 2]",
+      "01",
+      "1.",
+      "-",
+      "{\"a\":1,\"a\":2}",
+      "nan",
+      "\"\x01\"",
+      "\"\\x\"",
+      "{\"a\" 1}",
+      "[1,]",
+      "{} {}",
+      "tru",
+      "1.0e",
+      "{\"a\":1.5.}",
+      "\"abc",
+      "\"\\u12",
+      "\"\\",
+  };
+  int refused = 0;
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    if (json_parse(bad[k])) {
+      tap_diag("validator accepted '%s'", bad[k]);
+    } else {
+      refused++;
+    }
+  }
+  TAP_EQ(refused, (int)(sizeof bad / sizeof bad[0]), "validator refuses malformed JSON");
+  tap_ok(json_parse(" {\"a\": [1, -0.5e+3, true, false, null, \"x\\u00e9\"], \"b\": {}} "),
+         "validator accepts well-formed JSON");
+}
+
+/* ---- Rows from real pools. ---- */
+
+static fake_prim_t fakes[3];
+static bfc_pool_t *pools[3];
+static report_row_t rows[NROWS];
+
+static bfc_pool_t *mk(int k, uint64_t limit, int growth) {
+  bfc_prim_t prim = fake_init(&fakes[k], MiB);
+  bfc_options_t opts = {limit, growth};
+  bfc_pool_t *p = NULL;
+  if (bfc_create(&opts, &prim, &p) != 0) {
+    tap_ok(0, "bfc_create %d", k);
+    exit(1);
+  }
+  return p;
+}
+
+static uint64_t must(bfc_pool_t *p, uint64_t bytes) {
+  uint64_t a = 0;
+  if (bfc_alloc(p, bytes, &a) != 0) {
+    tap_ok(0, "alloc %" PRIu64, bytes);
+  }
+  return a;
+}
+
+static void build_rows(void) {
+  /* Device 0: growing pool with holes, waste inside chunks and a deferred block. */
+  bfc_pool_t *a = pools[0] = mk(0, GiB, 1);
+  uint64_t addr[40];
+  for (int i = 0; i < 40; i++) {
+    addr[i] = must(a, 1000 + (uint64_t)i * 37 * KiB);
+  }
+  for (int i = 0; i < 40; i += 3) {
+    bfc_free(a, addr[i]);
+  }
+  bfc_free_deferred(a, addr[1]);
+  uint64_t big = must(a, 100 * MiB + 1);
+  bfc_free(a, big);
+  must(a, 3 * MiB);
+  /* Device 1, first context: the whole 1 MiB limit in use, nothing free, one OOM. */
+  bfc_pool_t *b = pools[1] = mk(1, MiB, 0);
+  uint64_t spare = 0;
+  must(b, MiB - 300);
+  int rc = bfc_alloc(b, 1, &spare);
+  TAP_EQ(rc, -ENOMEM, "setup: the full pool refuses one more byte");
+  /* Device 1, second context: everything freed again, so all free bytes form one block. */
+  bfc_pool_t *c = pools[2] = mk(2, 64 * MiB, 1);
+  uint64_t x = must(c, 5 * MiB), y = must(c, 512);
+  bfc_free(c, x);
+  bfc_free(c, y);
+  for (int k = 0; k < 3; k++) {
+    TAP_EQ(bfc_check(pools[k]), 0, "setup: pool %d is healthy", k);
+  }
+
+  rows[0] = (report_row_t){.device = 0, .context = 0, .pooled = 1, .cap = GiB};
+  bfc_stats(a, &rows[0].stats);
+  rows[1] = (report_row_t){.device = 1, .context = 0, .pooled = 1, .cap = MiB};
+  bfc_stats(b, &rows[1].stats);
+  rows[2] = (report_row_t){.device = 1, .context = 1, .pooled = 1, .cap = REPORT_NO_CAP};
+  bfc_stats(c, &rows[2].stats);
+  /* Device 2: pass-through, with junk in the pool-only fields that must not show. */
+  rows[3] = (report_row_t){.device = 2, .context = 0, .pooled = 0, .cap = 8 * GiB};
+  bfc_stats_t *s = &rows[3].stats;
+  memset(s, 0x5a, sizeof *s);
+  s->fragmentation = NAN;
+  s->num_allocs = 7;
+  s->bytes_in_use = 3 * GiB / 2;
+  s->peak_bytes_in_use = 2 * GiB;
+  s->bytes_requested_in_use = 3 * GiB / 2 - 100;
+  s->peak_bytes_requested_in_use = 2 * GiB - 100;
+  s->largest_alloc_size = GiB;
+  s->bytes_limit = 8 * GiB;
+  s->num_in_use = 2;
+  s->driver_alloc_calls = 7;
+  s->driver_alloc_failures = 1;
+  s->driver_free_calls = 5;
+  s->driver_free_failures = 0;
+  s->num_ooms = 1;
+  s->host_metadata_bytes = 0;
+
+  tap_ok(rows[0].stats.fragmentation > 0.0 && rows[0].stats.deferred_bytes > 0 &&
+             rows[0].stats.bytes_in_use > rows[0].stats.bytes_requested_in_use,
+         "setup: device 0 has fragmentation, deferred bytes and waste inside chunks");
+  TAP_EQ(rows[1].stats.free_bytes, 0, "setup: device 1 has nothing free");
+  tap_ok(rows[2].stats.free_bytes > 0 &&
+             rows[2].stats.free_bytes == rows[2].stats.largest_free_block_bytes,
+         "setup: device 1 context 1 has one free block");
+}
+
+/* ---- report_format_size ---- */
+
+static void test_size(void) {
+  static const struct {
+    uint64_t bytes;
+    const char *want;
+  } cases[] = {
+      {0, "0 B"},
+      {1, "1 B"},
+      {1023, "1023 B"},
+      {1024, "1.0 KiB"},
+      {1126, "1.1 KiB"}, /* 1.0996 */
+      {1075, "1.0 KiB"}, /* 1.0498: rounds down */
+      {1536, "1.5 KiB"},
+      {1048575, "1.0 MiB"}, /* 1023.999 KiB moves up a unit */
+      {1048576 - 52, "1023.9 KiB"},
+      {MiB, "1.0 MiB"},
+      {256 * MiB, "256.0 MiB"},
+      {3 * GiB / 2, "1.5 GiB"},
+      {GiB - 1, "1.0 GiB"},
+      {1023 * MiB + 94 * KiB, "1023.1 MiB"},
+      {(uint64_t)1 << 40, "1.0 TiB"},
+      {(uint64_t)1 << 50, "1.0 PiB"},
+      {(uint64_t)1 << 60, "1.0 EiB"},
+      {UINT64_MAX, "16.0 EiB"},
+  };
+  char out[64];
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    size_t n = report_format_size(cases[k].bytes, out, sizeof out);
+    tap_ok(strcmp(out, cases[k].want) == 0 && n == strlen(out), "size %" PRIu64 " -> '%s'",
+           cases[k].bytes, cases[k].want);
+    if (strcmp(out, cases[k].want) != 0) {
+      tap_diag("  got '%s'", out);
+    }
+  }
+  size_t longest = 0;
+  for (int shift = 0; shift < 64; shift++) {
+    for (uint64_t d = 0; d < 3; d++) {
+      uint64_t v = ((uint64_t)1 << shift) * 1023 / 1024 + d;
+      size_t n = report_format_size(v, out, sizeof out);
+      longest = n > longest ? n : longest;
+      v = ((uint64_t)1 << shift) - d;
+      n = report_format_size(v, out, sizeof out);
+      longest = n > longest ? n : longest;
+    }
+  }
+  tap_ok(longest < REPORT_SIZE_MAX, "size: longest text (%zu) fits REPORT_SIZE_MAX", longest);
+
+  char small[8];
+  memset(small, '#', sizeof small);
+  size_t n = report_format_size(3 * GiB / 2, small, 4);
+  tap_ok(n == 7 && strcmp(small, "1.5") == 0 && small[4] == '#',
+         "size: truncates to cap - 1 bytes, returns the full length");
+  TAP_EQ(report_format_size(3 * GiB / 2, NULL, 0), 7, "size: NULL buffer with cap 0 measures");
+}
+
+/* ---- JSON ---- */
+
+static void expect_key(int d, const char *key, const char *want) {
+  const char *got = jget("devices.%d.%s", d, key);
+  tap_ok(got != NULL && strcmp(got, want) == 0, "json device %d: %s = %s", d, key, want);
+  if (got == NULL || strcmp(got, want) != 0) {
+    tap_diag("  got %s", got ? got : "(missing)");
+  }
+}
+
+static void expect_u64(int d, const char *key, uint64_t want) {
+  char w[32];
+  snprintf(w, sizeof w, "%" PRIu64, want);
+  expect_key(d, key, w);
+}
+
+/* A fraction with exactly six decimals, within half a millionth of want. */
+static void expect_fraction(int d, const char *key, double want) {
+  const char *got = jget("devices.%d.%s", d, key);
+  const char *dot = got ? strchr(got, '.') : NULL;
+  int ok = dot != NULL && strlen(dot + 1) == 6 && strtod(got, NULL) - want <= 5.01e-7 &&
+           want - strtod(got, NULL) <= 5.01e-7;
+  tap_ok(ok, "json device %d: %s = %.7f to six decimals", d, key, want);
+  if (!ok) {
+    tap_diag("  got %s", got ? got : "(missing)");
+  }
+}
+
+static void check_json_row(int d, const report_row_t *r) {
+  const bfc_stats_t *s = &r->stats;
+  int pool = r->pooled != 0;
+  char w[32];
+  snprintf(w, sizeof w, "%d", r->device);
+  expect_key(d, "device", w);
+  snprintf(w, sizeof w, "%d", r->context);
+  expect_key(d, "context", w);
+  expect_key(d, "pooled", pool ? "true" : "false");
+  if (r->cap == REPORT_NO_CAP) {
+    expect_key(d, "cap_bytes", "null");
+  } else {
+    expect_u64(d, "cap_bytes", r->cap);
+  }
+  expect_u64(d, "num_allocs", s->num_allocs);
+  expect_u64(d, "bytes_in_use", s->bytes_in_use);
+  expect_u64(d, "peak_bytes_in_use", s->peak_bytes_in_use);
+  expect_u64(d, "largest_alloc_size", s->largest_alloc_size);
+  expect_u64(d, "bytes_limit", s->bytes_limit);
+  expect_u64(d, "pool_bytes", pool ? s->pool_bytes : 0);
+  expect_u64(d, "peak_pool_bytes", pool ? s->peak_pool_bytes : 0);
+  expect_u64(d, "largest_free_block_bytes", pool ? s->largest_free_block_bytes : 0);
+  expect_fraction(d, "fragmentation", pool ? s->fragmentation : 0.0);
+  if (pool) {
+    double free_b = (double)s->free_bytes;
+    double tf = s->free_bytes == 0 ? 0.0 : (free_b - (double)s->largest_free_block_bytes) / free_b;
+    expect_fraction(d, "fragmentation", tf);
+  }
+  expect_u64(d, "bytes_requested_in_use", s->bytes_requested_in_use);
+  expect_u64(d, "peak_bytes_requested_in_use", s->peak_bytes_requested_in_use);
+  expect_u64(d, "internal_fragmentation_bytes", s->bytes_in_use - s->bytes_requested_in_use);
+  expect_fraction(d, "utilization",
+                  pool && s->peak_pool_bytes != 0
+                      ? (double)s->peak_bytes_in_use / (double)s->peak_pool_bytes
+                      : 0.0);
+  expect_u64(d, "free_bytes", pool ? s->free_bytes : 0);
+  expect_u64(d, "deferred_bytes", pool ? s->deferred_bytes : 0);
+  expect_u64(d, "num_in_use", s->num_in_use);
+  expect_u64(d, "num_deferred", pool ? s->num_deferred : 0);
+  expect_u64(d, "num_free_chunks", pool ? s->num_free_chunks : 0);
+  expect_u64(d, "num_regions", pool ? s->num_regions : 0);
+  expect_u64(d, "driver_alloc_calls", s->driver_alloc_calls);
+  expect_u64(d, "driver_alloc_failures", s->driver_alloc_failures);
+  expect_u64(d, "driver_free_calls", s->driver_free_calls);
+  expect_u64(d, "driver_free_failures", s->driver_free_failures);
+  expect_u64(d, "num_ooms", s->num_ooms);
+  expect_u64(d, "num_eagain", pool ? s->num_eagain : 0);
+  expect_u64(d, "num_retired", pool ? s->num_retired : 0);
+  expect_u64(d, "host_metadata_bytes", s->host_metadata_bytes);
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "devices.%d.", d);
+  TAP_EQ(jcount(prefix), 31, "json device %d: exactly 31 keys", d);
+}
+
+static void python_check(const char *doc, const char *what) {
+  if (system("command -v python3 >/dev/null 2>&1") != 0) {
+    tap_skip(what, "python3 not installed");
+    return;
+  }
+  char path[] = "/tmp/gpucap-test-report-XXXXXX";
+  int fd = mkstemp(path);
+  size_t len = strlen(doc);
+  int wrote = fd >= 0 && write(fd, doc, len) == (ssize_t)len;
+  if (fd >= 0) {
+    close(fd);
+  }
+  char cmd[256];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys; json.load(open(sys.argv[1]), parse_constant=int)' %s",
+           path);
+  tap_ok(wrote && system(cmd) == 0, "%s", what);
+  unlink(path);
+}
+
+static void test_json(void) {
+  size_t n = report_format_json(rows, NROWS, PID, json, sizeof json);
+  TAP_EQ(n, strlen(json), "json: returns its length");
+  tap_ok(n < REPORT_JSON_MAX(NROWS), "json: within REPORT_JSON_MAX");
+  tap_ok(json_parse(json), "json: valid (strict validator)");
+  tap_ok(json[0] == '{' && json[n - 1] == '\n', "json: one object, newline-terminated");
+  tap_ok(jget("gpucap_version") != NULL &&
+             strcmp(jget("gpucap_version"), "\"" GPUCAP_VERSION "\"") == 0,
+         "json: gpucap_version is the build's (" GPUCAP_VERSION ")");
+  tap_ok(jget("pid") != NULL && strcmp(jget("pid"), "4242") == 0, "json: pid");
+  TAP_EQ(jcount("devices."), 31 * NROWS, "json: %d devices of 31 keys, in row order", NROWS);
+  TAP_EQ(jcount(""), 2 + 31 * NROWS, "json: nothing else at the top level");
+  for (int d = 0; d < NROWS; d++) {
+    check_json_row(d, &rows[d]);
+  }
+  expect_key(1, "fragmentation", "0.000000"); /* nothing free */
+  expect_key(2, "fragmentation", "0.000000"); /* all free bytes in one block */
+  expect_key(3, "fragmentation", "0.000000"); /* pass-through with NaN given */
+  expect_key(3, "utilization", "0.000000");
+  python_check(json, "json: python3's json module reads it");
+
+  report_format_json(rows, 0, 0, json, sizeof json);
+  tap_ok(json_parse(json) && strstr(json, "\"devices\": []") != NULL &&
+             strcmp(jget("pid"), "null") == 0,
+         "json: no rows -> \"devices\": [], pid 0 -> null");
+  report_format_json(NULL, 3, PID, json, sizeof json);
+  tap_ok(json_parse(json) && jcount("devices.") == 0, "json: NULL rows -> no devices");
+}
+
+/* Odd values still give valid JSON with finite numbers. */
+static void test_json_odd_values(void) {
+  report_row_t r[3];
+  memset(r, 0, sizeof r);
+  r[0].pooled = 1;
+  r[0].stats.fragmentation = INFINITY;
+  r[1].pooled = 1;
+  r[1].stats.fragmentation = -0.5;
+  r[1].stats.peak_bytes_in_use = 3;
+  r[1].stats.peak_pool_bytes = 4;
+  r[2].pooled = 1;
+  r[2].stats.fragmentation = 0.1234565;
+  r[2].stats.bytes_requested_in_use = 10; /* more than in use: no negative waste */
+  report_format_json(r, 3, PID, json, sizeof json);
+  tap_ok(json_parse(json), "json odd values: valid");
+  expect_key(0, "fragmentation", "1.000000");
+  expect_key(1, "fragmentation", "0.000000");
+  expect_key(1, "utilization", "0.750000");
+  expect_fraction(2, "fragmentation", 0.1234565);
+  expect_key(2, "internal_fragmentation_bytes", "0");
+  expect_key(0, "cap_bytes", "0");
+}
+
+/* ---- Text ---- */
+
+/* Copies line k (0-based) of s into out; returns 0 when there is no such line. */
+static int line_at(const char *s, int k, char *out, size_t cap) {
+  for (; k > 0 && s != NULL; k--) {
+    s = strchr(s, '\n');
+    s = s ? s + 1 : NULL;
+  }
+  if (s == NULL || *s == '\0') {
+    return 0;
+  }
+  const char *e = strchr(s, '\n');
+  size_t n = e ? (size_t)(e - s) : strlen(s);
+  n = n < cap - 1 ? n : cap - 1;
+  memcpy(out, s, n);
+  out[n] = '\0';
+  return 1;
+}
+
+/* 1 iff the whitespace-separated cells of line equal want[0..n) ("1.5 GiB" counts as one). */
+static int cells_are(const char *line, const char *const *want, int n) {
+  const char *p = line;
+  for (int k = 0; k < n; k++) {
+    while (*p == ' ') {
+      p++;
+    }
+    size_t len = strlen(want[k]);
+    if (strncmp(p, want[k], len) != 0 || (p[len] != ' ' && p[len] != '\0')) {
+      return 0;
+    }
+    p += len;
+  }
+  while (*p == ' ') {
+    p++;
+  }
+  return *p == '\0';
+}
+
+static const char *sz(uint64_t v, char *buf) {
+  report_format_size(v, buf, REPORT_SIZE_MAX);
+  return buf;
+}
+
+static void test_text(void) {
+  size_t n = report_format_text(rows, NROWS, PID, text, sizeof text);
+  TAP_EQ(n, strlen(text), "text: returns its length");
+  tap_ok(n < REPORT_TEXT_MAX(NROWS), "text: within REPORT_TEXT_MAX");
+  tap_ok(strncmp(text, "gpucap: memory report (pid 4242)\n", 33) == 0, "text: header with pid");
+  char line[256];
+  int lines = 0, widest = 0;
+  while (line_at(text, lines, line, sizeof line)) {
+    int w = (int)strlen(line);
+    widest = w > widest ? w : widest;
+    lines++;
+  }
+  TAP_EQ(lines, 1 + 2 * (1 + NROWS) + 2, "text: header, two tables of one line per pool, legend");
+  tap_ok(widest < 100, "text: every line under 100 columns (widest %d)", widest);
+
+  /* Right-aligned: every line of a table ends in the same column. */
+  char first[256];
+  for (int t = 0; t < 2; t++) {
+    int base = 1 + t * (1 + NROWS);
+    line_at(text, base, first, sizeof first);
+    int same = 1;
+    for (int k = 1; k <= NROWS; k++) {
+      line_at(text, base + k, line, sizeof line);
+      same &= strlen(line) == strlen(first);
+    }
+    tap_ok(same, "text: table %d is right-aligned (%zu columns)", t + 1, strlen(first));
+  }
+  line_at(text, 1, line, sizeof line);
+  tap_ok(strstr(line, "device") && strstr(line, "in use") && strstr(line, "peak in use") &&
+             strstr(line, "pool") && strstr(line, "peak pool") && strstr(line, "cap") &&
+             strstr(line, "largest free"),
+         "text: size table header");
+  line_at(text, 2 + NROWS, line, sizeof line);
+  tap_ok(strstr(line, "frag") && strstr(line, "lost in chunks") && strstr(line, "peak use/pool") &&
+             strstr(line, "allocations") && strstr(line, "driver allocs") &&
+             strstr(line, "driver frees") && strstr(line, "OOMs"),
+         "text: activity table header");
+
+  static const char *const labels[NROWS] = {"0", "1", "1:1", "2"};
+  for (int d = 0; d < NROWS; d++) {
+    const report_row_t *r = &rows[d];
+    const bfc_stats_t *s = &r->stats;
+    char b[7][REPORT_SIZE_MAX];
+    const char *cap = r->cap == REPORT_NO_CAP ? "none" : sz(r->cap, b[4]);
+    const char *sizes[7] = {labels[d],
+                            sz(s->bytes_in_use, b[0]),
+                            sz(s->peak_bytes_in_use, b[1]),
+                            r->pooled ? sz(s->pool_bytes, b[2]) : "-",
+                            r->pooled ? sz(s->peak_pool_bytes, b[3]) : "-",
+                            cap,
+                            r->pooled ? sz(s->largest_free_block_bytes, b[5]) : "-"};
+    line_at(text, 2 + d, line, sizeof line);
+    tap_ok(cells_are(line, sizes, 7), "text: size line of device %s", labels[d]);
+    if (!cells_are(line, sizes, 7)) {
+      tap_diag("  got '%s'", line);
+    }
+
+    char pct[2][32], num[4][24];
+    if (r->pooled) {
+      /* Rounded half up, once, from the exact value (the casts floor: values are >= 0). */
+      uint64_t f = (uint64_t)(s->fragmentation * 1000 + 0.5);
+      uint64_t u =
+          (uint64_t)((double)s->peak_bytes_in_use * 1000 / (double)s->peak_pool_bytes + 0.5);
+      snprintf(pct[0], sizeof pct[0], "%" PRIu64 ".%" PRIu64 "%%", f / 10, f % 10);
+      snprintf(pct[1], sizeof pct[1], "%" PRIu64 ".%" PRIu64 "%%", u / 10, u % 10);
+    } else {
+      strcpy(pct[0], "-");
+      strcpy(pct[1], "-");
+    }
+    snprintf(num[0], sizeof num[0], "%" PRIu64, s->num_allocs);
+    snprintf(num[1], sizeof num[1], "%" PRIu64, s->driver_alloc_calls);
+    snprintf(num[2], sizeof num[2], "%" PRIu64, s->driver_free_calls);
+    snprintf(num[3], sizeof num[3], "%" PRIu64, s->num_ooms);
+    const char *acts[8] = {labels[d], pct[0], sz(s->bytes_in_use - s->bytes_requested_in_use, b[6]),
+                           pct[1],    num[0], num[1],
+                           num[2],    num[3]};
+    line_at(text, 3 + NROWS + d, line, sizeof line);
+    tap_ok(cells_are(line, acts, 8), "text: activity line of device %s", labels[d]);
+    if (!cells_are(line, acts, 8)) {
+      tap_diag("  got '%s'", line);
+    }
+  }
+  tap_ok(strstr(text, "   1.0 MiB") != NULL && strstr(text, "   1.5 GiB") != NULL,
+         "text: human sizes (1.0 MiB in use on device 1, 1.5 GiB on device 2)");
+  tap_ok(strstr(text, "  frag = 1 - largest free / free pool bytes") != NULL &&
+             strstr(text, "cap none = no cap") != NULL,
+         "text: legend");
+
+  report_format_text(rows, 0, 0, text, sizeof text);
+  tap_ok(strcmp(text, "gpucap: memory report\n  no device memory was allocated\n") == 0,
+         "text: no rows, no pid");
+}
+
+/* ---- Buffers, errno, bounds ---- */
+
+typedef size_t (*format_fn)(const report_row_t *, int, long, char *, size_t);
+
+static void test_truncation(const char *what, format_fn fn) {
+  static char full[BIG], trial[BIG + 64];
+  size_t len = fn(rows, NROWS, PID, full, sizeof full);
+  int all_ok = 1;
+  for (size_t cap = 1; cap <= len + 2 && all_ok; cap++) {
+    memset(trial, '#', cap + 64);
+    size_t got = fn(rows, NROWS, PID, trial, cap);
+    size_t kept = len < cap ? len : cap - 1;
+    int ok = got == len && memcmp(trial, full, kept) == 0 && trial[kept] == '\0';
+    for (size_t k = cap; k < cap + 64; k++) {
+      ok &= trial[k] == '#';
+    }
+    if (!ok) {
+      tap_diag("%s: cap %zu: got %zu want %zu", what, cap, got, len);
+    }
+    all_ok &= ok;
+  }
+  tap_ok(all_ok,
+         "%s: every cap from 1 to full+2: full length returned, prefix kept, "
+         "NUL-terminated, nothing written past cap",
+         what);
+  trial[0] = '#';
+  TAP_EQ(fn(rows, NROWS, PID, trial, 0), len, "%s: cap 0 measures and writes nothing", what);
+  tap_ok(trial[0] == '#', "%s: cap 0 leaves the buffer alone", what);
+  TAP_EQ(fn(rows, NROWS, PID, NULL, 0), len, "%s: NULL buffer with cap 0", what);
+  size_t exact = fn(rows, NROWS, PID, trial, len + 1);
+  tap_ok(exact == len && strcmp(trial, full) == 0, "%s: exact-length buffer holds it all", what);
+  size_t one_short = fn(rows, NROWS, PID, trial, len);
+  tap_ok(one_short == len && strlen(trial) == len - 1, "%s: one byte short loses the last", what);
+}
+
+static void test_errno(void) {
+  char small[8];
+  errno = EDOM;
+  report_format_text(rows, NROWS, PID, small, sizeof small);
+  report_format_json(rows, NROWS, PID, small, sizeof small);
+  report_format_size(12345, small, sizeof small);
+  TAP_EQ(errno, EDOM, "errno untouched by every formatter");
+}
+
+static void test_bounds(void) {
+  enum { N = 64 };
+  static report_row_t worst[N];
+  for (int k = 0; k < N; k++) {
+    memset(&worst[k], 0xff, sizeof worst[k]);
+    worst[k].device = INT_MIN;
+    worst[k].context = INT_MIN;
+    worst[k].pooled = k % 2;
+    worst[k].cap = UINT64_MAX - 1;
+    worst[k].stats.fragmentation = 0.5;
+    worst[k].stats.peak_pool_bytes = 1; /* utilization at its largest */
+    worst[k].stats.bytes_requested_in_use = 0;
+  }
+  static char big[REPORT_JSON_MAX(N) + REPORT_TEXT_MAX(N)];
+  size_t t1 = report_format_text(worst, 1, LONG_MAX, NULL, 0);
+  size_t tn = report_format_text(worst, N, LONG_MAX, NULL, 0);
+  size_t j1 = report_format_json(worst, 1, LONG_MAX, NULL, 0);
+  size_t jn = report_format_json(worst, N, LONG_MAX, big, sizeof big);
+  tap_diag("worst case: text %zu / %zu, json %zu / %zu (1 / %d rows)", t1, tn, j1, jn, N);
+  tap_ok(t1 < REPORT_TEXT_MAX(1) && tn < REPORT_TEXT_MAX(N), "REPORT_TEXT_MAX bounds the worst");
+  tap_ok(j1 < REPORT_JSON_MAX(1) && jn < REPORT_JSON_MAX(N), "REPORT_JSON_MAX bounds the worst");
+  tap_ok(json_parse(big), "worst-case JSON is valid");
+}
+
+/* A locale with a decimal comma must not leak into the JSON. */
+static void test_locale(void) {
+  static const char *const names[] = {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8"};
+  const char *got = NULL;
+  for (size_t k = 0; k < sizeof names / sizeof names[0] && got == NULL; k++) {
+    got = setlocale(LC_NUMERIC, names[k]);
+  }
+  if (got == NULL) {
+    tap_skip("json under a decimal-comma locale", "no such locale installed");
+    return;
+  }
+  report_format_json(rows, NROWS, PID, json, sizeof json);
+  tap_ok(json_parse(json), "json under LC_NUMERIC=%s is still valid", got);
+  setlocale(LC_NUMERIC, "C");
+}
+
+int main(void) {
+  test_validator();
+  test_size();
+  build_rows();
+  test_json();
+  test_json_odd_values();
+  test_text();
+  test_truncation("text", report_format_text);
+  test_truncation("json", report_format_json);
+  test_errno();
+  test_bounds();
+  test_locale();
+  char line[256];
+  report_format_text(rows, NROWS, PID, text, sizeof text);
+  tap_diag("sample text report:");
+  for (int k = 0; line_at(text, k, line, sizeof line); k++) {
+    tap_diag("%s", line);
+  }
+  for (int k = 0; k < 3; k++) {
+    bfc_destroy(pools[k]);
+  }
+  return tap_done();
+}
