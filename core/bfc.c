@@ -21,12 +21,12 @@
 #endif
 
 enum {
-  SL_BITS = 5,      /* 32 classes per power of two */
+  SL_BITS = 5, /* 32 classes per power of two */
   SL_COUNT = 1 << SL_BITS,
-  NCLASS = 1664,    /* class_of(2^64 - 256) == 1663 */
+  NCLASS = 1664, /* class_of(2^64 - 256) == 1663 */
   NWORDS = NCLASS / 64,
   SLAB_CHUNKS = 256,
-  SPLIT_SHIFT = 7,  /* split iff remainder >= 256 and >= rounded / 128 */
+  SPLIT_SHIFT = 7, /* split iff remainder >= 256 and >= rounded / 128 */
   STATE_SPARE = 0x7f
 };
 
@@ -50,9 +50,9 @@ struct chunk {
       uint64_t ticket; /* order of its bfc_free_deferred call (1, 2, ...) */
     };
   };
-  uint32_t prio;      /* treap priority (max-heap), fixed when the record is created */
-  uint16_t mark;      /* scan epoch of retire_would_fit */
-  uint8_t state;      /* enum bfc_chunk_state, or STATE_SPARE */
+  uint32_t prio; /* treap priority (max-heap), fixed when the record is created */
+  uint16_t mark; /* scan epoch of retire_would_fit */
+  uint8_t state; /* enum bfc_chunk_state, or STATE_SPARE */
 };
 
 _Static_assert(sizeof(struct chunk) == 64, "a chunk record is one cache line");
@@ -875,7 +875,25 @@ int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *
 
 void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uint64_t *free_bytes,
                uint64_t *reserved) {
+  static const bfc_pool_t *const none = NULL;
   const bfc_pool_t *p = pool;
+  if (p == none) {
+    bfc_stats_t zero; /* reads as an empty pool */
+    memset(&zero, 0, sizeof(zero));
+    if (in_use != NULL) {
+      *in_use = 0;
+    }
+    if (deferred != NULL) {
+      *deferred = 0;
+    }
+    if (free_bytes != NULL) {
+      *free_bytes = 0;
+    }
+    if (reserved != NULL) {
+      *reserved = 0;
+    }
+    return;
+  }
   if (in_use != NULL) {
     *in_use = p->bytes_in_use;
   }
@@ -912,10 +930,10 @@ void bfc_stats(const bfc_pool_t *pool, bfc_stats_t *out) {
   out->peak_pool_bytes = p->peak_pool_bytes;
   out->largest_free_block_bytes = largest_free(p);
   out->free_bytes = p->pool_bytes - p->bytes_in_use - p->deferred_bytes;
-  out->fragmentation = out->free_bytes == 0
-                           ? 0.0
-                           : (double)(out->free_bytes - out->largest_free_block_bytes) /
-                                 (double)out->free_bytes;
+  out->fragmentation =
+      out->free_bytes == 0
+          ? 0.0
+          : (double)(out->free_bytes - out->largest_free_block_bytes) / (double)out->free_bytes;
   out->deferred_bytes = p->deferred_bytes;
   out->num_deferred = p->num_deferred;
   out->num_in_use = p->num_in_use;
@@ -937,8 +955,12 @@ int bfc_walk(const bfc_pool_t *pool, bfc_walk_fn fn, void *ctx) {
   }
   for (uint32_t i = 0; i < pool->nregions; i++) {
     for (const chunk_t *c = pool->regions[i]->first; c != NULL; c = c->next) {
-      bfc_chunk_info_t info = {c->addr,          c->size, c->requested, i, c->state,
-                               c == pool->regions[i]->first};
+      bfc_chunk_info_t info = {.addr = c->addr,
+                               .size = c->size,
+                               .requested = c->requested,
+                               .region = i,
+                               .state = c->state,
+                               .region_start = c == pool->regions[i]->first};
       int rc = fn(ctx, &info);
       if (rc != 0) {
         return rc;
@@ -962,8 +984,10 @@ int bfc_create(const bfc_options_t *opts, const bfc_prim_t *prim, bfc_pool_t **o
   p->prim = *prim;
   p->limit = opts->limit;
   p->growth = opts->allow_growth != 0;
-  uint64_t first = p->growth && opts->limit > BFC_INITIAL_REGION ? BFC_INITIAL_REGION
-                                                                  : opts->limit;
+  uint64_t first = opts->limit;
+  if (p->growth && first > BFC_INITIAL_REGION) {
+    first = BFC_INITIAL_REGION;
+  }
   p->next_region = bfc_round(first);
   if (p->next_region == 0) {
     p->next_region = first & ~(uint64_t)(BFC_MIN_ALLOC - 1);

@@ -38,30 +38,30 @@ typedef struct bfc_options {
 
 /* Counters; field names follow TensorFlow's AllocatorStats where one exists. */
 typedef struct bfc_stats {
-  uint64_t num_allocs;               /* successful bfc_alloc calls since creation */
-  uint64_t bytes_in_use;             /* sum of chunk sizes of in-use blocks */
-  uint64_t peak_bytes_in_use;        /* maximum of bytes_in_use */
-  uint64_t bytes_requested_in_use;   /* sum of the sizes asked for by in-use blocks */
+  uint64_t num_allocs;             /* successful bfc_alloc calls since creation */
+  uint64_t bytes_in_use;           /* sum of chunk sizes of in-use blocks */
+  uint64_t peak_bytes_in_use;      /* maximum of bytes_in_use */
+  uint64_t bytes_requested_in_use; /* sum of the sizes asked for by in-use blocks */
   uint64_t peak_bytes_requested_in_use;
-  uint64_t largest_alloc_size;       /* largest chunk handed out (TensorFlow: chunk size) */
-  uint64_t bytes_limit;              /* options.limit */
-  uint64_t pool_bytes;               /* bytes reserved from the primitive and not released */
+  uint64_t largest_alloc_size; /* largest chunk handed out (TensorFlow: chunk size) */
+  uint64_t bytes_limit;        /* options.limit */
+  uint64_t pool_bytes;         /* bytes reserved from the primitive and not released */
   uint64_t peak_pool_bytes;
   uint64_t largest_free_block_bytes; /* largest free (reusable) chunk */
   uint64_t free_bytes;               /* pool_bytes - bytes_in_use - deferred_bytes */
   double fragmentation;              /* (free - largest free) / free; 0 when free == 0 */
   uint64_t deferred_bytes;           /* chunk bytes freed with bfc_free_deferred, not retired */
-  uint64_t num_deferred;             /* chunks awaiting bfc_retire */
+  uint64_t num_deferred;             /* chunks awaiting bfc_retire(_upto) */
   uint64_t num_in_use;               /* in-use blocks */
   uint64_t num_free_chunks;          /* free chunks (each is a maximal free run) */
   uint64_t num_regions;              /* regions currently reserved */
-  uint64_t driver_alloc_calls;       /* reserve calls that succeeded (= regions ever added) */
+  uint64_t driver_alloc_calls;       /* reserve calls whose range became a region */
   uint64_t driver_alloc_failures;    /* reserve calls that failed (each backoff step counts) */
   uint64_t driver_free_calls;        /* release calls that succeeded */
   uint64_t driver_free_failures;     /* release calls that failed */
   uint64_t num_ooms;                 /* bfc_alloc calls that returned -ENOMEM */
   uint64_t num_eagain;               /* bfc_alloc calls that returned -EAGAIN */
-  uint64_t num_retired;              /* chunks made reusable by bfc_retire */
+  uint64_t num_retired;              /* chunks made reusable by bfc_retire(_upto) */
   uint64_t host_metadata_bytes;      /* host bytes held by the pool (struct, chunks, map) */
 } bfc_stats_t;
 
@@ -83,11 +83,11 @@ typedef int (*bfc_walk_fn)(void *ctx, const bfc_chunk_info_t *chunk);
 /* Creates an empty pool: no device memory is reserved until the first bfc_alloc.
  * The pool keeps a copy of *prim and *opts. Fails with -EINVAL iff an argument is NULL, a
  * primitive function is NULL or opts->limit == 0; with -ENOMEM iff host memory runs out.
- * O(1). */
+ * O(1). Touches no shared state: pools may be created from any thread. */
 int bfc_create(const bfc_options_t *opts, const bfc_prim_t *prim, bfc_pool_t **out);
 
 /* Releases every region through the primitive (live blocks included: they become invalid) and
- * frees all host memory. NULL is a no-op. O(regions + chunks). */
+ * frees all host memory. NULL is a no-op. O(regions + chunks). Not thread-safe: the caller locks. */
 void bfc_destroy(bfc_pool_t *pool);
 
 /* Allocates a block of at least `bytes` (rounded up to 256) and stores its address in *addr.
@@ -116,7 +116,7 @@ void bfc_destroy(bfc_pool_t *pool);
  * a primitive error other than -ENOMEM, passed through. On failure the pool is unchanged
  * except for regions released by step 5 and the counters. Step 1 is O(log n) for n free
  * chunks plus the amortised growth of the pointer map; steps 2 and 4 are O(deferred chunks +
- * their neighbours); steps 3 and 5 add primitive calls and O(regions). */
+ * their neighbours); steps 3 and 5 add primitive calls and O(regions). Not thread-safe: the caller locks. */
 int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr);
 
 /* Frees the in-use block starting at addr for immediate reuse, coalescing it with free
@@ -124,56 +124,56 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr);
  * the pool (not ours: the caller may pass it on); -EINVAL iff addr lies strictly inside an
  * in-use block (interior pointer); -EALREADY iff addr lies in a free or deferred chunk (a
  * double free or a stale pointer). A failed call changes nothing. O(log n) expected for a block
- * base; the error cases cost O(log regions + chunks in that region). */
+ * base; the error cases cost O(log regions + chunks in that region). Not thread-safe: the caller locks. */
 int bfc_free(bfc_pool_t *pool, uint64_t addr);
 
 /* Like bfc_free, but the block only leaves the in-use set: it is neither reusable nor
  * coalesced until bfc_retire (a real cuMemFree waits for device work still using the block).
- * Same error codes as bfc_free. O(1) expected. */
+ * Same error codes as bfc_free. O(1) expected. Not thread-safe: the caller locks. */
 int bfc_free_deferred(bfc_pool_t *pool, uint64_t addr);
 
 /* Returns the mark of the deferred frees made so far: a caller that takes the mark, drops its
  * lock, synchronises the device and relocks can retire exactly the chunks that the
  * synchronisation covers with bfc_retire_upto(pool, mark), even if other threads deferred
- * more frees meanwhile. Marks only grow. O(1). */
+ * more frees meanwhile. Marks only grow. O(1). Not thread-safe: the caller locks. */
 uint64_t bfc_defer_mark(const bfc_pool_t *pool);
 
 /* The device work issued before the mark was taken is done: makes the chunks deferred up to
  * that mark free, coalescing them; later ones stay deferred. Returns the number retired.
- * Never fails. O(k log n) for k chunks retired. */
+ * Never fails. O(k log n) for k chunks retired. Not thread-safe: the caller locks. */
 uint64_t bfc_retire_upto(bfc_pool_t *pool, uint64_t mark);
 
 /* bfc_retire_upto(pool, UINT64_MAX): the caller has synchronised the device with the pool
- * locked throughout, so every deferred chunk becomes free. */
+ * locked throughout, so every deferred chunk becomes free. Not thread-safe: the caller locks. */
 uint64_t bfc_retire(bfc_pool_t *pool);
 
 /* Releases every fully free region to the primitive and stores the bytes released in
  * *released (may be NULL). Returns 0, or the first release error (the other regions are still
- * tried; a region whose release failed stays in the pool). O(regions). */
+ * tried; a region whose release failed stays in the pool). O(regions). Not thread-safe: the caller locks. */
 int bfc_trim(bfc_pool_t *pool, uint64_t *released);
 
 /* Returns 1 iff addr lies inside one of the pool's regions (any state), else 0.
- * O(log regions). */
+ * O(log regions). Not thread-safe: the caller locks. */
 int bfc_owns(const bfc_pool_t *pool, uint64_t addr);
 
 /* Finds the in-use block containing addr: stores its base, its chunk size (the block spans
  * [base, base + size)) and the size asked for (any out pointer may be NULL). Fails with
  * -ENOENT iff no in-use block contains addr. O(1) expected when addr is a block base;
- * O(log regions + chunks in that region) for interior addresses. */
+ * O(log regions + chunks in that region) for interior addresses. Not thread-safe: the caller locks. */
 int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
                uint64_t *requested);
 
 /* O(1) snapshot of the byte counters a caller's retire or cuMemGetInfo logic needs: chunk
  * bytes in use, deferred, free (pool - in use - deferred) and reserved (pool_bytes). Any out
- * pointer may be NULL. */
+ * pointer may be NULL; a NULL pool reads as empty. Not thread-safe: the caller locks. */
 void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uint64_t *free_bytes,
                uint64_t *reserved);
 
-/* Fills *out with the current counters. O(log n). */
+/* Fills *out with the current counters (zeros for a NULL pool). O(log n). Not thread-safe: the caller locks. */
 void bfc_stats(const bfc_pool_t *pool, bfc_stats_t *out);
 
 /* Calls fn for every chunk in address order (regions in address order). Returns the first
- * nonzero value fn returned, or 0. The pool must not be modified from fn. O(chunks). */
+ * nonzero value fn returned, or 0. The pool must not be modified from fn. O(chunks). Not thread-safe: the caller locks. */
 int bfc_walk(const bfc_pool_t *pool, bfc_walk_fn fn, void *ctx);
 
 /* Verifies every invariant: chunks tile each region exactly, address links are consistent, no
@@ -182,7 +182,7 @@ int bfc_walk(const bfc_pool_t *pool, bfc_walk_fn fn, void *ctx);
  * holds exactly the deferred chunks, regions are sorted and disjoint, pool_bytes <= limit and
  * every counter equals a recount. Returns the number of violations (0 = healthy).
  * O(chunks + map capacity). Builds with GPUCAP_DEBUG=1 assert it is 0 after every mutating
- * call. */
+ * call. Not thread-safe: the caller locks. */
 int bfc_check(const bfc_pool_t *pool);
 
 /* Writes a memory-state report into buf (NUL-terminated, truncated to cap) and returns the
@@ -191,15 +191,16 @@ int bfc_check(const bfc_pool_t *pool);
  * use, pool, largest free block, fragmentation, a per-bin summary over TensorFlow's 21 bins,
  * the Stats block and a 100-cell occupancy map: `_` free, `*` requested bytes in use, `x`
  * internal waste, `d` deferred, `|` between regions). Allocates nothing, does no I/O.
- * O(chunks). */
+ * O(chunks). Not thread-safe: the caller locks. */
 size_t bfc_format_report(const bfc_pool_t *pool, uint64_t request, char *buf, size_t cap);
 
 /* TensorFlow's MinSystemMemory: bytes to leave for the system when no cap is given.
  * free_bytes < 2 GiB -> 225 MiB; otherwise by compute capability major: <= 6 -> 500 MiB,
- * 7 -> 1050 MiB, 8 -> 1536 MiB, >= 9 -> 1800 MiB. O(1), pure. */
+ * 7 -> 1050 MiB, 8 -> 1536 MiB, >= 9 -> 1800 MiB. O(1), pure, thread-safe. */
 uint64_t bfc_min_system_memory(uint64_t free_bytes, int cc_major);
 
-/* Rounds bytes up to a multiple of BFC_MIN_ALLOC; 0 when that overflows. O(1), pure. */
+/* Rounds bytes up to a multiple of BFC_MIN_ALLOC; 0 when that overflows. O(1), pure,
+ * thread-safe. */
 uint64_t bfc_round(uint64_t bytes);
 
 #endif

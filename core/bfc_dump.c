@@ -92,12 +92,12 @@ typedef struct bin_sum {
 
 typedef struct scan {
   bin_sum_t bins[TF_BINS];
-  uint64_t total;             /* pool bytes: the occupancy map's width */
-  uint64_t off;               /* offset of the walk in the concatenated regions */
-  unsigned cell;              /* current cell */
-  uint64_t cell_end;          /* offset where the current cell ends */
-  uint64_t acc[4];            /* bytes of the current cell by kind: _ * x d */
-  int pending_bar;            /* a region starts inside the current cell */
+  uint64_t total;    /* pool bytes: the occupancy map's width */
+  uint64_t off;      /* offset of the walk in the concatenated regions */
+  unsigned cell;     /* current cell */
+  uint64_t cell_end; /* offset where the current cell ends */
+  uint64_t acc[4];   /* bytes of the current cell by kind: _ * x d */
+  int pending_bar;   /* a region starts inside the current cell */
   char map[2 * CELLS + 4];
   unsigned maplen;
 } scan_t;

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -23,7 +24,7 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int fd = -1;
-static int state; /* 0: not opened yet, 1: open, -1: off or failed */
+static atomic_int state; /* 0: not opened yet, 1: open, -1: off or failed; written locked */
 static char buf[TRACE_BUF];
 static size_t used;
 
@@ -60,7 +61,7 @@ static void open_trace(void) {
 }
 
 void trace_event(enum trace_action action, uint64_t ptr, uint64_t size) {
-  if (state < 0) {
+  if (atomic_load_explicit(&state, memory_order_relaxed) < 0) {
     return;
   }
   int saved = errno;

@@ -604,15 +604,15 @@ int main(int argc, char **argv) {
          ",\"ns_per_pair_warm_locked\":%.1f,\"baseline_ns_per_pair\":%.1f"
          ",\"ratio_vs_baseline\":%.2f",
          w, wmin, c, c / w, l, b, w / b);
+  double over = (double)st.peak_pool_bytes / (double)t.peak_live;
   printf(",\"peak_pool_bytes\":%" PRIu64 ",\"pool_over_live\":%.3f,\"peak_bytes_in_use\":%" PRIu64
          ",\"driver_alloc_calls\":%" PRIu64 ",\"driver_free_calls\":%" PRIu64
          ",\"host_metadata_bytes\":%" PRIu64 ",\"failed_allocs\":%" PRIu64
          ",\"completed\":%s,\"retires\":%" PRIu64 ",\"skipped_failures\":%" PRIu64
          ",\"unmatched_frees\":%" PRIu64 ",\"leaked_at_end\":%" PRIu64,
-         st.peak_pool_bytes, (double)st.peak_pool_bytes / (double)t.peak_live,
-         st.peak_bytes_in_use, st.driver_alloc_calls, st.driver_free_calls,
-         st.host_metadata_bytes, failed, failed == 0 ? "true" : "false", retires / o.runs,
-         t.failures_skipped, t.unmatched_frees, t.leaked);
+         st.peak_pool_bytes, over, st.peak_bytes_in_use, st.driver_alloc_calls,
+         st.driver_free_calls, st.host_metadata_bytes, failed, failed == 0 ? "true" : "false",
+         retires / o.runs, t.failures_skipped, t.unmatched_frees, t.leaked);
   if (o.threads > 1) {
     /* Each run times one thread (warm, no lock) right before the threads, so the ratio is not
      * skewed by the machine's speed drifting between the two measurements. */

@@ -59,8 +59,9 @@ static uint64_t logu(gen_t *g, uint64_t lo, uint64_t hi) {
 static void row(gen_t *g, const char *action, uint64_t ptr, uint64_t size) {
   g->t_us += 1 + rnd(g) % 40;
   uint64_t s = g->t_us / 1000000, us = g->t_us % 1000000;
-  fprintf(g->out, "140230991394624,%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%06" PRIu64
-                  ",%s,0x%" PRIx64 ",%" PRIu64 ",0\n",
+  fprintf(g->out,
+          "140230991394624,%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%06" PRIu64 ",%s,0x%" PRIx64
+          ",%" PRIu64 ",0\n",
           (s / 3600) % 24, (s / 60) % 60, s % 60, us, action, ptr, size);
 }
 
@@ -111,7 +112,7 @@ static void gen_transformer(gen_t *g) {
   psize[np++] = H;
   for (int l = 0; l < L; l++) {
     uint64_t shapes[12] = {3 * H * H, 3 * H, H * H, H, (uint64_t)FF * H, FF, (uint64_t)H * FF, H,
-                           H, H, H, H};
+                           H,         H,     H,     H};
     for (int k = 0; k < 12; k++) {
       psize[np++] = shapes[k];
     }
@@ -131,25 +132,25 @@ static void gen_transformer(gen_t *g) {
     buf_t x = alloc(g, T * H * 2);
     for (int l = 0; l < L; l++) {
       buf_t *s = saved[l];
-      s[0] = alloc(g, T * H * 2);                /* ln1 out */
-      s[1] = alloc(g, T * 8);                    /* ln1 mean/rstd */
-      s[2] = alloc(g, T * 3 * H * 2);            /* qkv */
+      s[0] = alloc(g, T * H * 2);     /* ln1 out */
+      s[1] = alloc(g, T * 8);         /* ln1 mean/rstd */
+      s[2] = alloc(g, T * 3 * H * 2); /* qkv */
       buf_t scores = alloc(g, (uint64_t)B * HEADS * S * S * 2);
       s[3] = alloc(g, (uint64_t)B * HEADS * S * S * 2); /* softmax probs */
       release(g, &scores);
-      s[4] = alloc(g, T * H * 2);                /* context */
-      buf_t ws = alloc(g, 4 * MiB);              /* cuBLAS workspace */
+      s[4] = alloc(g, T * H * 2);   /* context */
+      buf_t ws = alloc(g, 4 * MiB); /* cuBLAS workspace */
       buf_t proj = alloc(g, T * H * 2);
       release(g, &ws);
-      s[5] = alloc(g, T * H);                    /* dropout mask */
-      s[6] = alloc(g, T * H * 2);                /* residual */
+      s[5] = alloc(g, T * H);     /* dropout mask */
+      s[6] = alloc(g, T * H * 2); /* residual */
       release(g, &proj);
-      s[7] = alloc(g, T * H * 2);                /* ln2 out */
-      s[8] = alloc(g, T * FF * 2);               /* ff1 */
-      s[9] = alloc(g, T * FF * 2);               /* gelu */
+      s[7] = alloc(g, T * H * 2);  /* ln2 out */
+      s[8] = alloc(g, T * FF * 2); /* ff1 */
+      s[9] = alloc(g, T * FF * 2); /* gelu */
       buf_t ff2 = alloc(g, T * H * 2);
-      s[10] = alloc(g, T * H);                   /* dropout mask */
-      s[11] = alloc(g, T * H * 2);               /* residual */
+      s[10] = alloc(g, T * H);     /* dropout mask */
+      s[11] = alloc(g, T * H * 2); /* residual */
       release(g, &ff2);
     }
     buf_t logits = alloc(g, T * V * 2);
@@ -258,7 +259,7 @@ static void gen_cnn(gen_t *g) {
         for (int j = 0; j < 3; j++) {
           uint64_t wsize = workspace[(k * 3 + j + (int)N) % 4];
           buf_t ws = wsize ? alloc(g, wsize) : (buf_t){0, 0};
-          saved[k][2 * j] = alloc(g, j == 2 ? 4 * a : a);     /* conv out */
+          saved[k][2 * j] = alloc(g, j == 2 ? 4 * a : a); /* conv out */
           release(g, &ws);
           saved[k][2 * j + 1] = alloc(g, j == 2 ? 4 * a : a); /* bn out */
         }
@@ -321,8 +322,8 @@ static void gen_llm(gen_t *g) {
   int nw = 0;
   weights[nw++] = alloc(g, (uint64_t)V * H * 2);
   for (int l = 0; l < L; l++) {
-    uint64_t shapes[7] = {H * H, H * H / 8, H * H / 8, H * H, (uint64_t)H * FF, (uint64_t)H * FF,
-                          (uint64_t)FF * H};
+    uint64_t shapes[7] = {
+        H * H, H * H / 8, H * H / 8, H * H, (uint64_t)H * FF, (uint64_t)H * FF, (uint64_t)FF * H};
     for (int k = 0; k < 7; k++) {
       weights[nw++] = alloc(g, shapes[k] * 2);
     }

@@ -76,15 +76,16 @@ static void test_oom_report(void) {
          "report: OOM headline first, with request and rounded size");
   tap_ok(strstr(buf, "limit:          64.00MiB (67108864 bytes)") != NULL, "report: limit");
   tap_ok(strstr(buf, "pool:           6.00MiB in 2 regions") != NULL, "report: pool");
-  tap_ok(strstr(buf, "in use:         3.00MiB in 2 blocks (requested 3.00MiB, internal waste 24B)")
-             != NULL,
-         "report: in use, requested, waste");
+  tap_ok(
+      strstr(buf, "in use:         3.00MiB in 2 blocks (requested 3.00MiB, internal waste 24B)") !=
+          NULL,
+      "report: in use, requested, waste");
   tap_ok(strstr(buf, "largest free:   2.00MiB") != NULL, "report: largest free block");
   tap_ok(strstr(buf, "fragmentation:  33.34% (1 - largest free / free)") != NULL,
          "report: fragmentation");
   TAP_EQ(count_lines(buf, "Bin ("), 21, "report: 21 bins");
-  tap_ok(strstr(buf, "Bin (256): \tTotal Chunks: 0, Chunks in use: 0. 0B allocated for chunks.")
-             != NULL,
+  tap_ok(strstr(buf, "Bin (256): \tTotal Chunks: 0, Chunks in use: 0. 0B allocated for chunks.") !=
+             NULL,
          "report: empty bin line");
   const char *bin2 = "Bin (1024): \tTotal Chunks: 1, Chunks in use: 1. 1.0KiB allocated for "
                      "chunks. 1.0KiB in use in bin. 1000B client-requested in use in bin.";

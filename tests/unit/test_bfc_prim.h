@@ -18,11 +18,11 @@
 enum { FAKE_MAX_LIVE = 4096, FAKE_MAX_TRIED = 512 };
 
 typedef struct fake_prim {
-  uint64_t next;         /* next base handed out */
-  uint64_t gap;          /* bytes skipped after each region */
-  uint64_t refuse_above; /* reserve of more than this fails with -ENOMEM; 0 = never */
-  int fail_once;         /* nonzero: the next reserve returns this code */
-  uint64_t misalign_once; /* nonzero: the next base is offset by this much */
+  uint64_t next;            /* next base handed out */
+  uint64_t gap;             /* bytes skipped after each region */
+  uint64_t refuse_above;    /* reserve of more than this fails with -ENOMEM; 0 = never */
+  int fail_once;            /* nonzero: the next reserve returns this code */
+  uint64_t misalign_once;   /* nonzero: the next base is offset by this much */
   uint32_t refuse_permille; /* random refusals per 1000 reserve calls */
   uint64_t rng;
   uint64_t reserve_calls, reserve_ok, release_calls, bad_releases;

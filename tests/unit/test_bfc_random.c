@@ -147,8 +147,8 @@ static void retire_prefix(bfc_pool_t *p, int upto) {
   if (bfc_defer_mark(p) != m.seq) {
     fail("defer mark", (long long)bfc_defer_mark(p), (long long)m.seq);
   }
-  uint64_t n = upto == m.ndef ? bfc_retire(p)
-                              : bfc_retire_upto(p, upto == 0 ? 0 : m.def[upto - 1].ticket);
+  uint64_t n =
+      upto == m.ndef ? bfc_retire(p) : bfc_retire_upto(p, upto == 0 ? 0 : m.def[upto - 1].ticket);
   if (n != (uint64_t)upto) {
     fail("retire count", (long long)n, upto);
   }
@@ -262,8 +262,7 @@ static void do_bad(bfc_pool_t *p) {
         fail("interior free not -EINVAL", (long long)off, 0);
       }
       uint64_t base = 0;
-      if (bfc_lookup(p, b.addr + off, &base, NULL, NULL) != 0 ||
-          base != b.addr) {
+      if (bfc_lookup(p, b.addr + off, &base, NULL, NULL) != 0 || base != b.addr) {
         fail("interior lookup", (long long)base, (long long)b.addr);
       }
     }
