@@ -875,36 +875,23 @@ int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *
 
 void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uint64_t *free_bytes,
                uint64_t *reserved) {
-  static const bfc_pool_t *const none = NULL;
-  const bfc_pool_t *p = pool;
-  if (p == none) {
-    bfc_stats_t zero; /* reads as an empty pool */
-    memset(&zero, 0, sizeof(zero));
-    if (in_use != NULL) {
-      *in_use = 0;
-    }
-    if (deferred != NULL) {
-      *deferred = 0;
-    }
-    if (free_bytes != NULL) {
-      *free_bytes = 0;
-    }
-    if (reserved != NULL) {
-      *reserved = 0;
-    }
-    return;
+  uint64_t use = 0, def = 0, res = 0;
+  if (pool != NULL) {
+    use = pool->bytes_in_use;
+    def = pool->deferred_bytes;
+    res = pool->pool_bytes;
   }
   if (in_use != NULL) {
-    *in_use = p->bytes_in_use;
+    *in_use = use;
   }
   if (deferred != NULL) {
-    *deferred = p->deferred_bytes;
+    *deferred = def;
   }
   if (free_bytes != NULL) {
-    *free_bytes = p->pool_bytes - p->bytes_in_use - p->deferred_bytes;
+    *free_bytes = res - use - def;
   }
   if (reserved != NULL) {
-    *reserved = p->pool_bytes;
+    *reserved = res;
   }
 }
 

@@ -87,7 +87,8 @@ typedef int (*bfc_walk_fn)(void *ctx, const bfc_chunk_info_t *chunk);
 int bfc_create(const bfc_options_t *opts, const bfc_prim_t *prim, bfc_pool_t **out);
 
 /* Releases every region through the primitive (live blocks included: they become invalid) and
- * frees all host memory. NULL is a no-op. O(regions + chunks). Not thread-safe: the caller locks. */
+ * frees all host memory. NULL is a no-op. O(regions + chunks). Not thread-safe: the caller locks.
+ */
 void bfc_destroy(bfc_pool_t *pool);
 
 /* Allocates a block of at least `bytes` (rounded up to 256) and stores its address in *addr.
@@ -116,7 +117,8 @@ void bfc_destroy(bfc_pool_t *pool);
  * a primitive error other than -ENOMEM, passed through. On failure the pool is unchanged
  * except for regions released by step 5 and the counters. Step 1 is O(log n) for n free
  * chunks plus the amortised growth of the pointer map; steps 2 and 4 are O(deferred chunks +
- * their neighbours); steps 3 and 5 add primitive calls and O(regions). Not thread-safe: the caller locks. */
+ * their neighbours); steps 3 and 5 add primitive calls and O(regions). Not thread-safe: the caller
+ * locks. */
 int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr);
 
 /* Frees the in-use block starting at addr for immediate reuse, coalescing it with free
@@ -124,7 +126,8 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr);
  * the pool (not ours: the caller may pass it on); -EINVAL iff addr lies strictly inside an
  * in-use block (interior pointer); -EALREADY iff addr lies in a free or deferred chunk (a
  * double free or a stale pointer). A failed call changes nothing. O(log n) expected for a block
- * base; the error cases cost O(log regions + chunks in that region). Not thread-safe: the caller locks. */
+ * base; the error cases cost O(log regions + chunks in that region). Not thread-safe: the caller
+ * locks. */
 int bfc_free(bfc_pool_t *pool, uint64_t addr);
 
 /* Like bfc_free, but the block only leaves the in-use set: it is neither reusable nor
@@ -149,7 +152,8 @@ uint64_t bfc_retire(bfc_pool_t *pool);
 
 /* Releases every fully free region to the primitive and stores the bytes released in
  * *released (may be NULL). Returns 0, or the first release error (the other regions are still
- * tried; a region whose release failed stays in the pool). O(regions). Not thread-safe: the caller locks. */
+ * tried; a region whose release failed stays in the pool). O(regions). Not thread-safe: the caller
+ * locks. */
 int bfc_trim(bfc_pool_t *pool, uint64_t *released);
 
 /* Returns 1 iff addr lies inside one of the pool's regions (any state), else 0.
@@ -159,7 +163,8 @@ int bfc_owns(const bfc_pool_t *pool, uint64_t addr);
 /* Finds the in-use block containing addr: stores its base, its chunk size (the block spans
  * [base, base + size)) and the size asked for (any out pointer may be NULL). Fails with
  * -ENOENT iff no in-use block contains addr. O(1) expected when addr is a block base;
- * O(log regions + chunks in that region) for interior addresses. Not thread-safe: the caller locks. */
+ * O(log regions + chunks in that region) for interior addresses. Not thread-safe: the caller
+ * locks. */
 int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
                uint64_t *requested);
 
@@ -169,11 +174,13 @@ int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *
 void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uint64_t *free_bytes,
                uint64_t *reserved);
 
-/* Fills *out with the current counters (zeros for a NULL pool). O(log n). Not thread-safe: the caller locks. */
+/* Fills *out with the current counters (zeros for a NULL pool). O(log n). Not thread-safe: the
+ * caller locks. */
 void bfc_stats(const bfc_pool_t *pool, bfc_stats_t *out);
 
 /* Calls fn for every chunk in address order (regions in address order). Returns the first
- * nonzero value fn returned, or 0. The pool must not be modified from fn. O(chunks). Not thread-safe: the caller locks. */
+ * nonzero value fn returned, or 0. The pool must not be modified from fn. O(chunks). Not
+ * thread-safe: the caller locks. */
 int bfc_walk(const bfc_pool_t *pool, bfc_walk_fn fn, void *ctx);
 
 /* Verifies every invariant: chunks tile each region exactly, address links are consistent, no

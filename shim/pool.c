@@ -179,13 +179,22 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
   int err;
   pthread_mutex_lock(&p->lock);
   for (int tries = 0;; tries++) {
-    p->last_driver_rc = CUDA_SUCCESS;
-    err = bfc_alloc(p->pool, bytes, &addr);
-    if (err != -EAGAIN || tries == 16) {
-      break;
+    uint64_t in_use, deferred, free_b, reserved;
+    bfc_usage(p->pool, &in_use, &deferred, &free_b, &reserved);
+    /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
+     * request fails lets placement drift around the deferred holes and needs a looser cap
+     * (docs/benchmarks.md measures both policies). */
+    bool due = tries == 0 && deferred > 0 && deferred >= free_b / 4;
+    if (!due) {
+      p->last_driver_rc = CUDA_SUCCESS;
+      err = bfc_alloc(p->pool, bytes, &addr);
+      if (err != -EAGAIN || tries >= 16) {
+        break;
+      }
     }
-    /* Blocks freed since the last synchronize would serve this request: wait for the work
-     * issued before their frees, without holding the pool, then make them all reusable. */
+    /* Wait for the device work issued before the deferred frees, without holding the pool,
+     * then make reusable exactly the blocks this synchronize covered. */
+    uint64_t mark = bfc_defer_mark(p->pool);
     pthread_mutex_unlock(&p->lock);
     CUresult sync = real.cuCtxSynchronize();
     pthread_mutex_lock(&p->lock);
@@ -193,7 +202,7 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
       pthread_mutex_unlock(&p->lock);
       return sync;
     }
-    bfc_retire(p->pool);
+    bfc_retire_upto(p->pool, mark);
   }
   static _Thread_local char oom_text[8192];
   bfc_stats_t oom_stats;
