@@ -1,125 +1,69 @@
-/* addrmap: linear probing keyed by a multiplicative hash of the address, backward-shift
- * deletion. Invariant: every key sits in the probe run that starts at its home slot, with no
- * empty slot between home and position.
+/* addrmap: table allocation and growth for the address -> pointer map (see addrmap.h).
+ *
+ * Only init, reserve and fini allocate; the probe functions are inline in the header so the
+ * pool's hot path has no call. The capacity is a power of two, at least 16, and at most half
+ * full after every reserve. Not thread-safe: the caller locks.
  */
 #include "core/addrmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-struct addrmap_slot {
-  uint64_t key;
-  uint64_t value;
-};
-
-static size_t home(uint64_t key, size_t mask) {
-  /* Device addresses are 256-aligned or more: fold the high bits down before masking. */
-  uint64_t h = key * 0x9E3779B97F4A7C15ull;
-  return (size_t)(h >> 17) & mask;
-}
-
-static int grow(addrmap_t *map) {
-  size_t cap = map->capacity ? map->capacity * 2 : 64;
-  struct addrmap_slot *slots = calloc(cap, sizeof *slots);
-  if (!slots) {
+static int map_alloc(addrmap_t *map, unsigned bits) {
+  uint64_t cap = (uint64_t)1 << bits;
+  addrmap_slot_t *slots = malloc(cap * sizeof(*slots));
+  if (slots == NULL) {
     return -ENOMEM;
   }
-  for (size_t i = 0; i < map->capacity; i++) {
-    struct addrmap_slot s = map->slots[i];
-    if (s.key) {
-      size_t j = home(s.key, cap - 1);
-      while (slots[j].key) {
-        j = (j + 1) & (cap - 1);
-      }
-      slots[j] = s;
+  for (uint64_t i = 0; i < cap; i++) {
+    slots[i].key = ADDRMAP_EMPTY;
+    slots[i].val = NULL;
+  }
+  map->slots = slots;
+  map->mask = cap - 1;
+  map->shift = 64 - bits;
+  map->count = 0;
+  return 0;
+}
+
+static unsigned bits_for(uint64_t entries) {
+  unsigned bits = 4;
+  while (bits < 62 && ((uint64_t)1 << bits) < 2 * entries) {
+    bits++;
+  }
+  return bits;
+}
+
+int addrmap_init(addrmap_t *map, uint64_t min_entries) {
+  return map_alloc(map, bits_for(min_entries));
+}
+
+void addrmap_fini(addrmap_t *map) {
+  free(map->slots);
+  map->slots = NULL;
+  map->mask = 0;
+  map->count = 0;
+}
+
+int addrmap_reserve(addrmap_t *map, uint64_t extra) {
+  uint64_t want = map->count + extra;
+  if (2 * want <= map->mask + 1) {
+    return 0;
+  }
+  addrmap_t bigger;
+  if (map_alloc(&bigger, bits_for(want)) != 0) {
+    return -ENOMEM;
+  }
+  for (uint64_t i = 0; i <= map->mask; i++) {
+    if (map->slots[i].key != ADDRMAP_EMPTY) {
+      addrmap_put(&bigger, map->slots[i].key, map->slots[i].val);
     }
   }
   free(map->slots);
-  map->slots = slots;
-  map->capacity = cap;
-  return 0;
-}
-
-static struct addrmap_slot *find(const addrmap_t *map, uint64_t key) {
-  if (!map->capacity || !key) {
-    return NULL;
-  }
-  size_t mask = map->capacity - 1;
-  for (size_t i = home(key, mask);; i = (i + 1) & mask) {
-    if (map->slots[i].key == key) {
-      return &map->slots[i];
-    }
-    if (!map->slots[i].key) {
-      return NULL;
-    }
-  }
-}
-
-int addrmap_put(addrmap_t *map, uint64_t key, uint64_t value) {
-  if (!key) {
-    return -EINVAL;
-  }
-  struct addrmap_slot *s = find(map, key);
-  if (s) {
-    s->value = value;
-    return 0;
-  }
-  if ((map->count + 1) * 2 > map->capacity) {
-    int rc = grow(map);
-    if (rc) {
-      return rc;
-    }
-  }
-  size_t mask = map->capacity - 1;
-  size_t i = home(key, mask);
-  while (map->slots[i].key) {
-    i = (i + 1) & mask;
-  }
-  map->slots[i].key = key;
-  map->slots[i].value = value;
-  map->count++;
-  return 0;
-}
-
-int addrmap_get(const addrmap_t *map, uint64_t key, uint64_t *value) {
-  const struct addrmap_slot *s = find(map, key);
-  if (!s) {
-    return -ENOENT;
-  }
-  *value = s->value;
-  return 0;
-}
-
-int addrmap_del(addrmap_t *map, uint64_t key, uint64_t *value) {
-  struct addrmap_slot *s = find(map, key);
-  if (!s) {
-    return -ENOENT;
-  }
-  if (value) {
-    *value = s->value;
-  }
-  size_t mask = map->capacity - 1;
-  size_t hole = (size_t)(s - map->slots);
-  /* Shift later members of the run back so no lookup ever meets a false empty slot. */
-  for (size_t i = (hole + 1) & mask; map->slots[i].key; i = (i + 1) & mask) {
-    size_t h = home(map->slots[i].key, mask);
-    if (((i - h) & mask) >= ((i - hole) & mask)) {
-      map->slots[hole] = map->slots[i];
-      hole = i;
-    }
-  }
-  map->slots[hole].key = 0;
-  map->count--;
+  *map = bigger;
   return 0;
 }
 
 size_t addrmap_bytes(const addrmap_t *map) {
-  return map->capacity * sizeof(struct addrmap_slot);
-}
-
-void addrmap_clear(addrmap_t *map) {
-  free(map->slots);
-  map->slots = NULL;
-  map->capacity = 0;
-  map->count = 0;
+  return map->slots == NULL ? 0 : (size_t)(map->mask + 1) * sizeof(addrmap_slot_t);
 }

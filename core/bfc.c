@@ -7,7 +7,7 @@
  * deferred list. Not thread-safe: the caller serialises all calls on one pool.
  */
 #include "core/bfc.h"
-#include "core/bfc_map.h"
+#include "core/addrmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -79,7 +79,7 @@ struct bfc_pool {
   uint64_t top;          /* bit w: bits[w] != 0 */
   chunk_t *dv;           /* the designated victim: free, in no bin; or NULL */
 
-  bfc_map_t map; /* in-use block base -> chunk */
+  addrmap_t map; /* in-use block base -> chunk */
   chunk_t *spare;
   uint64_t nspare;
   struct slab *slabs;
@@ -357,7 +357,7 @@ static int reserve_meta(bfc_pool_t *p) {
   if (p->nspare < 2 && add_slab(p) != 0) {
     return -ENOMEM;
   }
-  return bfc_map_reserve(&p->map, 1);
+  return addrmap_reserve(&p->map, 1);
 }
 
 static inline chunk_t *chunk_new(bfc_pool_t *p) {
@@ -657,7 +657,7 @@ static void use_chunk(bfc_pool_t *p, chunk_t *c, uint64_t rounded, uint64_t byte
   }
   c->state = BFC_IN_USE;
   c->requested = bytes;
-  bfc_map_put(&p->map, c->addr, c);
+  addrmap_put(&p->map, c->addr, c);
   p->num_allocs++;
   p->num_in_use++;
   p->bytes_in_use += c->size;
@@ -749,9 +749,9 @@ static int bad_address(const bfc_pool_t *p, uint64_t addr) {
 
 static chunk_t *take_in_use(bfc_pool_t *p, uint64_t addr) {
   if ((addr & (BFC_MIN_ALLOC - 1)) != 0) {
-    return NULL; /* also keeps BFC_MAP_EMPTY out of the map */
+    return NULL; /* also keeps ADDRMAP_EMPTY out of the map */
   }
-  chunk_t *c = bfc_map_take(&p->map, addr);
+  chunk_t *c = addrmap_take(&p->map, addr);
   if (c != NULL) {
     p->num_in_use--;
     p->bytes_in_use -= c->size;
@@ -849,7 +849,7 @@ int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *
   }
   const chunk_t *c = NULL;
   if ((addr & (BFC_MIN_ALLOC - 1)) == 0) {
-    c = bfc_map_get(&pool->map, addr);
+    c = addrmap_get(&pool->map, addr);
   }
   if (c == NULL) {
     const region_t *r = region_find(pool, addr);
@@ -896,7 +896,7 @@ void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uin
 }
 
 static size_t metadata_bytes(const bfc_pool_t *p) {
-  return sizeof(*p) + p->nslabs * sizeof(struct slab) + bfc_map_bytes(&p->map) +
+  return sizeof(*p) + p->nslabs * sizeof(struct slab) + addrmap_bytes(&p->map) +
          p->region_cap * sizeof(*p->regions) + p->nregions * sizeof(region_t);
 }
 
@@ -980,8 +980,8 @@ int bfc_create(const bfc_options_t *opts, const bfc_prim_t *prim, bfc_pool_t **o
     p->next_region = first & ~(uint64_t)(BFC_MIN_ALLOC - 1);
   }
   p->rng = 0x9E3779B9u;
-  if (bfc_map_init(&p->map, 64) != 0 || add_slab(p) != 0) {
-    bfc_map_fini(&p->map);
+  if (addrmap_init(&p->map, 64) != 0 || add_slab(p) != 0) {
+    addrmap_fini(&p->map);
     free(p);
     return -ENOMEM;
   }
@@ -1004,7 +1004,7 @@ void bfc_destroy(bfc_pool_t *pool) {
     pool->slabs = s->next;
     free(s);
   }
-  bfc_map_fini(&pool->map);
+  addrmap_fini(&pool->map);
   free(pool);
 }
 
@@ -1098,13 +1098,13 @@ int bfc_check(const bfc_pool_t *pool) {
         used_bytes += c->size;
         req_bytes += c->requested;
         expect(&k, c->requested > 0 && bfc_round(c->requested) <= c->size);
-        expect(&k, bfc_map_get(&p->map, c->addr) == c);
+        expect(&k, addrmap_get(&p->map, c->addr) == c);
         break;
       case BFC_DEFERRED:
         ndeferred++;
         deferred_bytes += c->size;
         expect(&k, c->requested > 0 && bfc_round(c->requested) <= c->size);
-        expect(&k, bfc_map_get(&p->map, c->addr) == NULL);
+        expect(&k, addrmap_get(&p->map, c->addr) == NULL);
         break;
       default:
         k.bad++;
@@ -1135,8 +1135,8 @@ int bfc_check(const bfc_pool_t *pool) {
   /* Map: exactly the in-use chunks, each under its own address. */
   uint64_t mapped = 0;
   for (uint64_t i = 0; i <= p->map.mask; i++) {
-    const bfc_map_slot_t *s = &p->map.slots[i];
-    if (s->key == BFC_MAP_EMPTY) {
+    const addrmap_slot_t *s = &p->map.slots[i];
+    if (s->key == ADDRMAP_EMPTY) {
       continue;
     }
     mapped++;

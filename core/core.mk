@@ -4,7 +4,7 @@
 # `make bench` (tests/bench/bench.sh) generates traces under $(BUILD)/traces and prints the
 # results table. Run the bench from a plain build: DEBUG=1 checks every invariant per operation.
 
-CORE_SRCS := core/bfc.c core/bfc_map.c core/bfc_dump.c
+CORE_SRCS := core/bfc.c core/addrmap.c core/bfc_dump.c
 CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 
 CORE_TEST_NAMES := test_bfc test_bfc_random test_bfc_dump test_bfc_threads
@@ -22,7 +22,7 @@ $(CORE_TEST_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CORE_OBJS)
 
 # White-box: the test #includes core/bfc.c, so bfc.o is left out.
 $(BUILD)/tests/test_bfc_check: $(BUILD)/obj/tests/unit/test_bfc_check.o \
-                               $(BUILD)/obj/core/bfc_map.o $(BUILD)/obj/core/bfc_dump.o
+                               $(BUILD)/obj/core/addrmap.o $(BUILD)/obj/core/bfc_dump.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)

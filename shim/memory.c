@@ -20,13 +20,13 @@
 
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
 
-/* A live block's map value: the charged bytes in the low 56 bits, the device above. */
+/* A live block's map value: the charged bytes in the low 56 bits, the device above
+ * (gpucap builds for 64-bit hosts only). */
 #define DEV_SHIFT 56
 #define BYTES_MASK ((1ull << DEV_SHIFT) - 1)
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static addrmap_t live = ADDRMAP_INIT;
-
+static addrmap_t live; /* block address -> packed (device, bytes), as a pointer-sized integer */
 /* Counters of the pass-through path, per device, for the exit report. */
 struct passthru {
   _Atomic uint64_t allocs, frees, ooms, in_use, peak, largest;
@@ -45,20 +45,26 @@ static void count_alloc(int dev, uint64_t bytes) {
 }
 
 static int live_put(uint64_t ptr, int dev, uint64_t bytes) {
+  uintptr_t packed = ((uintptr_t)dev << DEV_SHIFT) | (bytes & BYTES_MASK);
   pthread_mutex_lock(&live_lock);
-  int rc = addrmap_put(&live, ptr, ((uint64_t)dev << DEV_SHIFT) | (bytes & BYTES_MASK));
+  int rc = live.slots ? 0 : addrmap_init(&live, 64);
+  if (rc == 0) {
+    rc = addrmap_reserve(&live, 1);
+  }
+  if (rc == 0) {
+    addrmap_put(&live, ptr, (void *)packed); /* bytes > 0, so never NULL */
+  }
   pthread_mutex_unlock(&live_lock);
   return rc;
 }
 
 static bool live_take(uint64_t ptr, int *dev, uint64_t *bytes) {
-  uint64_t v = 0;
   pthread_mutex_lock(&live_lock);
-  int rc = addrmap_del(&live, ptr, &v);
+  uintptr_t packed = live.slots ? (uintptr_t)addrmap_take(&live, ptr) : 0;
   pthread_mutex_unlock(&live_lock);
-  *dev = (int)(v >> DEV_SHIFT);
-  *bytes = v & BYTES_MASK;
-  return rc == 0;
+  *dev = (int)(packed >> DEV_SHIFT);
+  *bytes = packed & BYTES_MASK;
+  return packed != 0;
 }
 
 static bool driver_ready(void) {

@@ -5,7 +5,7 @@
 SHIM_SRCS := shim/cap.c shim/dlsym.c shim/exit.c shim/hooks.c shim/log.c shim/memory.c \
              shim/pool.c shim/procaddr.c shim/real.c shim/trace.c
 SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
-             $(BUILD)/obj/core/addrmap.o $(CORE_OBJS) $(REPORT_OBJS)
+             $(CORE_OBJS) $(REPORT_OBJS)
 SHIM_LIB  := $(BUILD)/libgpucap.so
 SHIM_MAP  := $(BUILD)/libgpucap.map
 PROGRAMS  += $(SHIM_LIB)

@@ -72,7 +72,7 @@ $(BUILD)/tests/libnext.so: $(BUILD)/obj/tests/integ/nextlib.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
 
-# ---- Unit tests of the shim's own tables and of core/addrmap. ----
+# ---- Unit test of core/addrmap on its own. ----
 $(BUILD)/tests/test_addrmap: $(BUILD)/obj/tests/unit/test_addrmap.o $(BUILD)/obj/core/addrmap.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)

@@ -8,7 +8,7 @@
  * in N threads sharing one pool behind one lock. Options: see usage().
  */
 #include "core/bfc.h"
-#include "core/bfc_map.h"
+#include "core/addrmap.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -166,11 +166,11 @@ static int parse(const char *path, trace_t *t) {
     return -1;
   }
   memset(t, 0, sizeof(*t));
-  bfc_map_t ptrs;
+  addrmap_t ptrs;
   uint64_t evcap = 0, slotcap = 1024, nfree = 0, live = 0, live_rounded = 0, live_blocks = 0;
   uint64_t *slot_size = malloc(slotcap * sizeof(uint64_t));
   uint32_t *free_slots = malloc(slotcap * sizeof(uint32_t));
-  if (slot_size == NULL || free_slots == NULL || bfc_map_init(&ptrs, 1024) != 0) {
+  if (slot_size == NULL || free_slots == NULL || addrmap_init(&ptrs, 1024) != 0) {
     return -1;
   }
   long lineno = 0;
@@ -193,7 +193,7 @@ static int parse(const char *path, trace_t *t) {
     if (strcmp(action, "allocate failure") == 0) {
       t->failures_skipped++;
     } else if (strcmp(action, "allocate") == 0) {
-      if (ptr == BFC_MAP_EMPTY || size == 0 || bfc_map_get(&ptrs, ptr) != NULL) {
+      if (ptr == ADDRMAP_EMPTY || size == 0 || addrmap_get(&ptrs, ptr) != NULL) {
         t->duplicate_allocs++;
       } else {
         uint64_t slot;
@@ -211,11 +211,11 @@ static int parse(const char *path, trace_t *t) {
           }
         }
         slot_size[slot] = size;
-        if (bfc_map_reserve(&ptrs, 1) != 0 ||
+        if (addrmap_reserve(&ptrs, 1) != 0 ||
             push_event(t, &evcap, (ev_t){size, (uint32_t)slot, OP_ALLOC}) != 0) {
           return -1;
         }
-        bfc_map_put(&ptrs, ptr, (void *)(uintptr_t)(slot + 1));
+        addrmap_put(&ptrs, ptr, (void *)(uintptr_t)(slot + 1));
         t->pairs++;
         live += size;
         live_rounded += bfc_round(size);
@@ -226,7 +226,7 @@ static int parse(const char *path, trace_t *t) {
         t->max_live_blocks = live_blocks > t->max_live_blocks ? live_blocks : t->max_live_blocks;
       }
     } else if (strcmp(action, "free") == 0) {
-      void *v = ptr == BFC_MAP_EMPTY ? NULL : bfc_map_take(&ptrs, ptr);
+      void *v = ptr == ADDRMAP_EMPTY ? NULL : addrmap_take(&ptrs, ptr);
       if (v == NULL) {
         t->unmatched_frees++;
       } else {
@@ -246,7 +246,7 @@ static int parse(const char *path, trace_t *t) {
     line = next;
   }
   t->leaked = live_blocks;
-  bfc_map_fini(&ptrs);
+  addrmap_fini(&ptrs);
   free(slot_size);
   free(free_slots);
   free(text);
@@ -319,19 +319,19 @@ static void replay(bfc_pool_t *p, const trace_t *t, uint64_t *addr, int deferred
 }
 
 /* No pool: each allocation is served directly (bump address) and tracked in a hash map. */
-static uint64_t baseline(const trace_t *t, uint64_t *addr, bfc_map_t *m, uint64_t *next) {
+static uint64_t baseline(const trace_t *t, uint64_t *addr, addrmap_t *m, uint64_t *next) {
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < t->nev; i++) {
     const ev_t *e = &t->ev[i];
     if (e->op == OP_ALLOC) {
       uint64_t a = *next;
       *next += bfc_round(e->size);
-      if (bfc_map_reserve(m, 1) == 0) {
-        bfc_map_put(m, a, (void *)(uintptr_t)e->size);
+      if (addrmap_reserve(m, 1) == 0) {
+        addrmap_put(m, a, (void *)(uintptr_t)e->size);
       }
       addr[e->slot] = a;
     } else {
-      bfc_map_take(m, addr[e->slot]);
+      addrmap_take(m, addr[e->slot]);
     }
   }
   return now_ns() - t0;
@@ -572,12 +572,12 @@ int main(int argc, char **argv) {
     pthread_mutex_destroy(&lk.mu);
     bfc_destroy(p);
 
-    bfc_map_t m;
+    addrmap_t m;
     uint64_t next = (uint64_t)1 << 40;
-    bfc_map_init(&m, 1024);
+    addrmap_init(&m, 1024);
     baseline(&t, addr, &m, &next);
     base[run] = (double)baseline(&t, addr, &m, &next) / (double)t.pairs;
-    bfc_map_fini(&m);
+    addrmap_fini(&m);
   }
   double wmin = warm[0];
   for (int run = 1; run < o.runs; run++) {

@@ -2,7 +2,7 @@
  *
  * Includes core/bfc.c directly (o1heap's tests do the same) so it can break one invariant at a
  * time inside a healthy pool, expect a nonzero violation count, repair it and expect 0 again.
- * Links bfc_map.o and bfc_dump.o but not bfc.o. Prints TAP.
+ * Links addrmap.o and bfc_dump.o but not bfc.o. Prints TAP.
  */
 #include "core/bfc.c"
 #include "tests/tap.h"
@@ -79,12 +79,12 @@ int main(void) {
   tap_ok(bfc_check(p) > 0, "the dv points to an in-use chunk");
   p->dv = B;
 
-  bfc_map_take(&p->map, a);
+  addrmap_take(&p->map, a);
   tap_ok(bfc_check(p) > 0, "in-use chunk missing from the map");
-  bfc_map_put(&p->map, a, A);
+  addrmap_put(&p->map, a, A);
 
   /* C becomes free next to free B without being merged: exactly one violation. */
-  bfc_map_take(&p->map, c);
+  addrmap_take(&p->map, c);
   C->state = BFC_FREE;
   C->requested = 0;
   p->num_in_use--;
@@ -100,7 +100,7 @@ int main(void) {
   p->bytes_in_use += C->size;
   p->requested_in_use += 4096;
   p->num_free--;
-  bfc_map_put(&p->map, c, C);
+  addrmap_put(&p->map, c, C);
 
   chunk_t *D = p->deferred;
   p->deferred = NULL;
