@@ -120,3 +120,9 @@ void cap_view(int dev, uint64_t idle, uint64_t *free_bytes, uint64_t *total_byte
   *total_bytes = total;
   *free_bytes = avail < total ? avail : total;
 }
+
+void cap_fork_child(void) {
+  for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
+    atomic_store_explicit(&devices[dev].used, 0, memory_order_relaxed);
+  }
+}

@@ -7,6 +7,7 @@
 #include "config/cfg.h"
 #include "core/report.h"
 #include "shim/cap.h"
+#include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
@@ -14,7 +15,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,12 +69,8 @@ static bool write_file(const char *what, const char *path, const char *buf, size
   return len == 0;
 }
 
-static void child_after_fork(void) {
+void exit_fork_child(void) {
   fork_child = true;
-}
-
-__attribute__((constructor)) static void exit_init(void) {
-  pthread_atfork(NULL, NULL, child_after_fork);
 }
 
 __attribute__((destructor)) static void exit_report(void) {

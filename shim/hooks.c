@@ -11,7 +11,9 @@
 
 static const struct hook_entry table[] = {
 #define HOOK(base, version, pt, symbol) {#base, version, pt, #symbol, (void (*)(void)) & symbol},
+#define PASS(base, version, pt, symbol) {#base, version, pt, #symbol, NULL},
 #include "shim/hooks.def"
+#undef PASS
 #undef HOOK
 };
 
@@ -32,7 +34,7 @@ SHIM_UNINSTRUMENTED void *hooks_fn_ptr(void (*fn)(void)) {
 
 SHIM_UNINSTRUMENTED void *hooks_export(const char *symbol) {
   for (int i = 0; i < TABLE_LEN; i++) {
-    if (strcmp(table[i].symbol, symbol) == 0) {
+    if (table[i].hook && strcmp(table[i].symbol, symbol) == 0) {
       return hooks_fn_ptr(table[i].hook);
     }
   }
@@ -62,7 +64,7 @@ const struct hook_entry *hooks_select(const char *base, int version, cuuint64_t 
 
 void *hooks_route(const char *base, int version, cuuint64_t flags, void *got) {
   const struct hook_entry *e = hooks_select(base, version, flags);
-  if (!e) {
+  if (!e || !e->hook) {
     return got;
   }
   void *exported = real_driver_sym(e->symbol);

@@ -15,7 +15,7 @@ struct hook_entry {
   int version;        /* CUDA version of this ABI */
   enum gpa_pt pt;     /* per-thread kind */
   const char *symbol; /* driver export and gpucap export */
-  void (*hook)(void); /* gpucap's function with that ABI (cast to its real type to call) */
+  void (*hook)(void); /* gpucap's function with that ABI, or NULL for a PASS variant */
 };
 
 /* The whole table, in hooks.def order; `*count` receives its length. */
@@ -35,7 +35,7 @@ void *hooks_export(const char *symbol);
 const struct hook_entry *hooks_select(const char *base, int version, cuuint64_t flags);
 
 /* What gpucap hands out for a successful driver answer `got` to (base, version, flags): the
- * selected hook, or `got` itself when base is not hooked. Logs at debug level when `got` is
+ * selected hook, or `got` itself when base or the selected variant is not hooked. Logs at debug level when `got` is
  * not the driver's export of the selected symbol (the rule wins; see docs/design.md). */
 void *hooks_route(const char *base, int version, cuuint64_t flags, void *got);
 

@@ -6,8 +6,8 @@
  * device and charge so a free credits exactly what was charged.
  * Locking: one mutex guards the live-block map; it is never held across a driver call.
  */
-#include "core/addrmap.h"
 #include "shim/cap.h"
+#include "shim/charges.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
@@ -20,13 +20,8 @@
 
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
 
-/* A live block's map value: the charged bytes in the low 56 bits, the device above
- * (gpucap builds for 64-bit hosts only). */
-#define DEV_SHIFT 56
-#define BYTES_MASK ((1ull << DEV_SHIFT) - 1)
+static charges_t live = CHARGES_INIT; /* pass-through blocks: address -> (device, bytes) */
 
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static addrmap_t live; /* block address -> packed (device, bytes), as a pointer-sized integer */
 /* Counters of the pass-through path, per device, for the exit report. */
 struct passthru {
   _Atomic uint64_t allocs, frees, ooms, in_use, peak, largest;
@@ -44,47 +39,23 @@ static void count_alloc(int dev, uint64_t bytes) {
   atomic_fetch_add(&c->allocs, 1);
 }
 
-static int live_put(uint64_t ptr, int dev, uint64_t bytes) {
-  uintptr_t packed = ((uintptr_t)dev << DEV_SHIFT) | (bytes & BYTES_MASK);
-  pthread_mutex_lock(&live_lock);
-  int rc = live.slots ? 0 : addrmap_init(&live, 64);
-  if (rc == 0) {
-    rc = addrmap_reserve(&live, 1);
-  }
-  if (rc == 0) {
-    addrmap_put(&live, ptr, (void *)packed); /* bytes > 0, so never NULL */
-  }
-  pthread_mutex_unlock(&live_lock);
-  return rc;
-}
-
-static bool live_take(uint64_t ptr, int *dev, uint64_t *bytes) {
-  pthread_mutex_lock(&live_lock);
-  uintptr_t packed = live.slots ? (uintptr_t)addrmap_take(&live, ptr) : 0;
-  pthread_mutex_unlock(&live_lock);
-  *dev = (int)(packed >> DEV_SHIFT);
-  *bytes = packed & BYTES_MASK;
-  return packed != 0;
-}
-
 static bool driver_ready(void) {
   return real_driver_ready(NULL);
 }
 
-static CUresult free_v2(uint64_t ptr) {
+static CUresult free_v2(uint64_t ptr, void *arg) {
+  (void)arg;
   return real.cuMemFree_v2(ptr);
 }
 
-static CUresult free_v1(uint64_t ptr) {
+static CUresult free_v1(uint64_t ptr, void *arg) {
+  (void)arg;
   return real.cuMemFree((CUdeviceptr_v1)ptr);
 }
 
-/* Records a block the driver just handed out under a charge; undoes everything if the host
- * cannot record it. */
-static CUresult remember(uint64_t ptr, int dev, uint64_t bytes,
-                         CUresult (*driver_free)(uint64_t)) {
-  if (live_put(ptr, dev, bytes) != 0) {
-    driver_free(ptr);
+CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free, void *arg) {
+  if (!charges_put(&live, ptr, dev, bytes)) {
+    driver_free(ptr, arg);
     cap_credit(dev, bytes);
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -94,10 +65,7 @@ static CUresult remember(uint64_t ptr, int dev, uint64_t bytes,
   return CUDA_SUCCESS;
 }
 
-/* The current device in *dev, or -1 when it is beyond what gpucap can cap (the allocation is
- * then refused: never uncapped). Returns false iff there is no usable current context, in
- * which case the driver must answer the call itself. */
-static bool current_device(int *dev) {
+bool mem_current_device(int *dev) {
   CUresult rc = cap_current_device(dev);
   if (rc == CUDA_ERROR_INVALID_DEVICE) {
     *dev = -1;
@@ -106,7 +74,7 @@ static bool current_device(int *dev) {
   return rc == CUDA_SUCCESS;
 }
 
-static CUresult refuse(int dev, uint64_t bytes) {
+CUresult mem_refuse(int dev, uint64_t bytes) {
   if (dev < 0) {
     log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", CAP_MAX_DEVICES - 1);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -127,21 +95,21 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   if (dptr && bytesize > 0 && pool_enabled()) {
     return pool_alloc(dptr, bytesize);
   }
-  if (!dptr || bytesize == 0 || !current_device(&dev)) {
+  if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
     return real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own error code */
   }
   if (dev < 0) {
-    return refuse(dev, bytesize);
+    return mem_refuse(dev, bytesize);
   }
   if (!cap_charge(dev, bytesize)) {
-    return refuse(dev, bytesize);
+    return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
   if (rc != CUDA_SUCCESS) {
     cap_credit(dev, bytesize);
     return rc;
   }
-  return remember(*dptr, dev, bytesize, free_v2);
+  return mem_track(*dptr, dev, bytesize, free_v2, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
@@ -149,37 +117,35 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
   if (!driver_ready() || !real.cuMemAlloc) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (!dptr || bytesize == 0 || !current_device(&dev)) {
+  if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
     return real.cuMemAlloc(dptr, bytesize);
   }
   if (dev < 0) {
-    return refuse(dev, bytesize);
+    return mem_refuse(dev, bytesize);
   }
   if (!cap_charge(dev, bytesize)) {
-    return refuse(dev, bytesize);
+    return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc(dptr, bytesize);
   if (rc != CUDA_SUCCESS) {
     cap_credit(dev, bytesize);
     return rc;
   }
-  return remember(*dptr, dev, bytesize, free_v1);
+  return mem_track(*dptr, dev, bytesize, free_v1, NULL);
 }
 
-/* Frees through `driver_free`, crediting the charge only when the driver really freed it; an
- * unknown pointer still goes to the driver, which answers for it. */
-static CUresult free_block(uint64_t ptr, CUresult (*driver_free)(uint64_t)) {
+CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg) {
   int dev;
   uint64_t bytes;
-  bool known = ptr && live_take(ptr, &dev, &bytes);
-  CUresult rc = driver_free(ptr);
+  bool known = ptr && charges_take(&live, ptr, &dev, &bytes);
+  CUresult rc = driver_free(ptr, arg);
   if (known) {
     if (rc == CUDA_SUCCESS) {
       cap_credit(dev, bytes);
       atomic_fetch_sub(&passthru[dev].in_use, bytes);
       atomic_fetch_add(&passthru[dev].frees, 1);
       trace_event(TRACE_FREE, ptr, bytes);
-    } else if (live_put(ptr, dev, bytes) != 0) {
+    } else if (!charges_put(&live, ptr, dev, bytes)) {
       log_msg(LOG_ERROR, "out of host memory: block %#llx is no longer tracked",
               (unsigned long long)ptr);
     }
@@ -195,14 +161,14 @@ GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (dptr && pool_free(dptr, &rc)) {
     return rc;
   }
-  return free_block(dptr, free_v2);
+  return mem_untrack_free(dptr, free_v2, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
   if (!driver_ready() || !real.cuMemFree) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  return free_block(dptr, free_v1);
+  return mem_untrack_free(dptr, free_v1, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
@@ -265,13 +231,12 @@ GPUCAP_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
 
 /* Charges a block the driver already handed out (pitch allocations: only the driver knows
  * the pitch); gives it back if the charge would pass the cap. */
-static CUresult charge_after(uint64_t ptr, int dev, uint64_t bytes,
-                             CUresult (*driver_free)(uint64_t)) {
+static CUresult charge_after(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free) {
   if (dev < 0 || !cap_charge(dev, bytes)) {
-    driver_free(ptr);
-    return refuse(dev, bytes);
+    driver_free(ptr, NULL);
+    return mem_refuse(dev, bytes);
   }
-  return remember(ptr, dev, bytes, driver_free);
+  return mem_track(ptr, dev, bytes, driver_free, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
@@ -284,7 +249,7 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     return pool_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   }
   CUresult rc = real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (rc != CUDA_SUCCESS || !current_device(&dev)) {
+  if (rc != CUDA_SUCCESS || !mem_current_device(&dev)) {
     return rc;
   }
   rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v2);
@@ -302,7 +267,7 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitc
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (rc != CUDA_SUCCESS || !current_device(&dev)) {
+  if (rc != CUDA_SUCCESS || !mem_current_device(&dev)) {
     return rc;
   }
   rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v1);
@@ -331,5 +296,26 @@ void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *s
     s.num_in_use = s.num_allocs - s.driver_free_calls;
     s.bytes_limit = cap_limit(dev, 0) == CAP_NONE ? 0 : cap_limit(dev, 0);
     fn(arg, dev, &s);
+  }
+}
+
+void memory_fork_prepare(void) {
+  charges_fork_prepare(&live);
+}
+
+void memory_fork_parent(void) {
+  charges_fork_parent(&live);
+}
+
+void memory_fork_child(void) {
+  charges_fork_child(&live);
+  for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
+    struct passthru *c = &passthru[dev];
+    atomic_store(&c->allocs, 0);
+    atomic_store(&c->frees, 0);
+    atomic_store(&c->ooms, 0);
+    atomic_store(&c->in_use, 0);
+    atomic_store(&c->peak, 0);
+    atomic_store(&c->largest, 0);
   }
 }

@@ -1,13 +1,47 @@
-/* The device-memory hooks' pass-through path, as seen by the exit report. */
+/* The pass-through path shared by every allocation hook that is not served by the pool
+ * (GPUCAP_POOL=off, the legacy ABIs, stream-ordered and managed allocations): the current
+ * device, the charge, and the map of live blocks with the bytes each one was charged.
+ * Thread-safe; the live-block map's mutex is never held across a driver call. */
 #ifndef GPUCAP_SHIM_MEMORY_H
 #define GPUCAP_SHIM_MEMORY_H
 
 #include "core/bfc.h"
+#include "shim/cudadefs.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A driver call that frees the block at ptr (arg: whatever it needs, e.g. a stream). */
+typedef CUresult (*mem_free_fn)(uint64_t ptr, void *arg);
+
+/* The current context's device in *dev, or -1 when it is beyond what gpucap can cap (the
+ * allocation must then be refused: never uncapped). Returns false iff there is no usable
+ * current context, in which case the driver must answer the call itself. */
+bool mem_current_device(int *dev);
+
+/* Counts a refusal and returns CUDA_ERROR_OUT_OF_MEMORY (logged at debug level). */
+CUresult mem_refuse(int dev, uint64_t bytes);
+
+/* Records a block the driver just handed out under a charge of `bytes` to dev. If the host
+ * cannot record it, frees it with driver_free(ptr, arg), returns the charge and answers
+ * CUDA_ERROR_OUT_OF_MEMORY; else CUDA_SUCCESS. */
+CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free, void *arg);
+
+/* Frees ptr through driver_free(ptr, arg) whatever it is (an unknown pointer gets the driver's
+ * own answer) and returns the driver's answer; the block's charge is returned only when
+ * gpucap charged it and the driver freed it (a failed free keeps block and charge). */
+CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg);
 
 /* Calls fn for every device the pass-through path (GPUCAP_POOL=off, legacy ABIs) served or
  * refused, with counters laid out as the pool's: pool bytes = bytes in use = bytes charged.
  * Lock-free snapshot; makes no CUDA call (caps are cached by then). */
 void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *stats),
                              void *arg);
+
+/* fork() support (shim/fork.c): hold the live-block map across fork; in the child forget
+ * every block and counter (the parent's memory is not the child's). */
+void memory_fork_prepare(void);
+void memory_fork_parent(void);
+void memory_fork_child(void);
 
 #endif

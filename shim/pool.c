@@ -27,6 +27,8 @@ struct ctx_pool {
   CUresult last_driver_rc; /* the driver's answer behind a failed reserve */
   unsigned oom_streak;     /* failures since the last success: report only the first */
   size_t pitch_align;
+  bool primary; /* ctx is dev's primary context */
+  bool gone;    /* the driver already freed the regions: release only returns the charge */
 };
 
 static struct ctx_pool pools[POOL_MAX];
@@ -56,7 +58,7 @@ static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
 
 static int release(void *arg, uint64_t base, uint64_t bytes) {
   struct ctx_pool *p = arg;
-  CUresult rc = real.cuMemFree_v2(base);
+  CUresult rc = p->gone ? CUDA_SUCCESS : real.cuMemFree_v2(base);
   if (rc != CUDA_SUCCESS) {
     log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)",
             p->dev, (unsigned long long)bytes, rc);
@@ -96,29 +98,53 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     }
   }
   struct ctx_pool *p = NULL;
-  if (n == POOL_MAX) {
+  int slot = n;
+  for (int i = 0; i < n; i++) {
+    if (!pools[i].pool && !atomic_load_explicit(&pools[i].ctx, memory_order_relaxed)) {
+      slot = i; /* a dropped context's slot */
+      break;
+    }
+  }
+  if (slot == POOL_MAX) {
     log_msg(LOG_ERROR, "more than %d CUDA contexts: allocation refused", POOL_MAX);
   } else {
-    p = &pools[n];
+    p = &pools[slot];
     bool growth = cap_settings()->allow_growth;
     bfc_options_t opts = {.limit = pool_limit(dev, growth), .allow_growth = growth};
     bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
     int align = 0;
+    unsigned int flags = 0;
+    int active = 0;
+    CUcontext primary = NULL;
     p->dev = dev;
     p->index = 0;
+    p->gone = false;
+    p->oom_streak = 0;
     for (int i = 0; i < n; i++) {
-      p->index += pools[i].dev == dev;
+      p->index += i != slot && pools[i].pool && pools[i].dev == dev;
+    }
+    /* Is ctx the device's primary context? Only ask when that exists: retaining an inactive
+     * primary context would create it. */
+    p->primary = false;
+    if (real.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active &&
+        real.cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS) {
+      real.cuDevicePrimaryCtxRelease_v2(dev);
+      p->primary = primary == ctx;
     }
     real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
     p->pitch_align = align > 0 ? (size_t)align : 512;
-    pthread_mutex_init(&p->lock, NULL);
+    if (slot == n) {
+      pthread_mutex_init(&p->lock, NULL);
+    }
     if (opts.limit == 0 || bfc_create(&opts, &prim, &p->pool) != 0) {
       log_msg(LOG_ERROR, "device %d: cannot create a pool (limit %llu bytes)", dev,
               (unsigned long long)opts.limit);
       p = NULL;
     } else {
       atomic_store_explicit(&p->ctx, ctx, memory_order_release);
-      atomic_store_explicit(&npools, n + 1, memory_order_release);
+      if (slot == n) {
+        atomic_store_explicit(&npools, n + 1, memory_order_release);
+      }
     }
   }
   pthread_mutex_unlock(&registry);
@@ -178,6 +204,10 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
   uint64_t addr = 0;
   int err;
   pthread_mutex_lock(&p->lock);
+  if (!p->pool) { /* its context was destroyed meanwhile: the driver answers */
+    pthread_mutex_unlock(&p->lock);
+    return real.cuMemAlloc_v2(dptr, bytes);
+  }
   for (int tries = 0;; tries++) {
     uint64_t in_use, deferred, free_b, reserved;
     bfc_usage(p->pool, &in_use, &deferred, &free_b, &reserved);
@@ -266,6 +296,10 @@ bool pool_free(CUdeviceptr ptr, CUresult *rc) {
     struct ctx_pool *p = &pools[i];
     uint64_t requested = 0;
     pthread_mutex_lock(&p->lock);
+    if (!p->pool) {
+      pthread_mutex_unlock(&p->lock);
+      continue;
+    }
     bfc_lookup(p->pool, ptr, NULL, NULL, &requested);
     int err = bfc_free_deferred(p->pool, ptr);
     pthread_mutex_unlock(&p->lock);
@@ -288,11 +322,13 @@ uint64_t pool_idle_bytes(int dev) {
     if (pools[i].dev != dev) {
       continue;
     }
-    bfc_stats_t s;
+    uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
     pthread_mutex_lock(&pools[i].lock);
-    bfc_stats(pools[i].pool, &s);
+    if (pools[i].pool) {
+      bfc_usage(pools[i].pool, &in_use, &deferred, &free_b, &reserved);
+    }
     pthread_mutex_unlock(&pools[i].lock);
-    idle += s.pool_bytes - s.bytes_in_use;
+    idle += reserved - in_use;
   }
   return idle;
 }
@@ -301,7 +337,9 @@ void pool_settle_at_exit(void) {
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     pthread_mutex_lock(&pools[i].lock);
-    bfc_retire(pools[i].pool);
+    if (pools[i].pool) {
+      bfc_retire(pools[i].pool);
+    }
     pthread_mutex_unlock(&pools[i].lock);
   }
 }
@@ -309,12 +347,95 @@ void pool_settle_at_exit(void) {
 void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stats), void *arg) {
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    bfc_stats_t s;
+    bfc_stats_t s = {0};
     pthread_mutex_lock(&pools[i].lock);
-    bfc_stats(pools[i].pool, &s);
+    if (pools[i].pool) {
+      bfc_stats(pools[i].pool, &s);
+    }
     pthread_mutex_unlock(&pools[i].lock);
     if (s.num_allocs > 0 || s.num_ooms > 0) {
       fn(arg, pools[i].dev, pools[i].index, &s);
     }
   }
+}
+
+enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size) {
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  enum pool_where where = POOL_OUTSIDE;
+  for (int i = 0; i < n && where == POOL_OUTSIDE; i++) {
+    pthread_mutex_lock(&pools[i].lock);
+    if (pools[i].pool && bfc_owns(pools[i].pool, addr)) {
+      where = bfc_lookup(pools[i].pool, addr, base, NULL, size) == 0 ? POOL_BLOCK : POOL_NOT_HELD;
+    }
+    pthread_mutex_unlock(&pools[i].lock);
+  }
+  return where;
+}
+
+/* Forgets pool p: its regions went with its context, so release() only returns charges. */
+static void drop(struct ctx_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  if (p->pool) {
+    p->gone = true;
+    bfc_destroy(p->pool);
+    p->pool = NULL;
+    log_msg(LOG_DEBUG, "device %d: context destroyed, its pool dropped", p->dev);
+  }
+  atomic_store_explicit(&p->ctx, NULL, memory_order_release);
+  pthread_mutex_unlock(&p->lock);
+}
+
+void pool_drop_context(CUcontext ctx) {
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&npools, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    if (ctx && atomic_load_explicit(&pools[i].ctx, memory_order_acquire) == ctx) {
+      drop(&pools[i]);
+    }
+  }
+  pthread_mutex_unlock(&registry);
+}
+
+void pool_drop_primary(int dev) {
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&npools, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    if (pools[i].pool && pools[i].primary && pools[i].dev == dev) {
+      drop(&pools[i]);
+    }
+  }
+  pthread_mutex_unlock(&registry);
+}
+
+void pool_fork_prepare(void) {
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&npools, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_lock(&pools[i].lock);
+  }
+}
+
+void pool_fork_parent(void) {
+  int n = atomic_load_explicit(&npools, memory_order_relaxed);
+  for (int i = n - 1; i >= 0; i--) {
+    pthread_mutex_unlock(&pools[i].lock);
+  }
+  pthread_mutex_unlock(&registry);
+}
+
+void pool_fork_child(void) {
+  int n = atomic_load_explicit(&npools, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    struct ctx_pool *p = &pools[i];
+    pthread_mutex_init(&p->lock, NULL);
+    if (p->pool) {
+      p->gone = true; /* the parent's memory: never the child's to free */
+      bfc_destroy(p->pool);
+      p->pool = NULL;
+    }
+    atomic_store_explicit(&p->ctx, NULL, memory_order_relaxed);
+  }
+  atomic_store_explicit(&npools, 0, memory_order_relaxed);
+  last_used = NULL;
+  pthread_mutex_init(&registry, NULL);
 }

@@ -36,6 +36,28 @@ CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t
  * (the caller passes it on to the driver). */
 bool pool_free(CUdeviceptr ptr, CUresult *rc);
 
+/* Where an address lies: outside every pool, inside a pool region but in no block the program
+ * holds, or inside a block the program holds. */
+enum pool_where { POOL_OUTSIDE, POOL_NOT_HELD, POOL_BLOCK };
+
+/* Classifies addr; for POOL_BLOCK stores the block's base and the size the program asked for.
+ * Takes each pool's lock briefly; O(pools x log regions). */
+enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size);
+
+/* The driver destroyed `ctx` (and freed its memory): forgets its pool and returns the pool's
+ * charges, with no driver call. */
+void pool_drop_context(CUcontext ctx);
+
+/* The driver destroyed device dev's primary context: the same for its pool. */
+void pool_drop_primary(int dev);
+
+/* fork() support, called by shim/fork.c: take every pool lock (registry first, then pools in
+ * index order), release them, or, in the child, forget every pool (the child has no usable
+ * CUDA context) with fresh locks. */
+void pool_fork_prepare(void);
+void pool_fork_parent(void);
+void pool_fork_child(void);
+
 /* Bytes the pools of device dev hold from the driver that the program does not hold: free and
  * deferred chunks. Takes each pool's lock briefly. */
 uint64_t pool_idle_bytes(int dev);

@@ -22,7 +22,9 @@ struct real_fns {
   X(cuCtxGetDevice)                                                                        \
   X(cuCtxGetCurrent)                                                                       \
   X(cuCtxSynchronize)                                                                      \
-  X(cuDeviceGetAttribute)
+  X(cuDeviceGetAttribute)                                                                  \
+  X(cuDevicePrimaryCtxGetState)                                                            \
+  X(cuDevicePrimaryCtxRetain)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

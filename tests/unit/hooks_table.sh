@@ -4,7 +4,7 @@
 # rule picks among them, so a missing variant would route a query to the wrong ABI.
 . "$TOP/tests/tap.sh"
 
-ours=$(sed -n 's/^HOOK(\([^,]*\), *\([0-9]*\), *\([A-Z_]*\), *\([A-Za-z0-9_]*\)).*/\1 \2 \3 \4/p' \
+ours=$(sed -n 's/^\(HOOK\|PASS\)(\([^,]*\), *\([0-9]*\), *\([A-Z_]*\), *\([A-Za-z0-9_]*\)).*/\2 \3 \4 \5/p' \
   "$TOP/shim/hooks.def" | sort)
 bases=$(printf '%s\n' "$ours" | awk '{print $1}' | sort -u)
 want=$(for b in $bases; do

@@ -1,0 +1,105 @@
+/* Pointer identity for pooled blocks. The driver describes a pooled block as part of its pool
+ * region, so cuMemGetAddressRange_v2 and the RANGE_START_ADDR / RANGE_SIZE pointer attributes
+ * are answered for the block the program allocated (its base and the size it asked for); an
+ * address inside a pool region that the program does not hold is answered as unknown memory.
+ * cuIpcGetMemHandle of a pooled block is refused loudly: an importer would open the whole
+ * region at its base, a silently wrong address (GPUCAP_POOL=off shares memory safely).
+ */
+#include "shim/log.h"
+#include "shim/pool.h"
+#include "shim/real.h"
+
+#include <stdatomic.h>
+
+#define GPUCAP_EXPORT __attribute__((visibility("default")))
+
+GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize,
+                                               CUdeviceptr dptr) {
+  uint64_t base, size;
+  if (!real_driver_ready(NULL) || !real.cuMemGetAddressRange_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  switch (pool_block(dptr, &base, &size)) {
+  case POOL_BLOCK:
+    if (pbase) {
+      *pbase = base;
+    }
+    if (psize) {
+      *psize = size;
+    }
+    return CUDA_SUCCESS;
+  case POOL_NOT_HELD:
+    return CUDA_ERROR_NOT_FOUND; /* what the driver answers for memory nobody allocated */
+  default:
+    return real.cuMemGetAddressRange_v2(pbase, psize, dptr);
+  }
+}
+
+/* Rewrites one attribute value for a pooled address; returns false when it is not a range
+ * attribute (the driver's answer stands). */
+static bool patch(CUpointer_attribute attribute, void *data, enum pool_where where,
+                  uint64_t base, uint64_t size) {
+  if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
+    *(CUdeviceptr *)data = where == POOL_BLOCK ? base : 0;
+    return true;
+  }
+  if (attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE) {
+    *(size_t *)data = where == POOL_BLOCK ? (size_t)size : 0;
+    return true;
+  }
+  return false;
+}
+
+GPUCAP_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                                             CUdeviceptr ptr) {
+  uint64_t base, size;
+  if (!real_driver_ready(NULL) || !real.cuPointerGetAttribute) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  enum pool_where where = pool_block(ptr, &base, &size);
+  if (where == POOL_NOT_HELD) {
+    return CUDA_ERROR_INVALID_VALUE; /* the driver's answer for memory nobody allocated */
+  }
+  CUresult rc = real.cuPointerGetAttribute(data, attribute, ptr);
+  if (rc == CUDA_SUCCESS && where == POOL_BLOCK && data) {
+    patch(attribute, data, where, base, size);
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
+                                              CUpointer_attribute *attributes, void **data,
+                                              CUdeviceptr ptr) {
+  uint64_t base, size;
+  if (!real_driver_ready(NULL) || !real.cuPointerGetAttributes) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuPointerGetAttributes(numAttributes, attributes, data, ptr);
+  enum pool_where where = pool_block(ptr, &base, &size);
+  if (rc == CUDA_SUCCESS && where != POOL_OUTSIDE && attributes && data) {
+    for (unsigned int i = 0; i < numAttributes; i++) {
+      if (data[i]) {
+        patch(attributes[i], data[i], where, base, size);
+      }
+    }
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
+  static atomic_bool told;
+  uint64_t base, size;
+  if (!real_driver_ready(NULL) || !real.cuIpcGetMemHandle) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (pool_block(dptr, &base, &size) == POOL_OUTSIDE) {
+    return real.cuIpcGetMemHandle(pHandle, dptr);
+  }
+  if (!atomic_exchange(&told, true)) {
+    log_msg(LOG_ERROR, "cuIpcGetMemHandle: block %#llx comes from gpucap's pool and cannot be "
+            "shared with another process (it would open at the wrong address); run with "
+            "GPUCAP_POOL=off to share device memory between processes",
+            (unsigned long long)dptr);
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
