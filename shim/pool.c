@@ -181,6 +181,53 @@ static struct ctx_pool *current_pool(CUresult *rc) {
   return last_used = p;
 }
 
+/* Synchronises o's context from this thread (push, synchronize, pop) and retires the
+ * deferred frees that covered. Called and returns with o's lock held; drops it meanwhile. */
+static void settle_other(struct ctx_pool *o) {
+  uint64_t in_use, deferred, free_b, reserved;
+  bfc_usage(o->pool, &in_use, &deferred, &free_b, &reserved);
+  CUcontext ctx = atomic_load_explicit(&o->ctx, memory_order_acquire);
+  if (deferred == 0 || !ctx) {
+    return;
+  }
+  uint64_t mark = bfc_defer_mark(o->pool);
+  pthread_mutex_unlock(&o->lock);
+  CUcontext popped;
+  bool synced = real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+  if (synced) {
+    synced = real.cuCtxSynchronize() == CUDA_SUCCESS;
+    real.cuCtxPopCurrent_v2(&popped);
+  }
+  pthread_mutex_lock(&o->lock);
+  if (synced && o->pool) {
+    bfc_retire_upto(o->pool, mark);
+  }
+}
+
+/* Releases the fully free regions of the other pools on p's device (settling their deferred
+ * frees first); returns the bytes released. */
+static uint64_t trim_others(struct ctx_pool *p) {
+  uint64_t total = 0;
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    struct ctx_pool *o = &pools[i];
+    uint64_t released = 0;
+    if (o == p || o->dev != p->dev) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->pool) {
+      settle_other(o);
+    }
+    if (o->pool) {
+      bfc_trim(o->pool, &released);
+    }
+    pthread_mutex_unlock(&o->lock);
+    total += released;
+  }
+  return total;
+}
+
 /* The setting that would help, after an out-of-memory report. */
 static void oom_hint(int dev, uint64_t bytes, const bfc_stats_t *s) {
   uint64_t cap = cap_limit(dev, 0);
@@ -204,12 +251,13 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
   uint64_t addr = 0;
   int err;
   pthread_mutex_lock(&p->lock);
-  if (!p->pool) { /* its context was destroyed meanwhile: the driver answers */
-    pthread_mutex_unlock(&p->lock);
-    return real.cuMemAlloc_v2(dptr, bytes);
-  }
+  bool trimmed_others = false;
   for (int tries = 0;; tries++) {
     uint64_t in_use, deferred, free_b, reserved;
+    if (!p->pool) { /* its context was destroyed while the lock was dropped */
+      pthread_mutex_unlock(&p->lock);
+      return real.cuMemAlloc_v2(dptr, bytes);
+    }
     bfc_usage(p->pool, &in_use, &deferred, &free_b, &reserved);
     /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
      * request fails lets placement drift around the deferred holes and needs a looser cap
@@ -218,6 +266,17 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
     if (!due) {
       p->last_driver_rc = CUDA_SUCCESS;
       err = bfc_alloc(p->pool, bytes, &addr);
+      if (err == -ENOMEM && !trimmed_others) {
+        /* Other contexts' pools on this device may hold fully free regions under the same
+         * cap: give those back and try once more. */
+        trimmed_others = true;
+        pthread_mutex_unlock(&p->lock);
+        uint64_t released = trim_others(p);
+        pthread_mutex_lock(&p->lock);
+        if (!p->pool || released > 0) {
+          continue; /* retry, or (context destroyed meanwhile) let the driver answer below */
+        }
+      }
       if (err != -EAGAIN || tries >= 16) {
         break;
       }
@@ -232,7 +291,9 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
       pthread_mutex_unlock(&p->lock);
       return sync;
     }
-    bfc_retire_upto(p->pool, mark);
+    if (p->pool) {
+      bfc_retire_upto(p->pool, mark);
+    }
   }
   static _Thread_local char oom_text[8192];
   bfc_stats_t oom_stats;

@@ -24,7 +24,9 @@ struct real_fns {
   X(cuCtxSynchronize)                                                                      \
   X(cuDeviceGetAttribute)                                                                  \
   X(cuDevicePrimaryCtxGetState)                                                            \
-  X(cuDevicePrimaryCtxRetain)
+  X(cuDevicePrimaryCtxRetain)                                                              \
+  X(cuCtxPushCurrent_v2)                                                                   \
+  X(cuCtxPopCurrent_v2)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

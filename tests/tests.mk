@@ -37,6 +37,7 @@ test:
 # ---- Integration programs: run over the fake driver with the shim preloaded. ----
 INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/linked \
                   $(BUILD)/tests/threads $(BUILD)/tests/pooltest $(BUILD)/tests/fidelity \
+                  $(BUILD)/tests/early \
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
@@ -68,6 +69,17 @@ $(BUILD)/tests/threads: $(BUILD)/obj/tests/integ/threads.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+
+$(BUILD)/tests/libearly.so: $(BUILD)/obj/tests/integ/earlylib.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+
+$(BUILD)/tests/early: $(BUILD)/obj/tests/integ/early.o $(BUILD)/tests/libearly.so
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(BUILD)/tests/libearly.so -Wl,-rpath,'$$ORIGIN' \
+	  -Wl,-rpath-link,$(BUILD)/fakecuda
 
 $(BUILD)/tests/libnext.so: $(BUILD)/obj/tests/integ/nextlib.o
 	$(call say,LD,$@)

@@ -141,6 +141,12 @@ static void contexts(void) {
   TAP_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS, "back to the primary context");
   TAP_EQ(free_now(), 34 * MiB, "... and its pool's charge is back");
   TAP_EQ(cuMemFree_v2(a), CUDA_SUCCESS, "free the 30 MiB");
+  TAP_EQ(cuCtxCreate_v2(&c2, 0, dev), CUDA_SUCCESS, "another created context");
+  TAP_EQ(cuMemAlloc_v2(&b, 48 * MiB), CUDA_SUCCESS,
+         "48 MiB there: the primary pool's idle region is given back for it");
+  TAP_EQ(cuMemFree_v2(b), CUDA_SUCCESS, "free it");
+  TAP_EQ(cuCtxDestroy_v2(c2), CUDA_SUCCESS, "destroy it");
+  TAP_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS, "back to the primary context");
   TAP_EQ(cuDevicePrimaryCtxReset_v2(dev), CUDA_SUCCESS, "primary context reset");
   TAP_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS, "retain it again");
   TAP_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS, "make it current");

@@ -14,6 +14,7 @@ like "$(cat "$WORK/stderr")" "gpucap: error: cuIpcGetMemHandle: .*GPUCAP_POOL=of
 GPUCAP_POOL=off tap_program "ipc with GPUCAP_POOL=off" with_shim "$TESTBIN/fidelity" ipc
 FAKECUDA_DEVICES=2 GPUCAP_MEMORY_LIMIT=0:64MiB,1:32MiB tap_program "two devices, two caps" \
   with_shim "$TESTBIN/fidelity" devices
+tap_program "allocation from another library's constructor" with_shim "$TESTBIN/early"
 out=$(with_shim "$TESTBIN/fidelity" fork 2>&1)
 is "$(printf '%s\n' "$out" | grep -c 'memory report')" 1 "only the parent prints an exit report"
 
