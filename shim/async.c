@@ -5,7 +5,6 @@
  * returns the charge at the free. A cuMemFreeAsync of a block from gpucap's own pool is a
  * deferred pool free, reused only after the device has synchronised.
  */
-#include "shim/cap.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/real.h"
@@ -53,16 +52,13 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   if (!dptr || bytes == 0 || !mem_current_device(&dev)) {
     return call(w, dptr, bytes, pool, stream); /* the driver's own error code */
   }
-  if (dev < 0 || !cap_charge(dev, bytes)) {
+  if (!mem_admit(dev, bytes)) {
     return mem_refuse(dev, bytes);
   }
   CUresult rc = call(w, dptr, bytes, pool, stream);
-  if (rc != CUDA_SUCCESS) {
-    cap_credit(dev, bytes);
-    return rc;
-  }
   bool ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ;
-  return mem_track(*dptr, dev, bytes, ptsz ? free_async_ptsz : free_async, stream);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytes,
+                    ptsz ? free_async_ptsz : free_async, stream);
 }
 
 static CUresult free_on(CUdeviceptr dptr, CUstream stream, mem_free_fn driver_free) {

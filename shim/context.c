@@ -44,24 +44,24 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return after_release(real.cuDevicePrimaryCtxRelease_v2(dev), dev);
 }
 
-GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
-  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
-  CUresult rc = real.cuDevicePrimaryCtxReset(dev);
+/* After a successful reset: the primary context's memory is gone. */
+static CUresult after_reset(CUresult rc, CUdevice dev) {
   if (rc == CUDA_SUCCESS) {
     pool_drop_primary(dev);
   }
   return rc;
 }
 
+GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return after_reset(real.cuDevicePrimaryCtxReset(dev), dev);
+}
+
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  CUresult rc = real.cuDevicePrimaryCtxReset_v2(dev);
-  if (rc == CUDA_SUCCESS) {
-    pool_drop_primary(dev);
-  }
-  return rc;
+  return after_reset(real.cuDevicePrimaryCtxReset_v2(dev), dev);
 }

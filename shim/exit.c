@@ -14,9 +14,7 @@
 #include "shim/trace.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
-#include <string.h>
 #include <unistd.h>
 
 #define MAX_ROWS (POOL_MAX + CAP_MAX_DEVICES)
@@ -48,25 +46,12 @@ static void add_passthrough(void *arg, int dev, const bfc_stats_t *stats) {
   add_row(dev, 0, stats, 0);
 }
 
-static bool write_file(const char *what, const char *path, const char *buf, size_t len) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    log_msg(LOG_WARN, "%s: cannot create '%s': %s", what, path, strerror(errno));
-    return false;
+static void write_file(const char *setting, const char *path, const char *buf, size_t len) {
+  int fd = log_create(setting, path);
+  if (fd >= 0) {
+    log_write_fd(fd, buf, len);
+    close(fd);
   }
-  while (len > 0) {
-    ssize_t n = write(fd, buf, len);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      break;
-    }
-    buf += n;
-    len -= (size_t)n;
-  }
-  close(fd);
-  return len == 0;
 }
 
 void exit_fork_child(void) {

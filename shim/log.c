@@ -1,9 +1,11 @@
-/* Messages to stderr for the shim: prefix, stack buffer, one write(2), errno untouched.
+/* Messages to stderr for the shim: prefix, stack buffer, one write(2), errno untouched; and
+ * safe creation of the files settings name.
  * Verbosity is a relaxed atomic so any thread may log at any time.
  */
 #include "shim/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,10 +18,10 @@ void log_set_verbosity(int level) {
   atomic_store_explicit(&verbosity, level, memory_order_relaxed);
 }
 
-void log_write_raw(const char *text, size_t len) {
+bool log_write_fd(int fd, const char *text, size_t len) {
   int saved = errno;
   while (len > 0) {
-    ssize_t n = write(STDERR_FILENO, text, len);
+    ssize_t n = write(fd, text, len);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -30,6 +32,21 @@ void log_write_raw(const char *text, size_t len) {
     len -= (size_t)n;
   }
   errno = saved;
+  return len == 0;
+}
+
+void log_write_raw(const char *text, size_t len) {
+  log_write_fd(STDERR_FILENO, text, len);
+}
+
+int log_create(const char *setting, const char *path) {
+  int saved = errno;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    log_msg(LOG_WARN, "%s: cannot create '%s': %s", setting, path, strerror(errno));
+  }
+  errno = saved;
+  return fd;
 }
 
 void log_msg(enum log_level level, const char *fmt, ...) {

@@ -98,18 +98,11 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
     return real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own error code */
   }
-  if (dev < 0) {
-    return mem_refuse(dev, bytesize);
-  }
-  if (!cap_charge(dev, bytesize)) {
+  if (!mem_admit(dev, bytesize)) {
     return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
-  if (rc != CUDA_SUCCESS) {
-    cap_credit(dev, bytesize);
-    return rc;
-  }
-  return mem_track(*dptr, dev, bytesize, free_v2, NULL);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_v2, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
@@ -120,18 +113,24 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
   if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
     return real.cuMemAlloc(dptr, bytesize);
   }
-  if (dev < 0) {
-    return mem_refuse(dev, bytesize);
-  }
-  if (!cap_charge(dev, bytesize)) {
+  if (!mem_admit(dev, bytesize)) {
     return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc(dptr, bytesize);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_v1, NULL);
+}
+
+bool mem_admit(int dev, uint64_t bytes) {
+  return dev >= 0 && cap_charge(dev, bytes);
+}
+
+CUresult mem_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free,
+                    void *arg) {
   if (rc != CUDA_SUCCESS) {
-    cap_credit(dev, bytesize);
+    cap_credit(dev, bytes);
     return rc;
   }
-  return mem_track(*dptr, dev, bytesize, free_v1, NULL);
+  return mem_track(ptr, dev, bytes, driver_free, arg);
 }
 
 CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg) {
@@ -232,7 +231,7 @@ GPUCAP_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
 /* Charges a block the driver already handed out (pitch allocations: only the driver knows
  * the pitch); gives it back if the charge would pass the cap. */
 static CUresult charge_after(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free) {
-  if (dev < 0 || !cap_charge(dev, bytes)) {
+  if (!mem_admit(dev, bytes)) {
     driver_free(ptr, NULL);
     return mem_refuse(dev, bytes);
   }

@@ -19,6 +19,15 @@ typedef CUresult (*mem_free_fn)(uint64_t ptr, void *arg);
  * current context, in which case the driver must answer the call itself. */
 bool mem_current_device(int *dev);
 
+/* Charges `bytes` to dev (from mem_current_device) iff that stays within the cap; returns
+ * true iff charged. */
+bool mem_admit(int dev, uint64_t bytes);
+
+/* Finishes an admitted allocation with the driver's answer rc: returns the charge and rc on
+ * failure, else tracks the block at ptr (mem_track). */
+CUresult mem_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free,
+                    void *arg);
+
 /* Counts a refusal and returns CUDA_ERROR_OUT_OF_MEMORY (logged at debug level). */
 CUresult mem_refuse(int dev, uint64_t bytes);
 

@@ -10,7 +10,6 @@
 #include "shim/log.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,30 +27,14 @@ static atomic_int state; /* 0: not opened yet, 1: open, -1: off or failed; writt
 static char buf[TRACE_BUF];
 static size_t used;
 
-static void write_all(const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) {
-      continue;
-    }
-    if (w <= 0) {
-      return;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
 static void open_trace(void) {
   const char *path = cap_settings()->trace;
   state = -1;
   if (!path[0]) {
     return;
   }
-  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  fd = log_create("GPUCAP_TRACE", path);
   if (fd < 0) {
-    log_msg(LOG_WARN, "GPUCAP_TRACE: cannot create '%s': %s; not tracing", path,
-            strerror(errno));
     return;
   }
   state = 1;
@@ -80,7 +63,7 @@ void trace_event(enum trace_action action, uint64_t ptr, uint64_t size) {
   }
   if (state > 0 && n > 0) {
     if (used + (size_t)n > sizeof buf) {
-      write_all(buf, used);
+      log_write_fd(fd, buf, used);
       used = 0;
     }
     memcpy(buf + used, line, (size_t)n);
@@ -93,7 +76,7 @@ void trace_event(enum trace_action action, uint64_t ptr, uint64_t size) {
 void trace_flush(void) {
   pthread_mutex_lock(&lock);
   if (state > 0 && used > 0) {
-    write_all(buf, used);
+    log_write_fd(fd, buf, used);
     used = 0;
   }
   pthread_mutex_unlock(&lock);

@@ -27,15 +27,11 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
   if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
     return real.cuMemAllocManaged(dptr, bytesize, flags);
   }
-  if (dev < 0 || !cap_charge(dev, bytesize)) {
+  if (!mem_admit(dev, bytesize)) {
     return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAllocManaged(dptr, bytesize, flags);
-  if (rc != CUDA_SUCCESS) {
-    cap_credit(dev, bytesize);
-    return rc;
-  }
-  return mem_track(*dptr, dev, bytesize, free_managed, NULL);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_managed, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
