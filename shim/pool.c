@@ -397,7 +397,10 @@ uint64_t pool_idle_bytes(int dev) {
 void pool_settle_at_exit(void) {
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    pthread_mutex_lock(&pools[i].lock);
+    /* trylock: at exit another thread may still be inside the driver holding a pool. */
+    if (pthread_mutex_trylock(&pools[i].lock) != 0) {
+      continue;
+    }
     if (pools[i].pool) {
       bfc_retire(pools[i].pool);
     }
@@ -409,7 +412,9 @@ void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stat
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     bfc_stats_t s = {0};
-    pthread_mutex_lock(&pools[i].lock);
+    if (pthread_mutex_trylock(&pools[i].lock) != 0) {
+      continue; /* busy in another thread at exit: leave it out rather than hang */
+    }
     if (pools[i].pool) {
       bfc_stats(pools[i].pool, &s);
     }

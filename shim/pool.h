@@ -63,12 +63,14 @@ void pool_fork_child(void);
 uint64_t pool_idle_bytes(int dev);
 
 /* For the exit report only: no block will be handed out again, so every deferred free is
- * settled into free chunks (bookkeeping only; no CUDA call) to show the pool as it ends. */
+ * settled into free chunks (bookkeeping only; no CUDA call) to show the pool as it ends. A
+ * pool whose lock another thread holds is skipped (never waits). */
 void pool_settle_at_exit(void);
 
-/* Calls fn for every pool that served or refused at least one allocation, with its device, its index
- * among the pools of that device and a snapshot of its counters. Takes each pool's lock
- * briefly; makes no CUDA call. */
+/* For the exit report: calls fn for every pool that served or refused at least one
+ * allocation, with its device, its index among the pools of that device and a snapshot of its
+ * counters. A pool whose lock another thread holds is left out (never waits); makes no CUDA
+ * call. */
 void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stats), void *arg);
 
 #endif
