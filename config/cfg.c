@@ -34,9 +34,9 @@ typedef struct opt {
 } opt_t;
 
 static const opt_t options[CFG_OPT_COUNT] = {
-#define CFG_OPT(id, field, type, def, min, max, secure, alias, doc, accepted)                     \
-  {{"GPUCAP_" #id, CFG_TYPE_##type, TYPE_NAME_##type, def, min, max, secure, alias, doc,          \
-    accepted},                                                                                    \
+#define CFG_OPT(id, field, type, def, min, max, secure, alias, doc, accepted)                      \
+  {{"GPUCAP_" #id, CFG_TYPE_##type, TYPE_NAME_##type, def, min, max, secure, alias, doc,           \
+    accepted},                                                                                     \
    offsetof(cfg_t, field)},
 #include "config/options.def"
 };
@@ -56,10 +56,10 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CSIZE_LEVEL int
 #define CSIZE_REPORT cfg_dest_t
 #define CSIZE_PATH char[PATH_MAX]
-#define CFG_OPT(id, field, type, def, min, max, ...)                                              \
-  _Static_assert(_Generic(((cfg_t *)0)->field, CTYPE_##type : 1, default : 0) &&                  \
-                     sizeof(((cfg_t *)0)->field) == sizeof(CSIZE_##type),                         \
-                 "cfg_t." #field " does not have the C type of a " #type " option");              \
+#define CFG_OPT(id, field, type, def, min, max, ...)                                               \
+  _Static_assert(_Generic(((cfg_t *)0)->field, CTYPE_##type : 1, default : 0) &&                   \
+                     sizeof(((cfg_t *)0)->field) == sizeof(CSIZE_##type),                          \
+                 "cfg_t." #field " does not have the C type of a " #type " option");               \
   _Static_assert((max) <= INT_MAX && (min) <= (max), "GPUCAP_" #id ": bad range");
 #include "config/options.def"
 
@@ -108,15 +108,6 @@ static int parse_path(const cfg_optinfo_t *o, const char *s, void *field, char *
   return cfg_parse_path(s, field, PATH_MAX, why, whylen);
 }
 
-__attribute__((format(printf, 3, 4))) static size_t fmt(char *buf, size_t len, const char *f,
-                                                        ...) {
-  va_list ap;
-  va_start(ap, f);
-  int n = vsnprintf(buf, len, f, ap);
-  va_end(ap);
-  return n > 0 ? (size_t)n : 0;
-}
-
 static size_t format_limit(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
   return cfg_format_devvals(field, CFG_DEV_SIZE, buf, len);
@@ -129,17 +120,17 @@ static size_t format_fraction(const cfg_optinfo_t *o, const void *field, char *b
 
 static size_t format_bool(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
-  return fmt(buf, len, "%s", *(const bool *)field ? "true" : "false");
+  return cfg_snprintf(buf, len, "%s", *(const bool *)field ? "true" : "false");
 }
 
 static size_t format_switch(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
-  return fmt(buf, len, "%s", *(const bool *)field ? "on" : "off");
+  return cfg_snprintf(buf, len, "%s", *(const bool *)field ? "on" : "off");
 }
 
 static size_t format_level(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
-  return fmt(buf, len, "%d", *(const int *)field);
+  return cfg_snprintf(buf, len, "%d", *(const int *)field);
 }
 
 static size_t format_report(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
@@ -147,18 +138,18 @@ static size_t format_report(const cfg_optinfo_t *o, const void *field, char *buf
   (void)o;
   switch (d->kind) {
   case CFG_DEST_OFF:
-    return fmt(buf, len, "off");
+    return cfg_snprintf(buf, len, "off");
   case CFG_DEST_FILE:
-    return fmt(buf, len, "%s", d->path);
+    return cfg_snprintf(buf, len, "%s", d->path);
   case CFG_DEST_STDERR:
   default:
-    return fmt(buf, len, "stderr");
+    return cfg_snprintf(buf, len, "stderr");
   }
 }
 
 static size_t format_path(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
-  return fmt(buf, len, "%s", (const char *)field);
+  return cfg_snprintf(buf, len, "%s", (const char *)field);
 }
 
 static const struct {

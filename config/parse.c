@@ -246,8 +246,7 @@ static int scan_number(span_t s, number_t *num, char *why, size_t whylen) {
 }
 
 static int junk_after(span_t rest, char *why, size_t whylen) {
-  return reject(-EINVAL, why, whylen, "unexpected '%.*s' after the number", echo_len(rest),
-                rest.p);
+  return reject(-EINVAL, why, whylen, "unexpected '%.*s' after the number", echo_len(rest), rest.p);
 }
 
 /* ---------------------------------------------------------------- sizes */
@@ -288,15 +287,19 @@ static int bad_unit(span_t u, const number_t *num, char *why, size_t whylen) {
   return reject(-EINVAL, why, whylen, "unknown unit '%.*s'", echo_len(u), u.p);
 }
 
+/* What sizes, fractions and integers share: trims *s (which reasons then quote), rejects empty
+ * or non-printable text, and scans the number it starts with into *num. */
+static int number_span(span_t *s, number_t *num, char *why, size_t whylen) {
+  *s = trim(*s);
+  int rc = check_text(*s, why, whylen);
+  return rc != 0 ? rc : scan_number(*s, num, why, whylen);
+}
+
 static int size_span(span_t s, uint64_t *out, char *why, size_t whylen) {
   number_t num;
   unsigned shift = 0;
 
-  s = trim(s);
-  int rc = check_text(s, why, whylen);
-  if (rc == 0) {
-    rc = scan_number(s, &num, why, whylen);
-  }
+  int rc = number_span(&s, &num, why, whylen);
   if (rc != 0) {
     return rc;
   }
@@ -342,11 +345,7 @@ static int size_span(span_t s, uint64_t *out, char *why, size_t whylen) {
 static int fraction_span(span_t s, uint64_t *out, char *why, size_t whylen) {
   number_t num;
 
-  s = trim(s);
-  int rc = check_text(s, why, whylen);
-  if (rc == 0) {
-    rc = scan_number(s, &num, why, whylen);
-  }
+  int rc = number_span(&s, &num, why, whylen);
   if (rc != 0) {
     return rc;
   }
@@ -393,11 +392,7 @@ static int uint_span(span_t s, uint64_t min, uint64_t max, uint64_t *out, char *
                      size_t whylen) {
   number_t num;
 
-  s = trim(s);
-  int rc = check_text(s, why, whylen);
-  if (rc == 0) {
-    rc = scan_number(s, &num, why, whylen);
-  }
+  int rc = number_span(&s, &num, why, whylen);
   if (rc != 0) {
     return rc;
   }
@@ -559,119 +554,98 @@ static int path_span(span_t s, char *out, size_t outlen, const char *what, char 
 
 /* ---------------------------------------------------------------- public parsers */
 
-static span_t span_of(const char *s) {
-  return (span_t){s, s != NULL ? strlen(s) : 0};
-}
+/* What a public parser passes on besides the span: the inputs some span parsers need. */
+typedef struct extra {
+  cfg_devkind_t kind; /* cfg_parse_size, cfg_parse_fraction, cfg_parse_devvals */
+  uint64_t min, max;  /* cfg_parse_uint */
+  size_t outlen;      /* cfg_parse_path */
+} extra_t;
 
-int cfg_parse_size(const char *s, uint64_t *bytes, char *why, size_t whylen) {
+/* Parses s, already checked not NULL, into *out; every span parser writes only on success. */
+typedef int target_fn(span_t s, const extra_t *x, void *out, char *why, size_t whylen);
+
+/* The shared part of every public parser: clears the reason, rejects a NULL string or output,
+ * and leaves errno as it found it (reject's vsnprintf may set it). */
+static int parse_public(const char *s, target_fn *target, const extra_t *x, void *out, char *why,
+                        size_t whylen) {
   int saved = errno;
-  int rc = -EINVAL;
-  uint64_t v = 0;
-
-  clear_why(why, whylen);
-  if (s == NULL || bytes == NULL) {
-    rc = reject(-EINVAL, why, whylen, "no value");
-  } else if ((rc = size_span(span_of(s), &v, why, whylen)) == 0) {
-    *bytes = v;
-  }
-  errno = saved;
-  return rc;
-}
-
-int cfg_parse_fraction(const char *s, uint64_t *e18, char *why, size_t whylen) {
-  int saved = errno;
-  int rc = -EINVAL;
-  uint64_t v = 0;
-
-  clear_why(why, whylen);
-  if (s == NULL || e18 == NULL) {
-    rc = reject(-EINVAL, why, whylen, "no value");
-  } else if ((rc = fraction_span(span_of(s), &v, why, whylen)) == 0) {
-    *e18 = v;
-  }
-  errno = saved;
-  return rc;
-}
-
-int cfg_parse_bool(const char *s, bool *out, char *why, size_t whylen) {
-  int saved = errno;
-  int rc = -EINVAL;
-  bool v = false;
+  int rc;
 
   clear_why(why, whylen);
   if (s == NULL || out == NULL) {
     rc = reject(-EINVAL, why, whylen, "no value");
-  } else if ((rc = bool_span(span_of(s), &v, why, whylen)) == 0) {
-    *out = v;
+  } else {
+    rc = target((span_t){s, strlen(s)}, x, out, why, whylen);
   }
   errno = saved;
   return rc;
+}
+
+static int element_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  return element_span(s, x->kind, out, why, whylen);
+}
+
+static int bool_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  (void)x;
+  return bool_span(s, out, why, whylen);
+}
+
+static int uint_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  return uint_span(s, x->min, x->max, out, why, whylen);
+}
+
+static int devvals_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  return devvals_span(s, x->kind, out, why, whylen);
+}
+
+static int path_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  return path_span(trim(s), out, x->outlen, "a path", why, whylen);
+}
+
+static int dest_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  cfg_dest_t *d = out;
+  (void)x;
+  s = trim(s);
+  if (span_is(s, "stderr") || span_is(s, "off")) {
+    d->kind = span_is(s, "off") ? CFG_DEST_OFF : CFG_DEST_STDERR;
+    d->path[0] = '\0';
+    return 0;
+  }
+  int rc = path_span(s, d->path, sizeof d->path, "stderr, off or a path", why, whylen);
+  if (rc == 0) {
+    d->kind = CFG_DEST_FILE;
+  }
+  return rc;
+}
+
+int cfg_parse_size(const char *s, uint64_t *bytes, char *why, size_t whylen) {
+  return parse_public(s, element_target, &(extra_t){.kind = CFG_DEV_SIZE}, bytes, why, whylen);
+}
+
+int cfg_parse_fraction(const char *s, uint64_t *e18, char *why, size_t whylen) {
+  return parse_public(s, element_target, &(extra_t){.kind = CFG_DEV_FRACTION}, e18, why, whylen);
+}
+
+int cfg_parse_bool(const char *s, bool *out, char *why, size_t whylen) {
+  return parse_public(s, bool_target, &(extra_t){0}, out, why, whylen);
 }
 
 int cfg_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out, char *why,
                    size_t whylen) {
-  int saved = errno;
-  int rc = -EINVAL;
-  uint64_t v = 0;
-
-  clear_why(why, whylen);
-  if (s == NULL || out == NULL) {
-    rc = reject(-EINVAL, why, whylen, "no value");
-  } else if ((rc = uint_span(span_of(s), min, max, &v, why, whylen)) == 0) {
-    *out = v;
-  }
-  errno = saved;
-  return rc;
+  return parse_public(s, uint_target, &(extra_t){.min = min, .max = max}, out, why, whylen);
 }
 
 int cfg_parse_devvals(const char *s, cfg_devkind_t kind, cfg_devvals_t *out, char *why,
                       size_t whylen) {
-  int saved = errno;
-  int rc;
-
-  clear_why(why, whylen);
-  if (s == NULL || out == NULL) {
-    rc = reject(-EINVAL, why, whylen, "no value");
-  } else {
-    rc = devvals_span(span_of(s), kind, out, why, whylen);
-  }
-  errno = saved;
-  return rc;
+  return parse_public(s, devvals_target, &(extra_t){.kind = kind}, out, why, whylen);
 }
 
 int cfg_parse_path(const char *s, char *out, size_t outlen, char *why, size_t whylen) {
-  int saved = errno;
-  int rc;
-
-  clear_why(why, whylen);
-  if (s == NULL || out == NULL) {
-    rc = reject(-EINVAL, why, whylen, "no value");
-  } else {
-    rc = path_span(trim(span_of(s)), out, outlen, "a path", why, whylen);
-  }
-  errno = saved;
-  return rc;
+  return parse_public(s, path_target, &(extra_t){.outlen = outlen}, out, why, whylen);
 }
 
 int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen) {
-  int saved = errno;
-  int rc = 0;
-  span_t t = trim(span_of(s));
-
-  clear_why(why, whylen);
-  if (s == NULL || out == NULL) {
-    rc = reject(-EINVAL, why, whylen, "no value");
-  } else if (span_is(t, "stderr") || span_is(t, "off")) {
-    out->kind = span_is(t, "off") ? CFG_DEST_OFF : CFG_DEST_STDERR;
-    out->path[0] = '\0';
-  } else {
-    rc = path_span(t, out->path, sizeof out->path, "stderr, off or a path", why, whylen);
-    if (rc == 0) {
-      out->kind = CFG_DEST_FILE;
-    }
-  }
-  errno = saved;
-  return rc;
+  return parse_public(s, dest_target, &(extra_t){0}, out, why, whylen);
 }
 
 bool cfg_devvals_get(const cfg_devvals_t *v, int ordinal, uint64_t *out) {
@@ -698,13 +672,13 @@ uint64_t cfg_fraction_of(uint64_t total, uint64_t e18) {
 
 /* ---------------------------------------------------------------- formatters */
 
-/* snprintf that returns a size_t and never reports an error (the formats here are bounded). */
-__attribute__((format(printf, 3, 4))) static size_t fmt(char *buf, size_t len, const char *f,
-                                                        ...) {
+size_t cfg_snprintf(char *buf, size_t len, const char *fmt, ...) {
+  int saved = errno;
   va_list ap;
-  va_start(ap, f);
-  int n = vsnprintf(buf, len, f, ap);
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, len, fmt, ap);
   va_end(ap);
+  errno = saved;
   return n > 0 ? (size_t)n : 0;
 }
 
@@ -719,12 +693,12 @@ size_t cfg_format_size(uint64_t bytes, char *buf, size_t len) {
 
   for (size_t i = 0; i < sizeof big / sizeof big[0] && bytes != 0 && !done; i++) {
     if ((bytes & ((UINT64_C(1) << big[i].shift) - 1)) == 0) {
-      n = fmt(buf, len, "%" PRIu64 "%s", bytes >> big[i].shift, big[i].name);
+      n = cfg_snprintf(buf, len, "%" PRIu64 "%s", bytes >> big[i].shift, big[i].name);
       done = true;
     }
   }
   if (!done) {
-    n = fmt(buf, len, "%" PRIu64, bytes);
+    n = cfg_snprintf(buf, len, "%" PRIu64, bytes);
   }
   errno = saved;
   return n;
@@ -742,17 +716,16 @@ size_t cfg_format_fraction(uint64_t e18, char *buf, size_t len) {
     digits--;
   }
   if (frac == 0) {
-    n = fmt(buf, len, "%" PRIu64, whole);
+    n = cfg_snprintf(buf, len, "%" PRIu64, whole);
   } else {
-    n = fmt(buf, len, "%" PRIu64 ".%0*" PRIu64, whole, digits, frac);
+    n = cfg_snprintf(buf, len, "%" PRIu64 ".%0*" PRIu64, whole, digits, frac);
   }
   errno = saved;
   return n;
 }
 
 static size_t format_element(uint64_t v, cfg_devkind_t kind, char *buf, size_t len) {
-  return kind == CFG_DEV_FRACTION ? cfg_format_fraction(v, buf, len)
-                                  : cfg_format_size(v, buf, len);
+  return kind == CFG_DEV_FRACTION ? cfg_format_fraction(v, buf, len) : cfg_format_size(v, buf, len);
 }
 
 size_t cfg_format_devvals(const cfg_devvals_t *v, cfg_devkind_t kind, char *buf, size_t len) {
@@ -772,7 +745,7 @@ size_t cfg_format_devvals(const cfg_devvals_t *v, cfg_devkind_t kind, char *buf,
     // Past the end of buf the pieces are only measured, as snprintf(NULL, 0) would.
     char *at = total < len ? buf + total : NULL;
     size_t room = total < len ? len - total : 0;
-    total += fmt(at, room, "%s%d:", total > 0 ? "," : "", i);
+    total += cfg_snprintf(at, room, "%s%d:", total > 0 ? "," : "", i);
     at = total < len ? buf + total : NULL;
     room = total < len ? len - total : 0;
     total += format_element(v->value[i], kind, at, room);

@@ -125,4 +125,12 @@ size_t cfg_format_size(uint64_t bytes, char *buf, size_t len);
 size_t cfg_format_fraction(uint64_t e18, char *buf, size_t len);
 size_t cfg_format_devvals(const cfg_devvals_t *v, cfg_devkind_t kind, char *buf, size_t len);
 
+/* snprintf for the formatters here and in cfg.c: writes fmt's text into buf, NUL-terminated
+ * and truncated to fit when len > 0 (buf may be NULL iff len == 0), and returns the length the
+ * full text needs, or 0 if vsnprintf fails (an encoding error; the formats used here have
+ * none). Follows the program's locale like any printf: print numbers from integers only.
+ * O(length of the text); never fails. */
+__attribute__((format(printf, 3, 4))) size_t cfg_snprintf(char *buf, size_t len, const char *fmt,
+                                                          ...);
+
 #endif

@@ -1,73 +1,35 @@
 /* bfc_dump: the memory-state / out-of-memory report (bfc_format_report in bfc.h).
  *
  * Built only on the public bfc_stats and bfc_walk, so it cannot disturb the pool. Writes into
- * the caller's buffer through a tiny writer with its own integer formatting: no malloc, no
+ * the caller's buffer through strbuf's byte, string and integer appends: no malloc, no
  * stdio, no locale, so the shim may call it while reporting an OOM or at exit. Layout follows
  * TensorFlow's DumpMemoryLog, DebugString and RenderOccupancy. Not thread-safe: caller locks.
  */
 #include "core/bfc.h"
+#include "core/strbuf.h"
 
 #include <string.h>
 
 enum { TF_BINS = 21, CELLS = 100 };
 
-typedef struct writer {
-  char *buf;
-  size_t cap;
-  size_t len; /* length of the full output, even past cap */
-} writer_t;
-
-static void put_char(writer_t *w, char ch) {
-  if (w->cap > 0 && w->len + 1 < w->cap) {
-    w->buf[w->len] = ch;
-  }
-  w->len++;
-}
-
-static void put_str(writer_t *w, const char *s) {
-  while (*s != '\0') {
-    put_char(w, *s++);
-  }
-}
-
-/* Decimal, right-aligned in `width` columns (0 = no padding). */
-static void put_u64w(writer_t *w, uint64_t v, unsigned width) {
-  char tmp[24];
-  unsigned n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  for (unsigned i = n; i < width; i++) {
-    put_char(w, ' ');
-  }
-  while (n > 0) {
-    put_char(w, tmp[--n]);
-  }
-}
-
-static void put_u64(writer_t *w, uint64_t v) {
-  put_u64w(w, v, 0);
-}
-
 /* v with `decimals` (1 or 2) fractional digits, v >= 0 and small. */
-static void put_fixed(writer_t *w, double v, unsigned decimals) {
+static void put_fixed(strbuf_t *w, double v, unsigned decimals) {
   uint64_t scale = decimals == 1 ? 10 : 100;
   uint64_t r = (uint64_t)(v * (double)scale + 0.5);
-  put_u64(w, r / scale);
-  put_char(w, '.');
+  strbuf_u64(w, r / scale, 0);
+  strbuf_char(w, '.');
   if (decimals == 2 && r % scale < 10) {
-    put_char(w, '0');
+    strbuf_char(w, '0');
   }
-  put_u64(w, r % scale);
+  strbuf_u64(w, r % scale, 0);
 }
 
 /* TensorFlow's HumanReadableNumBytes: 100B, 1.5KiB, 2.00MiB, 1.25GiB. */
-static void put_bytes(writer_t *w, uint64_t bytes) {
+static void put_bytes(strbuf_t *w, uint64_t bytes) {
   static const char units[] = "KMGTPE";
   if (bytes < 1024) {
-    put_u64(w, bytes);
-    put_char(w, 'B');
+    strbuf_u64(w, bytes, 0);
+    strbuf_char(w, 'B');
     return;
   }
   unsigned u = 0;
@@ -77,13 +39,13 @@ static void put_bytes(writer_t *w, uint64_t bytes) {
     u++;
   }
   put_fixed(w, v / 1024.0, units[u] == 'K' ? 1 : 2);
-  put_char(w, units[u]);
-  put_str(w, "iB");
+  strbuf_char(w, units[u]);
+  strbuf_str(w, "iB");
 }
 
-static void put_pct(writer_t *w, double frac) {
+static void put_pct(strbuf_t *w, double frac) {
   put_fixed(w, frac * 100.0, 2);
-  put_char(w, '%');
+  strbuf_char(w, '%');
 }
 
 typedef struct bin_sum {
@@ -179,88 +141,91 @@ static int scan_chunk(void *ctx, const bfc_chunk_info_t *c) {
   return 0;
 }
 
-static void put_label(writer_t *w, const char *label, uint64_t v) {
-  put_str(w, label);
+static void put_label(strbuf_t *w, const char *label, uint64_t v) {
+  strbuf_str(w, label);
   for (size_t i = strlen(label); i < 18; i++) {
-    put_char(w, ' ');
+    strbuf_char(w, ' ');
   }
-  put_u64w(w, v, 20);
-  put_char(w, '\n');
+  strbuf_u64(w, v, 20);
+  strbuf_char(w, '\n');
 }
 
-static void put_bins(writer_t *w, const scan_t *s) {
-  put_str(w, "Bin summary (TensorFlow's 21 bins: bin b holds chunks of [256 << b, 512 << b), "
-             "bin 20 everything from 256MiB):\n");
+static void put_bins(strbuf_t *w, const scan_t *s) {
+  strbuf_str(w, "Bin summary (TensorFlow's 21 bins: bin b holds chunks of [256 << b, 512 << b), "
+                "bin 20 everything from 256MiB):\n");
   for (unsigned b = 0; b < TF_BINS; b++) {
     const bin_sum_t *bs = &s->bins[b];
-    put_str(w, "Bin (");
-    put_u64(w, (uint64_t)256 << b);
-    put_str(w, "): \tTotal Chunks: ");
-    put_u64(w, bs->chunks);
-    put_str(w, ", Chunks in use: ");
-    put_u64(w, bs->in_use);
-    put_str(w, ". ");
+    strbuf_str(w, "Bin (");
+    strbuf_u64(w, (uint64_t)256 << b, 0);
+    strbuf_str(w, "): \tTotal Chunks: ");
+    strbuf_u64(w, bs->chunks, 0);
+    strbuf_str(w, ", Chunks in use: ");
+    strbuf_u64(w, bs->in_use, 0);
+    strbuf_str(w, ". ");
     put_bytes(w, bs->bytes);
-    put_str(w, " allocated for chunks. ");
+    strbuf_str(w, " allocated for chunks. ");
     put_bytes(w, bs->in_use_bytes);
-    put_str(w, " in use in bin. ");
+    strbuf_str(w, " in use in bin. ");
     put_bytes(w, bs->requested);
-    put_str(w, " client-requested in use in bin.\n");
+    strbuf_str(w, " client-requested in use in bin.\n");
   }
 }
 
-static void put_summary(writer_t *w, const bfc_stats_t *st, uint64_t request) {
+/* One summary line up to its count: "<label><bytes> in <count> <things>". */
+static void put_amount(strbuf_t *w, const char *label, uint64_t bytes, uint64_t count,
+                       const char *things) {
+  strbuf_str(w, label);
+  put_bytes(w, bytes);
+  strbuf_str(w, " in ");
+  strbuf_u64(w, count, 0);
+  strbuf_char(w, ' ');
+  strbuf_str(w, things);
+}
+
+static void put_summary(strbuf_t *w, const bfc_stats_t *st, uint64_t request) {
   uint64_t rounded = bfc_round(request);
   if (request > 0) {
-    put_str(w, "gpucap: out of memory trying to allocate ");
+    strbuf_str(w, "gpucap: out of memory trying to allocate ");
     put_bytes(w, request);
-    put_str(w, " (");
-    put_u64(w, request);
-    put_str(w, " bytes, rounded to ");
-    put_u64(w, rounded);
-    put_str(w, "); bin for the request: ");
-    put_u64(w, tf_bin(rounded));
-    put_char(w, '\n');
+    strbuf_str(w, " (");
+    strbuf_u64(w, request, 0);
+    strbuf_str(w, " bytes, rounded to ");
+    strbuf_u64(w, rounded, 0);
+    strbuf_str(w, "); bin for the request: ");
+    strbuf_u64(w, tf_bin(rounded), 0);
+    strbuf_char(w, '\n');
   } else {
-    put_str(w, "gpucap: memory pool state\n");
+    strbuf_str(w, "gpucap: memory pool state\n");
   }
-  put_str(w, "  limit:          ");
+  strbuf_str(w, "  limit:          ");
   put_bytes(w, st->bytes_limit);
-  put_str(w, " (");
-  put_u64(w, st->bytes_limit);
-  put_str(w, " bytes), unreserved ");
+  strbuf_str(w, " (");
+  strbuf_u64(w, st->bytes_limit, 0);
+  strbuf_str(w, " bytes), unreserved ");
   put_bytes(w, st->bytes_limit - st->pool_bytes);
-  put_str(w, "\n  pool:           ");
-  put_bytes(w, st->pool_bytes);
-  put_str(w, " in ");
-  put_u64(w, st->num_regions);
-  put_str(w, " regions (peak ");
+  strbuf_char(w, '\n');
+  put_amount(w, "  pool:           ", st->pool_bytes, st->num_regions, "regions");
+  strbuf_str(w, " (peak ");
   put_bytes(w, st->peak_pool_bytes);
-  put_str(w, ")\n  in use:         ");
-  put_bytes(w, st->bytes_in_use);
-  put_str(w, " in ");
-  put_u64(w, st->num_in_use);
-  put_str(w, " blocks (requested ");
+  strbuf_str(w, ")\n");
+  put_amount(w, "  in use:         ", st->bytes_in_use, st->num_in_use, "blocks");
+  strbuf_str(w, " (requested ");
   put_bytes(w, st->bytes_requested_in_use);
-  put_str(w, ", internal waste ");
+  strbuf_str(w, ", internal waste ");
   put_bytes(w, st->bytes_in_use - st->bytes_requested_in_use);
-  put_str(w, ")\n  deferred:       ");
-  put_bytes(w, st->deferred_bytes);
-  put_str(w, " in ");
-  put_u64(w, st->num_deferred);
-  put_str(w, " blocks awaiting device synchronisation\n  free:           ");
-  put_bytes(w, st->free_bytes);
-  put_str(w, " in ");
-  put_u64(w, st->num_free_chunks);
-  put_str(w, " chunks\n  largest free:   ");
+  strbuf_str(w, ")\n");
+  put_amount(w, "  deferred:       ", st->deferred_bytes, st->num_deferred, "blocks");
+  strbuf_str(w, " awaiting device synchronisation\n");
+  put_amount(w, "  free:           ", st->free_bytes, st->num_free_chunks, "chunks");
+  strbuf_str(w, "\n  largest free:   ");
   put_bytes(w, st->largest_free_block_bytes);
-  put_str(w, "\n  fragmentation:  ");
+  strbuf_str(w, "\n  fragmentation:  ");
   put_pct(w, st->fragmentation);
-  put_str(w, " (1 - largest free / free)\n");
+  strbuf_str(w, " (1 - largest free / free)\n");
 }
 
-static void put_tf_stats(writer_t *w, const bfc_stats_t *st) {
-  put_str(w, "Stats:\n");
+static void put_tf_stats(strbuf_t *w, const bfc_stats_t *st) {
+  strbuf_str(w, "Stats:\n");
   put_label(w, "Limit:", st->bytes_limit);
   put_label(w, "InUse:", st->bytes_in_use);
   put_label(w, "MaxInUse:", st->peak_bytes_in_use);
@@ -277,7 +242,8 @@ static void put_tf_stats(writer_t *w, const bfc_stats_t *st) {
 }
 
 size_t bfc_format_report(const bfc_pool_t *pool, uint64_t request, char *buf, size_t cap) {
-  writer_t w = {buf, cap, 0};
+  strbuf_t w;
+  strbuf_init(&w, buf, cap);
   bfc_stats_t st;
   bfc_stats(pool, &st);
   scan_t s;
@@ -291,15 +257,12 @@ size_t bfc_format_report(const bfc_pool_t *pool, uint64_t request, char *buf, si
   put_summary(&w, &st, request);
   put_bins(&w, &s);
   put_tf_stats(&w, &st);
-  put_str(&w, "Occupancy (100 cells over ");
+  strbuf_str(&w, "Occupancy (100 cells over ");
   put_bytes(&w, st.pool_bytes);
-  put_str(&w, "; _ free, * in use, x internal waste, d deferred, | region boundary):\n[");
+  strbuf_str(&w, "; _ free, * in use, x internal waste, d deferred, | region boundary):\n[");
   for (unsigned i = 0; i < s.maplen; i++) {
-    put_char(&w, s.map[i]);
+    strbuf_char(&w, s.map[i]);
   }
-  put_str(&w, "]\n");
-  if (cap > 0) {
-    buf[w.len < cap ? w.len : cap - 1] = '\0';
-  }
-  return w.len;
+  strbuf_str(&w, "]\n");
+  return strbuf_finish(&w);
 }

@@ -1,15 +1,15 @@
 /* report: the exit report (contracts in report.h; layout and fields in docs/report.md).
  *
- * Everything goes through one appending writer over vsnprintf, which keeps snprintf's
- * truncation and return rules. Fractions are fixed-point integers, never %f: the host program
+ * Everything goes through one appending core/strbuf writer, which keeps snprintf's truncation
+ * and return rules. Fractions are fixed-point integers, never %f: the host program
  * may have set a locale whose decimal separator is a comma, which would break the JSON.
  * No state, no locks; errno is restored because vsnprintf may set it.
  */
 #include "core/report.h"
+#include "core/strbuf.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #ifndef GPUCAP_VERSION
@@ -20,42 +20,17 @@ __extension__ typedef unsigned __int128 u128;
 
 enum { MICRO = 1000000, MAX_UNIT = 6 };
 
-typedef struct out {
-  char *buf;
-  size_t cap;
-  size_t len; /* length of the full output, even past cap */
-} out_t;
-
-__attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...) {
-  int room = o->len < o->cap;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(room ? o->buf + o->len : NULL, room ? o->cap - o->len : 0, fmt, ap);
-  va_end(ap);
-  if (n > 0) {
-    o->len += (size_t)n;
-  }
-}
-
-/* vsnprintf already terminated the last piece that fit; this covers output that wrote
- * nothing at all. */
-static size_t finish(out_t *o) {
-  if (o->cap > 0) {
-    o->buf[o->len < o->cap ? o->len : o->cap - 1] = '\0';
-  }
-  return o->len;
-}
-
 size_t report_format_size(uint64_t bytes, char *buf, size_t cap) {
   static const char *const units[MAX_UNIT + 1] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int saved = errno;
-  out_t o = {buf, cap, 0};
+  strbuf_t o;
+  strbuf_init(&o, buf, cap);
   unsigned u = 0;
   while (u < MAX_UNIT && (bytes >> (10 * (u + 1))) != 0) {
     u++;
   }
   if (u == 0) {
-    put(&o, "%" PRIu64 " B", bytes);
+    strbuf_printf(&o, "%" PRIu64 " B", bytes);
   } else {
     unsigned shift = 10 * u;
     uint64_t whole = bytes >> shift;
@@ -69,9 +44,9 @@ size_t report_format_size(uint64_t bytes, char *buf, size_t cap) {
       whole = 1;
       u++;
     }
-    put(&o, "%" PRIu64 ".%" PRIu64 " %s", whole, tenths, units[u]);
+    strbuf_printf(&o, "%" PRIu64 ".%" PRIu64 " %s", whole, tenths, units[u]);
   }
-  finish(&o);
+  strbuf_finish(&o);
   errno = saved;
   return o.len;
 }
@@ -160,21 +135,22 @@ static cell_t device_cell(const report_row_t *r) {
 
 size_t report_format_text(const report_row_t *rows, int n, long pid, char *buf, size_t cap) {
   int saved = errno;
-  out_t o = {buf, cap, 0};
+  strbuf_t o;
+  strbuf_init(&o, buf, cap);
   if (pid > 0) {
-    put(&o, "gpucap: memory report (pid %ld)\n", pid);
+    strbuf_printf(&o, "gpucap: memory report (pid %ld)\n", pid);
   } else {
-    put(&o, "gpucap: memory report\n");
+    strbuf_str(&o, "gpucap: memory report\n");
   }
   if (n <= 0 || rows == NULL) {
-    put(&o, "  no device memory was allocated\n");
-    finish(&o);
+    strbuf_str(&o, "  no device memory was allocated\n");
+    strbuf_finish(&o);
     errno = saved;
     return o.len;
   }
 
-  put(&o, "%8s%12s%13s%12s%12s%12s%14s\n", "device", "in use", "peak in use", "pool", "peak pool",
-      "cap", "largest free");
+  strbuf_printf(&o, "%8s%12s%13s%12s%12s%12s%14s\n", "device", "in use", "peak in use", "pool",
+                "peak pool", "cap", "largest free");
   for (int i = 0; i < n; i++) {
     const report_row_t *r = &rows[i];
     view_t v;
@@ -183,68 +159,68 @@ size_t report_format_text(const report_row_t *rows, int n, long pid, char *buf, 
     if (r->cap != REPORT_NO_CAP) {
       cap_text = size_cell(r->cap);
     }
-    put(&o, "%8s%12s%13s%12s%12s%12s%14s\n", device_cell(r).text, size_cell(v.s.bytes_in_use).text,
-        size_cell(v.s.peak_bytes_in_use).text, pool_cell(r, v.s.pool_bytes).text,
-        pool_cell(r, v.s.peak_pool_bytes).text, cap_text.text,
-        pool_cell(r, v.s.largest_free_block_bytes).text);
+    strbuf_printf(&o, "%8s%12s%13s%12s%12s%12s%14s\n", device_cell(r).text,
+                  size_cell(v.s.bytes_in_use).text, size_cell(v.s.peak_bytes_in_use).text,
+                  pool_cell(r, v.s.pool_bytes).text, pool_cell(r, v.s.peak_pool_bytes).text,
+                  cap_text.text, pool_cell(r, v.s.largest_free_block_bytes).text);
   }
 
-  put(&o, "%8s%7s%16s%15s%13s%15s%14s%8s\n", "device", "frag", "lost in chunks", "peak use/pool",
-      "allocations", "driver allocs", "driver frees", "OOMs");
+  strbuf_printf(&o, "%8s%7s%16s%15s%13s%15s%14s%8s\n", "device", "frag", "lost in chunks",
+                "peak use/pool", "allocations", "driver allocs", "driver frees", "OOMs");
   for (int i = 0; i < n; i++) {
     const report_row_t *r = &rows[i];
     view_t v;
     view_of(r, &v);
     cell_t frag = pct_cell(r, fraction_scaled(v.s.fragmentation, 1000));
     cell_t util = pct_cell(r, ratio_scaled(v.s.peak_bytes_in_use, v.s.peak_pool_bytes, 1000));
-    put(&o, "%8s%7s%16s%15s%13" PRIu64 "%15" PRIu64 "%14" PRIu64 "%8" PRIu64 "\n",
-        device_cell(r).text, frag.text, size_cell(v.lost).text, util.text, v.s.num_allocs,
-        v.s.driver_alloc_calls, v.s.driver_free_calls, v.s.num_ooms);
+    strbuf_printf(&o, "%8s%7s%16s%15s%13" PRIu64 "%15" PRIu64 "%14" PRIu64 "%8" PRIu64 "\n",
+                  device_cell(r).text, frag.text, size_cell(v.lost).text, util.text, v.s.num_allocs,
+                  v.s.driver_alloc_calls, v.s.driver_free_calls, v.s.num_ooms);
   }
 
-  put(&o, "  frag = 1 - largest free / free pool bytes; lost in chunks = in use - requested;"
-          " d:c = context c\n");
-  put(&o, "  peak use/pool = peak in use / peak pool; cap none = no cap; - = pass-through"
-          " (no pool)\n");
-  finish(&o);
+  strbuf_str(&o, "  frag = 1 - largest free / free pool bytes; lost in chunks = in use - requested;"
+                 " d:c = context c\n");
+  strbuf_str(&o, "  peak use/pool = peak in use / peak pool; cap none = no cap; - = pass-through"
+                 " (no pool)\n");
+  strbuf_finish(&o);
   errno = saved;
   return o.len;
 }
 
 /* ---- JSON ---- */
 
-static void put_key_u64(out_t *o, const char *key, uint64_t v) {
-  put(o, ",\n      \"%s\": %" PRIu64, key, v);
+static void put_key_u64(strbuf_t *o, const char *key, uint64_t v) {
+  strbuf_printf(o, ",\n      \"%s\": %" PRIu64, key, v);
 }
 
 /* Millionths as a JSON number with six decimals ("0.125000"). */
-static void put_key_e6(out_t *o, const char *key, uint64_t e6) {
-  put(o, ",\n      \"%s\": %" PRIu64 ".%06" PRIu64, key, e6 / MICRO, e6 % MICRO);
+static void put_key_e6(strbuf_t *o, const char *key, uint64_t e6) {
+  strbuf_printf(o, ",\n      \"%s\": %" PRIu64 ".%06" PRIu64, key, e6 / MICRO, e6 % MICRO);
 }
 
-static void put_json_string(out_t *o, const char *s) {
-  put(o, "\"");
+static void put_json_string(strbuf_t *o, const char *s) {
+  strbuf_str(o, "\"");
   for (; *s != '\0'; s++) {
     unsigned char ch = (unsigned char)*s;
     if (ch == '"' || ch == '\\') {
-      put(o, "\\%c", ch);
+      strbuf_printf(o, "\\%c", ch);
     } else if (ch < 0x20) {
-      put(o, "\\u%04x", ch);
+      strbuf_printf(o, "\\u%04x", ch);
     } else {
-      put(o, "%c", ch);
+      strbuf_char(o, (char)ch);
     }
   }
-  put(o, "\"");
+  strbuf_str(o, "\"");
 }
 
-static void put_json_row(out_t *o, const report_row_t *r) {
+static void put_json_row(strbuf_t *o, const report_row_t *r) {
   view_t v;
   view_of(r, &v);
   const bfc_stats_t *s = &v.s;
-  put(o, "    {\n      \"device\": %d,\n      \"context\": %d,\n      \"pooled\": %s", r->device,
-      r->context, r->pooled ? "true" : "false");
+  strbuf_printf(o, "    {\n      \"device\": %d,\n      \"context\": %d,\n      \"pooled\": %s",
+                r->device, r->context, r->pooled ? "true" : "false");
   if (r->cap == REPORT_NO_CAP) {
-    put(o, ",\n      \"cap_bytes\": null");
+    strbuf_str(o, ",\n      \"cap_bytes\": null");
   } else {
     put_key_u64(o, "cap_bytes", r->cap);
   }
@@ -277,29 +253,30 @@ static void put_json_row(out_t *o, const report_row_t *r) {
   put_key_u64(o, "num_eagain", s->num_eagain);
   put_key_u64(o, "num_retired", s->num_retired);
   put_key_u64(o, "host_metadata_bytes", s->host_metadata_bytes);
-  put(o, "\n    }");
+  strbuf_str(o, "\n    }");
 }
 
 size_t report_format_json(const report_row_t *rows, int n, long pid, char *buf, size_t cap) {
   int saved = errno;
-  out_t o = {buf, cap, 0};
-  put(&o, "{\n  \"gpucap_version\": ");
+  strbuf_t o;
+  strbuf_init(&o, buf, cap);
+  strbuf_str(&o, "{\n  \"gpucap_version\": ");
   put_json_string(&o, GPUCAP_VERSION);
   if (pid > 0) {
-    put(&o, ",\n  \"pid\": %ld", pid);
+    strbuf_printf(&o, ",\n  \"pid\": %ld", pid);
   } else {
-    put(&o, ",\n  \"pid\": null");
+    strbuf_str(&o, ",\n  \"pid\": null");
   }
-  put(&o, ",\n  \"devices\": [");
+  strbuf_str(&o, ",\n  \"devices\": [");
   if (n > 0 && rows != NULL) {
     for (int i = 0; i < n; i++) {
-      put(&o, "%s", i == 0 ? "\n" : ",\n");
+      strbuf_str(&o, i == 0 ? "\n" : ",\n");
       put_json_row(&o, &rows[i]);
     }
-    put(&o, "\n  ");
+    strbuf_str(&o, "\n  ");
   }
-  put(&o, "]\n}\n");
-  finish(&o);
+  strbuf_str(&o, "]\n}\n");
+  strbuf_finish(&o);
   errno = saved;
   return o.len;
 }

@@ -1,7 +1,8 @@
 # report module: the exit report (human table and JSON) over pool counters; CUDA-agnostic.
 #
-# REPORT_OBJS is what the shim links next to CORE_OBJS. test_report builds its rows from real
-# pools, so it links the pool too. Include this fragment after core/core.mk (it uses CORE_OBJS).
+# REPORT_OBJS is what the shim links next to CORE_OBJS (report.o needs CORE_OBJS' strbuf.o).
+# test_report builds its rows from real pools, so it links the pool too. Include this fragment
+# after core/core.mk (it uses CORE_OBJS).
 
 REPORT_OBJS := $(BUILD)/obj/core/report.o
 

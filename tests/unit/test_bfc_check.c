@@ -2,7 +2,7 @@
  *
  * Includes core/bfc.c directly (o1heap's tests do the same) so it can break one invariant at a
  * time inside a healthy pool, expect a nonzero violation count, repair it and expect 0 again.
- * Links addrmap.o and bfc_dump.o but not bfc.o. Prints TAP.
+ * Links addrmap.o, bfc_dump.o and strbuf.o but not bfc.o. Prints TAP.
  */
 #include "core/bfc.c"
 #include "tests/tap.h"
@@ -10,8 +10,22 @@
 
 #define MiB ((uint64_t)1 << 20)
 
+/* Breaks one invariant of pool p, expects bfc_check() to count a violation, repairs it. */
+#define BREAKS(what, breakage, repair)                                                             \
+  do {                                                                                             \
+    breakage;                                                                                      \
+    tap_ok(bfc_check(p) > 0, what);                                                                \
+    repair;                                                                                        \
+  } while (0)
+
 static chunk_t *chunk_of(bfc_pool_t *p, uint64_t addr) {
   return chunk_at(region_find(p, addr), addr);
+}
+
+static void swap_regions(bfc_pool_t *p) {
+  region_t *r0 = p->regions[0];
+  p->regions[0] = p->regions[1];
+  p->regions[1] = r0;
 }
 
 int main(void) {
@@ -33,55 +47,20 @@ int main(void) {
   chunk_t *T = chunk_of(p, d)->next; /* the region's free tail: binned, while B is the dv */
   TAP_EQ(p->dv == B && T->state == BFC_FREE, 1, "freed chunk is the dv, the tail is binned");
 
-  A->size += 256;
-  tap_ok(bfc_check(p) > 0, "chunk size breaks the tiling");
-  A->size -= 256;
-
-  C->prev = A;
-  tap_ok(bfc_check(p) > 0, "broken prev link");
-  C->prev = B;
-
-  A->requested = 0;
-  tap_ok(bfc_check(p) > 0, "in-use chunk without a requested size");
-  A->requested = 1024;
-
-  p->bytes_in_use++;
-  tap_ok(bfc_check(p) > 0, "bytes_in_use off by one");
-  p->bytes_in_use--;
-
-  p->requested_in_use--;
-  tap_ok(bfc_check(p) > 0, "bytes_requested_in_use off by one");
-  p->requested_in_use++;
-
-  p->num_free++;
-  tap_ok(bfc_check(p) > 0, "num_free_chunks off by one");
-  p->num_free--;
-
-  bit_clear(p, class_of(T->size));
-  tap_ok(bfc_check(p) > 0, "bitmap bit of a non-empty bin cleared");
-  bit_set(p, class_of(T->size));
-
-  bin_remove(p, T);
-  tap_ok(bfc_check(p) > 0, "free chunk missing from its bin");
-  bin_insert(p, T);
-
-  T->state = BFC_IN_USE;
-  tap_ok(bfc_check(p) > 0, "binned chunk marked in use");
-  T->state = BFC_FREE;
-
-  bin_insert(p, B);
-  tap_ok(bfc_check(p) > 0, "the dv also in a bin");
-  bin_remove(p, B);
-
-  p->dv = NULL;
-  tap_ok(bfc_check(p) > 0, "a free chunk neither binned nor the dv");
-  p->dv = A;
-  tap_ok(bfc_check(p) > 0, "the dv points to an in-use chunk");
-  p->dv = B;
-
-  addrmap_take(&p->map, a);
-  tap_ok(bfc_check(p) > 0, "in-use chunk missing from the map");
-  addrmap_put(&p->map, a, A);
+  BREAKS("chunk size breaks the tiling", A->size += 256, A->size -= 256);
+  BREAKS("broken prev link", C->prev = A, C->prev = B);
+  BREAKS("in-use chunk without a requested size", A->requested = 0, A->requested = 1024);
+  BREAKS("bytes_in_use off by one", p->bytes_in_use++, p->bytes_in_use--);
+  BREAKS("bytes_requested_in_use off by one", p->requested_in_use--, p->requested_in_use++);
+  BREAKS("num_free_chunks off by one", p->num_free++, p->num_free--);
+  BREAKS("bitmap bit of a non-empty bin cleared", bit_clear(p, class_of(T->size)),
+         bit_set(p, class_of(T->size)));
+  BREAKS("free chunk missing from its bin", bin_remove(p, T), bin_insert(p, T));
+  BREAKS("binned chunk marked in use", T->state = BFC_IN_USE, T->state = BFC_FREE);
+  BREAKS("the dv also in a bin", bin_insert(p, B), bin_remove(p, B));
+  BREAKS("a free chunk neither binned nor the dv", p->dv = NULL, p->dv = B);
+  BREAKS("the dv points to an in-use chunk", p->dv = A, p->dv = B);
+  BREAKS("in-use chunk missing from the map", addrmap_take(&p->map, a), addrmap_put(&p->map, a, A));
 
   /* C becomes free next to free B without being merged: exactly one violation. */
   addrmap_take(&p->map, c);
@@ -103,25 +82,11 @@ int main(void) {
   addrmap_put(&p->map, c, C);
 
   chunk_t *D = p->deferred;
-  p->deferred = NULL;
-  tap_ok(bfc_check(p) > 0, "deferred chunk missing from the deferred list");
-  p->deferred = D;
-
+  BREAKS("deferred chunk missing from the deferred list", p->deferred = NULL, p->deferred = D);
   uint64_t limit = p->limit;
-  p->limit = p->pool_bytes - 256;
-  tap_ok(bfc_check(p) > 0, "pool_bytes above the limit");
-  p->limit = limit;
-
-  region_t *r0 = p->regions[0];
-  p->regions[0] = p->regions[1];
-  p->regions[1] = r0;
-  tap_ok(bfc_check(p) > 0, "regions out of address order");
-  p->regions[1] = p->regions[0];
-  p->regions[0] = r0;
-
-  p->nspare++;
-  tap_ok(bfc_check(p) > 0, "spare count off by one");
-  p->nspare--;
+  BREAKS("pool_bytes above the limit", p->limit = p->pool_bytes - 256, p->limit = limit);
+  BREAKS("regions out of address order", swap_regions(p), swap_regions(p));
+  BREAKS("spare count off by one", p->nspare++, p->nspare--);
 
   TAP_EQ(bfc_check(p), 0, "repaired pool: 0 violations");
   (void)e;

@@ -147,13 +147,37 @@ static void jnumber(jp_t *p) {
 
 static void jvalue(jp_t *p, const char *path, int depth);
 
+/* Steps into the '{' or '[' at p->i: returns 0 when `close` follows at once (consumed), else 1. */
+static int opens(jp_t *p, char close) {
+  p->i++;
+  ws(p);
+  if (p->s[p->i] == close) {
+    p->i++;
+    return 0;
+  }
+  return 1;
+}
+
+/* After a member or an element: consumes ',' and returns 1 (another one follows), or consumes
+ * `close` and returns 0; anything else marks the input bad and returns 0. */
+static int more(jp_t *p, char close) {
+  ws(p);
+  if (p->s[p->i] == ',') {
+    p->i++;
+    return 1;
+  }
+  if (p->s[p->i] == close) {
+    p->i++;
+  } else {
+    p->bad = 1;
+  }
+  return 0;
+}
+
 static void jobject(jp_t *p, const char *path, int depth) {
   char keys[MAX_KEYS][PATH_LEN];
   int nkeys = 0;
-  p->i++;
-  ws(p);
-  if (p->s[p->i] == '}') {
-    p->i++;
+  if (!opens(p, '}')) {
     return;
   }
   while (!p->bad) {
@@ -176,37 +200,22 @@ static void jobject(jp_t *p, const char *path, int depth) {
     }
     p->i++;
     jvalue(p, sub, depth + 1);
-    ws(p);
-    if (p->s[p->i] == ',') {
-      p->i++;
-    } else if (p->s[p->i] == '}') {
-      p->i++;
+    if (!more(p, '}')) {
       return;
-    } else {
-      p->bad = 1;
     }
   }
 }
 
 static void jarray(jp_t *p, const char *path, int depth) {
-  p->i++;
-  ws(p);
-  if (p->s[p->i] == ']') {
-    p->i++;
+  if (!opens(p, ']')) {
     return;
   }
   for (int k = 0; !p->bad; k++) {
     char sub[2 * PATH_LEN];
     snprintf(sub, sizeof sub, "%s.%d", path, k);
     jvalue(p, sub, depth + 1);
-    ws(p);
-    if (p->s[p->i] == ',') {
-      p->i++;
-    } else if (p->s[p->i] == ']') {
-      p->i++;
+    if (!more(p, ']')) {
       return;
-    } else {
-      p->bad = 1;
     }
   }
 }
