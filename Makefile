@@ -63,6 +63,7 @@ THREAD_TESTS :=
 include config/config.mk
 include core/core.mk
 include core/report.mk
+include scripts/scripts.mk
 include shim/shim.mk
 include tests/fakecuda/fakecuda.mk
 include tests/tests.mk

@@ -93,18 +93,10 @@ $(BUILD)/tests/test_addrmap: $(BUILD)/obj/tests/unit/test_addrmap.o $(BUILD)/obj
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
 TEST_PROGRAMS += $(BUILD)/tests/test_addrmap
 
-# ---- make demo: the bundled workload over the fake driver, uncapped and capped. ----
+# ---- The workload `make demo` runs (the recipe: scripts/scripts.mk). ----
 DEMO_BIN := $(BUILD)/tests/workload
 TEST_DEPS += $(DEMO_BIN)
 $(DEMO_BIN): $(BUILD)/obj/tests/demo/workload.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
-
-demo: $(DEMO_BIN) $(SHIM_LIB)
-	@echo "== The workload on a 16 GiB (fake) GPU, without gpucap:"
-	@LD_LIBRARY_PATH=$(BUILD)/fakecuda $(DEMO_BIN)
-	@echo
-	@echo "== The same workload under gpucap with GPUCAP_MEMORY_LIMIT=2GiB:"
-	@LD_LIBRARY_PATH=$(BUILD)/fakecuda LD_PRELOAD=$(abspath $(SHIM_LIB)) \
-	  GPUCAP_MEMORY_LIMIT=2GiB $(DEMO_BIN)

@@ -1,0 +1,55 @@
+/* cli: what every gpucap subcommand shares: exit statuses, messages on stderr, reading and
+ * writing whole files, and matching `--name VALUE` / `--name=VALUE` arguments.
+ *
+ * The CLI is an ordinary program (it may allocate, print and exit), unlike the shim; it still
+ * speaks gpucap's message prefixes (`gpucap: error: `, `gpucap: warning: `). Single-threaded.
+ */
+#ifndef GPUCAP_SCRIPTS_CLI_H
+#define GPUCAP_SCRIPTS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifndef GPUCAP_VERSION
+#define GPUCAP_VERSION "unknown"
+#endif
+
+/* Exit statuses of gpucap's own commands (`gpucap run` exits with its command's status). */
+enum {
+  CLI_OK = 0,
+  CLI_FAIL = 1,  /* an input could not be read or is malformed, or an output not written */
+  CLI_USAGE = 2, /* a bad option or setting; also `run` when it cannot start the command */
+};
+
+/* Prints "gpucap: error: " + the formatted text + "\n" to stderr. Never fails. */
+__attribute__((format(printf, 1, 2))) void cli_error(const char *fmt, ...);
+
+/* Prints "gpucap: warning: " + the formatted text + "\n" to stderr. Never fails. */
+__attribute__((format(printf, 1, 2))) void cli_warn(const char *fmt, ...);
+
+/* Reads the whole file at `path` ("-" is standard input) into a malloc'ed buffer with a NUL
+ * after its *len bytes; the caller frees *buf. Fails iff the file cannot be opened or read, is
+ * larger than `max` bytes, or memory runs out: returns -1 after printing an error that names
+ * `what` and the path; 0 on success. O(file size). */
+int cli_read_file(const char *what, const char *path, size_t max, char **buf, size_t *len);
+
+/* Writes buf[0..len) to `path` ("-" is standard output), created or emptied with mode 0666 less
+ * the umask. Fails iff the file cannot be created or written (returns -1 after printing an
+ * error naming `what` and the path); 0 on success. O(len). */
+int cli_write_file(const char *what, const char *path, const char *buf, size_t len);
+
+/* Matches argv[*i] against the long option `name` ("--limit") that takes a value: either
+ * "--limit=V" or "--limit" followed by V in argv[*i + 1] (then *i is advanced past V).
+ * Returns true and sets *value on a match; prints an error and sets *value to NULL when the
+ * option matches but its value is missing (the caller then fails with CLI_USAGE). Returns false
+ * when argv[*i] is another argument. `shortname` ("-o") may be NULL. O(length of the args). */
+bool cli_opt_value(int argc, char **argv, int *i, const char *name, const char *shortname,
+                   const char **value);
+
+/* Returns true iff argument `arg` is "-h" or "--help". */
+bool cli_is_help(const char *arg);
+
+/* Prints "gpucap VERSION" to stdout. */
+void cli_print_version(void);
+
+#endif

@@ -1,0 +1,278 @@
+/* rjson: a saved JSON exit report back into report rows, and the `gpucap report` command.
+ *
+ * The key table below lists every key report_format_json writes for a device, in its order,
+ * with where the value goes in report_row_t; tests/cli/test_json.c writes reports from real
+ * pools, reads them back and checks that both formatters reproduce their output byte for byte.
+ */
+#include "scripts/rjson.h"
+
+#include "scripts/cli.h"
+#include "scripts/json.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPORT_FILE_MAX (64u << 20) /* a report of thousands of pools is still under 16 MiB */
+
+typedef enum kind {
+  K_COUNT,    /* a uint64_t field of bfc_stats_t */
+  K_FRACTION, /* bfc_stats_t.fragmentation */
+  K_DERIVED,  /* written by report_format_json from other fields: checked, not stored */
+  K_DERIVED_FRACTION,
+  K_ORDINAL, /* device or context: int >= 0 */
+  K_POOLED,
+  K_CAP,
+} kind_t;
+
+#define STAT(field) K_COUNT, offsetof(bfc_stats_t, field)
+
+static const struct key {
+  const char *name;
+  kind_t kind;
+  size_t offset; /* in bfc_stats_t for K_COUNT; in report_row_t for K_ORDINAL */
+} keys[] = {
+    {"device", K_ORDINAL, offsetof(report_row_t, device)},
+    {"context", K_ORDINAL, offsetof(report_row_t, context)},
+    {"pooled", K_POOLED, 0},
+    {"cap_bytes", K_CAP, 0},
+    {"num_allocs", STAT(num_allocs)},
+    {"bytes_in_use", STAT(bytes_in_use)},
+    {"peak_bytes_in_use", STAT(peak_bytes_in_use)},
+    {"largest_alloc_size", STAT(largest_alloc_size)},
+    {"bytes_limit", STAT(bytes_limit)},
+    {"pool_bytes", STAT(pool_bytes)},
+    {"peak_pool_bytes", STAT(peak_pool_bytes)},
+    {"largest_free_block_bytes", STAT(largest_free_block_bytes)},
+    {"fragmentation", K_FRACTION, 0},
+    {"bytes_requested_in_use", STAT(bytes_requested_in_use)},
+    {"peak_bytes_requested_in_use", STAT(peak_bytes_requested_in_use)},
+    {"internal_fragmentation_bytes", K_DERIVED, 0},
+    {"utilization", K_DERIVED_FRACTION, 0},
+    {"free_bytes", STAT(free_bytes)},
+    {"deferred_bytes", STAT(deferred_bytes)},
+    {"num_in_use", STAT(num_in_use)},
+    {"num_deferred", STAT(num_deferred)},
+    {"num_free_chunks", STAT(num_free_chunks)},
+    {"num_regions", STAT(num_regions)},
+    {"driver_alloc_calls", STAT(driver_alloc_calls)},
+    {"driver_alloc_failures", STAT(driver_alloc_failures)},
+    {"driver_free_calls", STAT(driver_free_calls)},
+    {"driver_free_failures", STAT(driver_free_failures)},
+    {"num_ooms", STAT(num_ooms)},
+    {"num_eagain", STAT(num_eagain)},
+    {"num_retired", STAT(num_retired)},
+    {"host_metadata_bytes", STAT(host_metadata_bytes)},
+};
+
+__attribute__((format(printf, 3, 4))) static int bad(char *err, size_t errlen, const char *fmt,
+                                                     ...) {
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -EINVAL;
+}
+
+static int fraction(const json_t *v, double *out) {
+  double f = 0.0;
+  if (json_type(v) != JSON_NUMBER || json_double(v, &f) != 0 || !(f >= 0.0 && f <= 1.0)) {
+    return -EINVAL;
+  }
+  *out = f;
+  return 0;
+}
+
+static int read_row(const json_t *dev, size_t index, report_row_t *row, char *err, size_t errlen) {
+  if (json_type(dev) != JSON_OBJECT) {
+    return bad(err, errlen, "devices[%zu] is not an object", index);
+  }
+  memset(row, 0, sizeof *row);
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+    const struct key *key = &keys[k];
+    const json_t *v = json_get(dev, key->name);
+    uint64_t u = 0;
+    double f = 0.0;
+    bool b = false;
+    int rc = 0;
+    const char *want = "a non-negative integer";
+    if (v == NULL) {
+      return bad(err, errlen, "devices[%zu] has no \"%s\"", index, key->name);
+    }
+    switch (key->kind) {
+    case K_COUNT:
+      rc = json_u64(v, &u);
+      if (rc == 0) {
+        memcpy((char *)&row->stats + key->offset, &u, sizeof u);
+      }
+      break;
+    case K_DERIVED:
+      rc = json_u64(v, &u);
+      break;
+    case K_FRACTION:
+      want = "a number from 0 to 1";
+      rc = fraction(v, &row->stats.fragmentation);
+      break;
+    case K_DERIVED_FRACTION:
+      want = "a number from 0 to 1";
+      rc = fraction(v, &f);
+      break;
+    case K_ORDINAL:
+      want = "an integer from 0 to 2147483647";
+      rc = json_u64(v, &u);
+      if (rc == 0 && u <= INT_MAX) {
+        int i = (int)u;
+        memcpy((char *)row + key->offset, &i, sizeof i);
+      } else {
+        rc = -ERANGE;
+      }
+      break;
+    case K_POOLED:
+      want = "true or false";
+      rc = json_bool(v, &b);
+      row->pooled = b;
+      break;
+    case K_CAP:
+      want = "a non-negative integer or null";
+      row->cap = REPORT_NO_CAP;
+      if (json_type(v) != JSON_NULL) {
+        rc = json_u64(v, &row->cap);
+      }
+      break;
+    }
+    if (rc != 0) {
+      return bad(err, errlen, "devices[%zu].%s is not %s", index, key->name, want);
+    }
+  }
+  return 0;
+}
+
+int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, long *pid, char *err,
+               size_t errlen) {
+  json_t *doc = NULL;
+  report_row_t *out = NULL;
+  uint64_t u = 0;
+  int rc = 0;
+
+  *rows = NULL;
+  *n = 0;
+  *pid = 0;
+  rc = json_parse(text, len, &doc, err, errlen);
+  if (rc != 0) {
+    return rc;
+  }
+  const json_t *version = json_get(doc, "gpucap_version");
+  const json_t *jpid = json_get(doc, "pid");
+  const json_t *devices = json_get(doc, "devices");
+  size_t count = json_count(devices);
+  if (json_type(doc) != JSON_OBJECT) {
+    rc = bad(err, errlen, "the document is not a JSON object; is it a gpucap JSON report?");
+  } else if (json_string(version) == NULL) {
+    rc = bad(err, errlen, "no \"gpucap_version\" string; is it a gpucap JSON report?");
+  } else if (jpid == NULL ||
+             (json_type(jpid) != JSON_NULL && (json_u64(jpid, &u) != 0 || u > LONG_MAX))) {
+    rc = bad(err, errlen, "\"pid\" is not a process ID or null");
+  } else if (json_type(devices) != JSON_ARRAY) {
+    rc = bad(err, errlen, "no \"devices\" array");
+  } else if (count > INT_MAX / 2) {
+    rc = bad(err, errlen, "too many devices (%zu)", count);
+  } else if (count > 0 && (out = calloc(count, sizeof *out)) == NULL) {
+    rc = -ENOMEM;
+    snprintf(err, errlen, "out of memory");
+  }
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    rc = read_row(json_at(devices, i, NULL), i, &out[i], err, errlen);
+  }
+  json_free(doc);
+  if (rc != 0) {
+    free(out);
+    return rc;
+  }
+  *rows = out;
+  *n = (int)count;
+  *pid = (long)u;
+  return 0;
+}
+
+static const char report_usage[] =
+    "Usage: gpucap report FILE.json\n"
+    "\n"
+    "Prints a saved exit report (written by GPUCAP_REPORT_JSON or `gpucap run --json`) as the\n"
+    "same table gpucap prints when the program exits. FILE.json may be - for standard input.\n"
+    "The columns are described in docs/report.md.\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help     print this help\n"
+    "  --version      print gpucap's version\n"
+    "\n"
+    "Exit status: 0 printed; 1 the file cannot be read or is not a gpucap JSON report;\n"
+    "2 usage error.\n";
+
+int rjson_main(int argc, char **argv) {
+  const char *path = NULL;
+  bool dashdash = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!dashdash && cli_is_help(a)) {
+      fputs(report_usage, stdout);
+      return CLI_OK;
+    }
+    if (!dashdash && strcmp(a, "--version") == 0) {
+      cli_print_version();
+      return CLI_OK;
+    }
+    if (!dashdash && strcmp(a, "--") == 0) {
+      dashdash = true;
+    } else if (!dashdash && a[0] == '-' && a[1] != '\0') {
+      cli_error("report: unknown option '%s'; see gpucap report --help", a);
+      return CLI_USAGE;
+    } else if (path != NULL) {
+      cli_error("report: one FILE.json at a time ('%s' and '%s'); see gpucap report --help", path,
+                a);
+      return CLI_USAGE;
+    } else {
+      path = a;
+    }
+  }
+  if (path == NULL) {
+    cli_error("report: no file given; usage: gpucap report FILE.json");
+    return CLI_USAGE;
+  }
+
+  char *text = NULL;
+  size_t len = 0;
+  if (cli_read_file("report", path, REPORT_FILE_MAX, &text, &len) != 0) {
+    return CLI_FAIL;
+  }
+  report_row_t *rows = NULL;
+  int n = 0;
+  long pid = 0;
+  char err[512];
+  int rc = rjson_read(text, len, &rows, &n, &pid, err, sizeof err);
+  free(text);
+  if (rc != 0) {
+    cli_error("report: %s: %s", path, err);
+    if (rc == -EINVAL) {
+      fprintf(stderr, "gpucap: the file must be a JSON exit report as written by "
+                      "GPUCAP_REPORT_JSON (docs/report.md)\n");
+    }
+    return CLI_FAIL;
+  }
+  size_t cap = REPORT_TEXT_MAX(n > 0 ? n : 1);
+  char *table = malloc(cap);
+  int status = CLI_FAIL;
+  if (table == NULL) {
+    cli_error("report: out of memory");
+  } else {
+    size_t tn = report_format_text(rows, n, pid, table, cap);
+    status = cli_write_file("report", "-", table, tn < cap ? tn : cap - 1) == 0 ? CLI_OK : CLI_FAIL;
+  }
+  free(table);
+  free(rows);
+  return status;
+}

@@ -1,0 +1,19 @@
+/* run: `gpucap run`, which checks the settings and execs a command with the library preloaded,
+ * and `gpucap env`, which shows the settings such a run would have. Both read their options
+ * into GPUCAP_* values and judge them, with the environment, by cfg_load: the shim's parser.
+ */
+#ifndef GPUCAP_SCRIPTS_RUN_H
+#define GPUCAP_SCRIPTS_RUN_H
+
+/* `gpucap run [OPTIONS] -- COMMAND [ARGS...]`; argv[0] is "run". Returns only on failure
+ * (CLI_USAGE) or for --help/--version (CLI_OK); otherwise the process becomes COMMAND. */
+int run_main(int argc, char **argv);
+
+/* `gpucap env [OPTIONS]`; argv[0] is "env". Returns the exit status. */
+int run_env_main(int argc, char **argv);
+
+/* Writes the settings listing of --help (cfg_describe without a cfg: every GPUCAP_ variable,
+ * its type, default, meaning and accepted forms) to stdout. */
+void run_print_settings(void);
+
+#endif

@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# gpucap env: the settings a run would have, each with its value and where it came from
+# (option, environment, TF_FORCE_GPU_ALLOW_GROWTH, default), and the library run would preload.
+
+load helpers
+
+# line VAR: the line of $output for VAR, blanks squeezed.
+line() {
+  grep "^$1 " <<<"$output" | tr -s ' '
+}
+
+@test "with nothing set: every setting at its default, and the library next to gpucap" {
+  run --separate-stderr "$GPUCAP" env
+  status_is 0
+  [ -z "$stderr" ]
+  [ "$(line GPUCAP_MEMORY_LIMIT)" = "GPUCAP_MEMORY_LIMIT (unset) default" ]
+  [ "$(line GPUCAP_ALLOW_GROWTH)" = "GPUCAP_ALLOW_GROWTH true default" ]
+  [ "$(line GPUCAP_POOL)" = "GPUCAP_POOL on default" ]
+  [ "$(line GPUCAP_REPORT)" = "GPUCAP_REPORT stderr default" ]
+  [ "$(line GPUCAP_VERBOSE)" = "GPUCAP_VERBOSE 0 default" ]
+  [ "$(line GPUCAP_LIB)" = "GPUCAP_LIB $LIB default (next to gpucap)" ]
+}
+
+@test "every setting of the options table is listed, in its order" {
+  run "$GPUCAP" env
+  want=$(sed -n 's/^CFG_OPT(\([A-Z_]*\),.*/GPUCAP_\1/p' "$TOP/config/options.def")
+  got=$(awk '{print $1}' <<<"$output" | grep -v '^GPUCAP_LIB$')
+  [ "$got" = "$want" ]
+}
+
+@test "values from the environment, in canonical form" {
+  export GPUCAP_MEMORY_LIMIT=1073741824 GPUCAP_MEMORY_FRACTION=0:.5 GPUCAP_POOL=OFF
+  run "$GPUCAP" env
+  status_is 0
+  [ "$(line GPUCAP_MEMORY_LIMIT)" = "GPUCAP_MEMORY_LIMIT 1GiB environment" ]
+  [ "$(line GPUCAP_MEMORY_FRACTION)" = "GPUCAP_MEMORY_FRACTION 0:0.5 environment" ]
+  [ "$(line GPUCAP_POOL)" = "GPUCAP_POOL off environment" ]
+}
+
+@test "values from options, which override the environment" {
+  export GPUCAP_MEMORY_LIMIT=1GiB
+  run "$GPUCAP" env --limit 8GiB --quiet --json ./r.json --device-limit= 2>/dev/null
+  status_is 2
+  run "$GPUCAP" env --limit 8GiB --quiet --json ./r.json --preallocate
+  status_is 0
+  [ "$(line GPUCAP_MEMORY_LIMIT)" = "GPUCAP_MEMORY_LIMIT 8GiB option --limit" ]
+  [ "$(line GPUCAP_REPORT)" = "GPUCAP_REPORT off option --quiet" ]
+  [ "$(line GPUCAP_REPORT_JSON)" = "GPUCAP_REPORT_JSON ./r.json option --json" ]
+  [ "$(line GPUCAP_ALLOW_GROWTH)" = "GPUCAP_ALLOW_GROWTH false option --preallocate" ]
+  run "$GPUCAP" env --device-limit 1=2GiB,0=1GiB --trace ./t.csv --report ./r.txt --growth \
+    --fraction 0.5
+  [ "$(line GPUCAP_MEMORY_LIMIT)" = "GPUCAP_MEMORY_LIMIT 0:1GiB,1:2GiB option --device-limit" ]
+  [ "$(line GPUCAP_MEMORY_FRACTION)" = "GPUCAP_MEMORY_FRACTION 0.5 option --fraction" ]
+  [ "$(line GPUCAP_TRACE)" = "GPUCAP_TRACE ./t.csv option --trace" ]
+  [ "$(line GPUCAP_REPORT)" = "GPUCAP_REPORT ./r.txt option --report" ]
+  [ "$(line GPUCAP_ALLOW_GROWTH)" = "GPUCAP_ALLOW_GROWTH true option --growth" ]
+}
+
+@test "TF_FORCE_GPU_ALLOW_GROWTH is shown as the source when it decides" {
+  export TF_FORCE_GPU_ALLOW_GROWTH=false
+  run "$GPUCAP" env
+  [ "$(line GPUCAP_ALLOW_GROWTH)" = "GPUCAP_ALLOW_GROWTH false TF_FORCE_GPU_ALLOW_GROWTH" ]
+}
+
+@test "a TF_FORCE_GPU_ALLOW_GROWTH the library ignores: its warning, exit 0" {
+  export TF_FORCE_GPU_ALLOW_GROWTH=True
+  run --separate-stderr "$GPUCAP" env
+  status_is 0
+  err_has "gpucap: warning: TF_FORCE_GPU_ALLOW_GROWTH='True' is ignored"
+  [ "$(line GPUCAP_ALLOW_GROWTH)" = "GPUCAP_ALLOW_GROWTH true default" ]
+}
+
+@test "an invalid setting: shown as (invalid), the library's message, exit 2" {
+  export GPUCAP_VERBOSE=4
+  run --separate-stderr "$GPUCAP" env
+  status_is 2
+  [ "$(line GPUCAP_VERBOSE)" = "GPUCAP_VERBOSE (invalid) environment" ]
+  err_has "gpucap: error: GPUCAP_VERBOSE='4'"
+  err_has "GPUCAP_VERBOSE comes from the environment"
+  run --separate-stderr "$GPUCAP" env --fraction 2
+  status_is 2
+  [ "$(line GPUCAP_MEMORY_FRACTION)" = "GPUCAP_MEMORY_FRACTION (invalid) option --fraction" ]
+  err_has "GPUCAP_MEMORY_FRACTION comes from --fraction F"
+}
+
+@test "GPUCAP_LIB: shown from the environment, or (not found) with a warning" {
+  run env GPUCAP_LIB="$BUILD/libgpucap.so" "$GPUCAP" env
+  status_is 0
+  [ "$(line GPUCAP_LIB)" = "GPUCAP_LIB $LIB environment" ]
+  run --separate-stderr env GPUCAP_LIB=/nonexistent.so "$GPUCAP" env
+  status_is 0
+  [ "$(line GPUCAP_LIB)" = "GPUCAP_LIB (not found) environment" ]
+  err_has "gpucap: warning: env: GPUCAP_LIB='/nonexistent.so'"
+}
+
+@test "usage errors: arguments, '--', unknown options; --help and --version" {
+  run --separate-stderr "$GPUCAP" env extra
+  status_is 2
+  err_has "env: unexpected argument 'extra'; see gpucap env --help"
+  run --separate-stderr "$GPUCAP" env --
+  status_is 2
+  err_has "env: unknown option '--'"
+  run --separate-stderr "$GPUCAP" env --bogus
+  status_is 2
+  err_has "env: unknown option '--bogus'"
+  run "$GPUCAP" env --help
+  status_is 0
+  has "Usage: gpucap env [OPTIONS]"
+  has "--device-limit LIST"
+  run "$GPUCAP" env --version
+  status_is 0
+  [[ "$output" =~ ^gpucap\ [0-9.]+$ ]]
+}
+
+@test "docs/configuration.md documents every variable gpucap env lists" {
+  run "$GPUCAP" env
+  for v in $(awk '{print $1}' <<<"$output"); do
+    grep -q "\`$v\`" "$TOP/docs/configuration.md"
+  done
+}

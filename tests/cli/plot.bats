@@ -1,0 +1,147 @@
+#!/usr/bin/env bats
+# gpucap plot TRACE.csv -o OUT.svg: the timeline of a real capped run, with the cap and pool
+# from --cap or --json; a picture a renderer accepts; every input and usage error.
+
+load helpers
+
+capped_run() {
+  grun_leaks --limit 2GiB --json ./run.json --trace ./trace.csv --quiet -- "$WORKLOAD" \
+    >/dev/null 2>&1
+}
+
+# svg_ok FILE: a renderer accepts it, when one is installed (rsvg-convert or xmllint).
+svg_ok() {
+  if command -v rsvg-convert >/dev/null; then
+    rsvg-convert "$1" -o "$1.png" && [ -s "$1.png" ]
+  elif command -v xmllint >/dev/null; then
+    xmllint --noout "$1"
+  fi
+}
+
+@test "a capped run's trace and report make a timeline with the cap and the pool" {
+  capped_run
+  run --separate-stderr "$GPUCAP" plot trace.csv --json run.json -o timeline.svg
+  status_is 0
+  [ -z "$output" ] && [ -z "$stderr" ]
+  [ "$(head -c 5 timeline.svg)" = "<?xml" ]
+  grep -q '<svg xmlns="http://www.w3.org/2000/svg"' timeline.svg
+  grep -q '3 allocations, 3 frees, 1 refused' timeline.svg
+  grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' timeline.svg
+  grep -q '>peak pool</tspan>' timeline.svg
+  grep -q '>+1.0 GiB</text>' timeline.svg
+  ! grep -q -e '<script' -e 'href' -e 'url(' timeline.svg
+  svg_ok timeline.svg
+}
+
+@test "--cap SIZE draws the cap without a report; --title sets the title" {
+  capped_run
+  run "$GPUCAP" plot trace.csv --cap 1.5GiB --title 'My <run>' -o t.svg
+  status_is 0
+  grep -q '>1.5 GiB</tspan>' t.svg
+  grep -q 'My &lt;run&gt;' t.svg
+  ! grep -q 'peak pool' t.svg
+  svg_ok t.svg
+}
+
+@test "--cap wins over the report's cap; options in any order, with =" {
+  capped_run
+  run "$GPUCAP" plot --output=t.svg --json=run.json --cap=3GiB trace.csv
+  status_is 0
+  grep -q '>3.0 GiB</tspan>' t.svg
+  grep -q '>peak pool</tspan>' t.svg
+}
+
+@test "-o - writes the picture to standard output; - reads the trace from standard input" {
+  capped_run
+  run "$GPUCAP" plot -o - - <trace.csv
+  status_is 0
+  [[ "$output" == "<?xml"*"</svg>" ]]
+}
+
+@test "a report with several devices: no cap line, a warning that says why" {
+  capped_run
+  obj=$(sed -n '/^    {$/,/^    }$/p' run.json)
+  { echo '{"gpucap_version": "0.1.0", "pid": 1, "devices": ['; echo "$obj,"
+    sed 's/"device": 0/"device": 1/' <<<"$obj"; echo ']}'; } >two.json
+  run "$GPUCAP" report two.json
+  status_is 0
+  run --separate-stderr "$GPUCAP" plot trace.csv --json two.json -o t.svg
+  status_is 0
+  err_has "gpucap: warning: plot: two.json reports several devices but the trace mixes them"
+  ! grep -q '>cap</tspan>' t.svg
+}
+
+@test "a trace with only a header: exit 1" {
+  echo 'Thread,Time,Action,Pointer,Size,Stream' >empty.csv
+  run --separate-stderr "$GPUCAP" plot empty.csv -o t.svg
+  status_is 1
+  err_has "plot: empty.csv has no events"
+  [ ! -e t.svg ]
+}
+
+@test "a file that is not a trace: exit 1, with the line" {
+  printf 'Thread,Time,Action,Pointer,Size,Stream\n1,10:00:00.0,allocate,0x10,256,0x0\n1,oops\n' \
+    >bad.csv
+  run --separate-stderr "$GPUCAP" plot bad.csv -o t.svg
+  status_is 1
+  err_has "gpucap: error: plot: bad.csv: line 3: expected 6 comma-separated fields"
+  printf '{}' >notcsv.csv
+  run --separate-stderr "$GPUCAP" plot notcsv.csv -o t.svg
+  status_is 1
+  err_has "line 1: not an RMM trace"
+}
+
+@test "missing inputs and unwritable outputs: exit 1" {
+  capped_run
+  run --separate-stderr "$GPUCAP" plot nonexistent.csv -o t.svg
+  status_is 1
+  err_has "plot: cannot open 'nonexistent.csv'"
+  run --separate-stderr "$GPUCAP" plot trace.csv --json nonexistent.json -o t.svg
+  status_is 1
+  err_has "plot: cannot open 'nonexistent.json'"
+  run --separate-stderr "$GPUCAP" plot trace.csv --json trace.csv -o t.svg
+  status_is 1
+  err_has "plot: trace.csv: line 1, column 1"
+  run --separate-stderr "$GPUCAP" plot trace.csv -o ./no/such/dir/t.svg
+  status_is 1
+  err_has "plot: cannot create './no/such/dir/t.svg'"
+}
+
+@test "a bad --cap: the settings parser's message, exit 2" {
+  capped_run
+  run --separate-stderr "$GPUCAP" plot trace.csv --cap 2GB -o t.svg
+  status_is 2
+  err_has "plot: --cap '2GB': 'GB' is ambiguous"
+  [ ! -e t.svg ]
+}
+
+@test "usage errors: no trace, no -o, two traces, unknown or repeated options" {
+  run --separate-stderr "$GPUCAP" plot -o t.svg
+  status_is 2
+  err_has "plot: no trace given"
+  run --separate-stderr "$GPUCAP" plot trace.csv
+  status_is 2
+  err_has "plot: no output given; add -o OUT.svg"
+  run --separate-stderr "$GPUCAP" plot a.csv b.csv -o t.svg
+  status_is 2
+  err_has "plot: one TRACE.csv at a time"
+  run --separate-stderr "$GPUCAP" plot a.csv --colour red -o t.svg
+  status_is 2
+  err_has "plot: unknown option '--colour'"
+  run --separate-stderr "$GPUCAP" plot a.csv -o x.svg -o y.svg
+  status_is 2
+  err_has "plot: -o is given twice"
+  run --separate-stderr "$GPUCAP" plot a.csv -o
+  status_is 2
+  err_has "-o needs a value"
+}
+
+@test "--help and --version" {
+  run "$GPUCAP" plot --help
+  status_is 0
+  has "Usage: gpucap plot TRACE.csv -o OUT.svg [--cap SIZE] [--json REPORT.json] [--title TEXT]"
+  has "all of its devices together"
+  run "$GPUCAP" plot --version
+  status_is 0
+  [[ "$output" =~ ^gpucap\ [0-9.]+$ ]]
+}

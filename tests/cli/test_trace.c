@@ -1,0 +1,239 @@
+/* Tests for scripts/tracecsv (the RMM CSV trace reader) and scripts/plot (the SVG timeline):
+ * every field's accepted and refused forms, relative and monotonic times across midnight, and
+ * a picture that is well-formed XML with the lines, marks and labels it should have, whose
+ * size stays bounded for long traces. Prints TAP.
+ */
+#include "scripts/plot.h"
+#include "scripts/tracecsv.h"
+#include "tests/tap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
+
+static int parse(const char *text, tracecsv_event_t **ev, size_t *n, char *err, size_t errlen) {
+  return tracecsv_parse(text, strlen(text), ev, n, err, errlen);
+}
+
+static void test_parse(void) {
+  const char *text = HEADER "7,10:00:00.000001,allocate,0x7f0000000000,1048576,0x0\r\n"
+                            "\n"
+                            "7,10:00:00.5,allocate failure,0,4096,0x0\n"
+                            "8,10:00:01.250000000,free,0X7F0000000000,1048576,0x1\n"
+                            "8,10:00:01,allocate,7f0000100000,18446744073709551615,0x0";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace parses (%s)", err);
+  TAP_EQ(n, 4, "four events; blank lines, CRLF and a missing final newline are fine");
+  if (n == 4) {
+    TAP_EQ(ev[0].ns, 0, "times start at the first event");
+    TAP_EQ(ev[1].ns, 499999000, "fractions of any length count (0.5 s - 1 us)");
+    TAP_EQ(ev[2].ns, 1249999000, "nine fractional digits are nanoseconds");
+    TAP_EQ(ev[3].ns, ev[2].ns, "an event stamped earlier than the previous one is moved up");
+    TAP_EQ(ev[0].action, TRACECSV_ALLOC, "allocate");
+    TAP_EQ(ev[1].action, TRACECSV_FAILURE, "allocate failure");
+    TAP_EQ(ev[2].action, TRACECSV_FREE, "free");
+    tap_ok(ev[0].ptr == 0x7f0000000000ull && ev[2].ptr == ev[0].ptr, "pointers, any 0x case");
+    tap_ok(ev[3].ptr == 0x7f0000100000ull, "a pointer without 0x is hexadecimal too");
+    tap_ok(ev[3].size == UINT64_MAX, "sizes up to 2^64-1");
+    TAP_EQ(ev[1].ptr, 0, "a failure has no pointer");
+  }
+  free(ev);
+
+  /* Midnight: 23:59:59.9 then 00:00:00.1 is 0.2 s later, not a day earlier. */
+  const char *night = HEADER "1,23:59:59.900000,allocate,0x100,256,0x0\n"
+                             "1,00:00:00.100000,free,0x100,256,0x0\n";
+  TAP_EQ(parse(night, &ev, &n, err, sizeof err), 0, "a trace across midnight parses");
+  TAP_EQ(n == 2 ? ev[1].ns : -1, 200000000, "and its second event is 0.2 s after the first");
+  free(ev);
+
+  TAP_EQ(parse("Thread,Time,Action,Pointer,Size,Stream", &ev, &n, err, sizeof err), 0,
+         "a header alone is a trace with no events");
+  TAP_EQ(n, 0, "none");
+  tap_ok(ev == NULL, "and no array");
+}
+
+static void test_refusals(void) {
+  static const struct {
+    const char *line, *msg;
+  } cases[] = {
+      {"1,10:00:00.0,allocate,0x10,256", "line 2: expected 6"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,extra", "line 2: expected 6"},
+      {"1,10:00:00.0,alloc,0x10,256,0x0", "Action 'alloc'"},
+      {"1,10:00:00.0,Allocate,0x10,256,0x0", "Action 'Allocate'"},
+      {"1,24:00:00.0,allocate,0x10,256,0x0", "Time '24:00:00.0'"},
+      {"1,10:60:00,allocate,0x10,256,0x0", "Time"},
+      {"1,10:00:00.,allocate,0x10,256,0x0", "Time"},
+      {"1,10:00:00.1234567890,allocate,0x10,256,0x0", "Time"},
+      {"1,1:00:00.0,allocate,0x10,256,0x0", "Time"},
+      {"1,10:00:00.0,allocate,0xg0,256,0x0", "Pointer '0xg0'"},
+      {"1,10:00:00.0,allocate,,256,0x0", "Pointer"},
+      {"1,10:00:00.0,allocate,0x10000000000000000,256,0x0", "Pointer"},
+      {"1,10:00:00.0,allocate,0x10,-1,0x0", "Size '-1'"},
+      {"1,10:00:00.0,allocate,0x10,1.5,0x0", "Size"},
+      {"1,10:00:00.0,allocate,0x10,18446744073709551616,0x0", "Size"},
+      {"1,10:00:00.0,allocate,0x10,,0x0", "Size"},
+      {",10:00:00.0,allocate,0x10,256,0x0", "Thread is empty"},
+  };
+  char text[512];
+  char err[256];
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(text, sizeof text, HEADER "%s\n", cases[i].line);
+    int rc = parse(text, &ev, &n, err, sizeof err);
+    tap_ok(rc == -EINVAL && strstr(err, cases[i].msg) != NULL && ev == NULL && n == 0,
+           "refused: %s (%s)", cases[i].line, err);
+  }
+  TAP_EQ(parse("Thread,Time,Action,Pointer,Size\n", &ev, &n, err, sizeof err), -EINVAL,
+         "another header is refused");
+  tap_ok(strstr(err, "line 1: not an RMM trace") != NULL, "as not a trace: %s", err);
+  TAP_EQ(parse("", &ev, &n, err, sizeof err), -EINVAL, "an empty file is refused");
+  tap_ok(strstr(err, "empty") != NULL, "as empty: %s", err);
+  static const char nul[] = HEADER "1,10:00:00.0,allocate,0x10,2\0"
+                                   "56,0x0\n";
+  TAP_EQ(tracecsv_parse(nul, sizeof nul - 1, &ev, &n, err, sizeof err), -EINVAL,
+         "a NUL byte is refused");
+}
+
+static int count(const char *hay, const char *needle) {
+  int c = 0;
+  for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle)) {
+    c++;
+  }
+  return c;
+}
+
+/* Element balance: every <x ...> has its </x> or is self-closing; no stray '&' or '<'. */
+static int well_formed(const char *svg) {
+  int depth = 0;
+  for (const char *p = svg; *p != '\0'; p++) {
+    if (*p == '&') {
+      if (strncmp(p, "&amp;", 5) != 0 && strncmp(p, "&lt;", 4) != 0 && strncmp(p, "&gt;", 4) != 0 &&
+          strncmp(p, "&quot;", 6) != 0) {
+        return 0;
+      }
+    }
+    if (*p != '<') {
+      continue;
+    }
+    const char *end = strchr(p, '>');
+    if (end == NULL) {
+      return 0;
+    }
+    if (p[1] == '?') {
+      p = end;
+      continue;
+    }
+    if (p[1] == '/') {
+      depth--;
+    } else if (end[-1] != '/') {
+      depth++;
+    }
+    if (depth < 0 || memchr(p + 1, '<', (size_t)(end - p - 1)) != NULL) {
+      return 0;
+    }
+    p = end;
+  }
+  return depth == 0;
+}
+
+static void test_plot(void) {
+  const char *text = HEADER "1,10:00:00.000000,allocate,0x100,805306368,0x0\n"
+                            "1,10:00:00.000100,allocate,0x200,536870912,0x0\n"
+                            "1,10:00:00.000200,allocate failure,0,1073741824,0x0\n"
+                            "1,10:00:00.000300,free,0x200,536870912,0x0\n"
+                            "1,10:00:00.000400,free,0x100,805306368,0x0\n";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  parse(text, &ev, &n, NULL, 0);
+  plot_opts_t o = {.title = "A <b>&\"title\"",
+                   .source = "t\x01race\xff.csv",
+                   .cap = 2ull << 30,
+                   .peak_pool = 2ull << 30,
+                   .pool_name = "peak pool"};
+  char *svg = NULL;
+  size_t len = 0;
+  TAP_EQ(plot_svg(ev, n, &o, &svg, &len), 0, "a trace is drawn");
+  if (!tap_ok(svg != NULL && strlen(svg) == len, "as one NUL-terminated document")) {
+    return;
+  }
+  tap_ok(strncmp(svg, "<?xml", 5) == 0 &&
+             strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\"") != NULL,
+         "an SVG document");
+  tap_ok(well_formed(svg), "well-formed, with text escaped");
+  tap_ok(strstr(svg, "A &lt;b&gt;&amp;&quot;title&quot;") != NULL, "the title, escaped");
+  tap_ok(strstr(svg, "t?race?.csv") != NULL, "control bytes and invalid UTF-8 become '?'");
+  tap_ok(strstr(svg, "<script") == NULL && strstr(svg, "href") == NULL &&
+             strstr(svg, "@import") == NULL && strstr(svg, "url(") == NULL,
+         "self-contained: no scripts, links or external resources");
+  tap_ok(strstr(svg, "2 allocations, 2 frees, 1 refused") != NULL, "the figures line counts");
+  tap_ok(strstr(svg, "peak in use 1.3 GiB") != NULL, "the peak in use, as the report writes it");
+  tap_ok(strstr(svg, ">cap</tspan>") != NULL && strstr(svg, ">2.0 GiB</tspan>") != NULL,
+         "the cap line is labelled");
+  tap_ok(strstr(svg, ">peak pool</tspan>") != NULL, "the pool line is labelled");
+  tap_ok(strstr(svg, ">+1.0 GiB</text>") != NULL, "the refusal is marked with its size");
+  tap_ok(strstr(svg, "(\xc2\xb5s)") != NULL, "a 400 us trace has its time axis in us");
+  tap_ok(strstr(svg, ">2 GiB</text>") != NULL && strstr(svg, ">1.5 GiB</text>") != NULL,
+         "byte ticks in GiB");
+  free(svg);
+
+  /* Without cap or pool: no such lines or legend entries. */
+  plot_opts_t bare = {0};
+  plot_svg(ev, n, &bare, &svg, &len);
+  tap_ok(strstr(svg, ">cap<") == NULL && strstr(svg, "peak pool") == NULL,
+         "no cap or pool line unless given");
+  tap_ok(strstr(svg, "Device memory over time") != NULL, "the default title");
+  free(svg);
+  free(ev);
+
+  /* A long trace: the drawing stays small (the path is per half-pixel column). */
+  size_t big = 200000;
+  size_t cap = big * 64 + 64;
+  char *t = malloc(cap);
+  size_t pos = (size_t)snprintf(t, cap, HEADER);
+  for (size_t i = 0; i < big; i++) {
+    unsigned long us = (unsigned long)i * 500;
+    pos += (size_t)snprintf(t + pos, cap - pos, "1,%02lu:%02lu:%02lu.%06lu,%s,0x%zx,%zu,0x0\n",
+                            us / 3600000000ul % 24, us / 60000000ul % 60, us / 1000000ul % 60,
+                            us % 1000000ul, i % 3 == 2 ? "free" : "allocate", 0x1000 + i,
+                            (size_t)4096 * (i % 7 + 1));
+  }
+  TAP_EQ(tracecsv_parse(t, pos, &ev, &n, NULL, 0), 0, "a 200000-event trace parses");
+  TAP_EQ(n, big, "every event");
+  TAP_EQ(plot_svg(ev, n, &bare, &svg, &len), 0, "and is drawn");
+  tap_ok(len < 200000, "in under 200 kB (%zu bytes)", len);
+  tap_ok(well_formed(svg), "well-formed");
+  tap_ok(strstr(svg, "(s)") != NULL, "a 100 s trace has its time axis in seconds");
+  TAP_EQ(count(svg, "<path d=\"M"), 3, "one area, one line and the axes");
+  free(svg);
+  free(ev);
+  free(t);
+
+  /* Many refusals: at most one mark per few pixels, and no labels. */
+  pos = (size_t)snprintf(t = malloc(cap), cap, HEADER);
+  for (size_t i = 0; i < 5000; i++) {
+    pos += (size_t)snprintf(t + pos, cap - pos, "1,10:00:%02zu.%06zu,allocate failure,0,%zu,0x0\n",
+                            i / 100, i % 100 * 10000, (size_t)1 << 20);
+  }
+  tracecsv_parse(t, pos, &ev, &n, NULL, 0);
+  plot_svg(ev, n, &bare, &svg, &len);
+  int marks = count(svg, "stroke-dasharray=\"2 3\"");
+  tap_ok(marks > 50 && marks < 200, "5000 refusals are drawn as %d marks", marks);
+  tap_ok(strstr(svg, ">+1.0 MiB</text>") == NULL, "without labels");
+  tap_ok(strstr(svg, "0 allocations, 0 frees, 5000 refused") != NULL, "but all are counted");
+  free(svg);
+  free(ev);
+  free(t);
+}
+
+int main(void) {
+  test_parse();
+  test_refusals();
+  test_plot();
+  return tap_done();
+}
