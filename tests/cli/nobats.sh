@@ -1,6 +1,5 @@
 #!/bin/sh
-# Stands in for the CLI tests (tests/cli/*.bats) when bats is not installed, so that
-# `make test` fails with the fix instead of skipping them.
-echo "1..1"
-echo "not ok 1 - the CLI tests need bats: apt-get install bats (or npm install -g bats)"
-exit 1
+# Stands in for the CLI tests (tests/cli/*.bats) when bats is not installed: the whole file is
+# reported as skipped, with the fix, so `make test` still works on a machine with build tools
+# only. CI installs bats first (.ci/run), so there they always run.
+echo "1..0 # SKIP the CLI tests need bats: apt-get install bats (or npm install -g bats)"
