@@ -26,9 +26,11 @@ void log_write_raw(const char *text, size_t len);
  * true iff everything was written. */
 bool log_write_fd(int fd, const char *text, size_t len);
 
-/* Creates (truncates) the file a setting named, for writing: never through a symlink planted
- * at the path (O_NOFOLLOW), mode 0666 less the user's umask, close-on-exec. Returns the fd, or
- * -1 after one warning naming `setting`, the path and the reason. errno untouched. */
+/* Creates (truncates) the file a setting named, for writing, "%p" in the path replaced by the
+ * process id (so the processes of one job do not overwrite each other's files): never through
+ * a symlink planted at the path (O_NOFOLLOW), mode 0666 less the user's umask, close-on-exec.
+ * Returns the fd, or -1 after one warning naming `setting`, the path and the reason. errno
+ * untouched. */
 int log_create(const char *setting, const char *path);
 
 #endif

@@ -35,6 +35,14 @@ GPUCAP_REPORT="$WORK/table.txt" with_shim "$TESTBIN/pooltest" many 100 >/dev/nul
 is "$(grep -c 'memory report' "$WORK/err")" 0 "GPUCAP_REPORT=path: nothing on stderr ..."
 like "$(head -n 1 "$WORK/table.txt")" '^gpucap: memory report' "... the table is in the file"
 
+GPUCAP_REPORT_JSON="$WORK/report.%p.json" GPUCAP_TRACE="$WORK/trace.%p.csv" \
+  LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload)" "$TESTBIN/pooltest" many 100 \
+  >/dev/null 2>&1 &
+pid=$!
+wait $pid
+[ -s "$WORK/report.$pid.json" ] && [ -s "$WORK/trace.$pid.csv" ]
+ok $? "%p in GPUCAP_REPORT_JSON and GPUCAP_TRACE becomes the process id"
+
 # A CUDA program that never allocates device memory reports nothing.
 out=$(with_shim "$TESTBIN/captest" 0 $((1 << 20)) 0 2>"$WORK/err")
 is "$(cat "$WORK/err")" "" "no allocation, no report"
