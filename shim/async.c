@@ -5,6 +5,7 @@
  * returns the charge at the free. A cuMemFreeAsync of a block from gpucap's own pool is a
  * deferred pool free, reused only after the device has synchronised.
  */
+#include "shim/cap.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/real.h"
@@ -49,8 +50,9 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   if (!real_driver_ready(NULL)) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (!dptr || bytes == 0 || !mem_current_device(&dev)) {
-    return call(w, dptr, bytes, pool, stream); /* the driver's own error code */
+  CUresult drc;
+  if (!mem_prepare(dptr && bytes > 0, &dev, &drc)) {
+    return drc == CUDA_SUCCESS ? call(w, dptr, bytes, pool, stream) : drc;
   }
   if (!mem_admit(dev, bytes)) {
     return mem_refuse(dev, bytes);
@@ -66,8 +68,17 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, mem_free_fn driver_fr
   if (!real_driver_ready(NULL)) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (dptr && pool_free(dptr, &rc)) {
-    return rc;
+  if (dptr && pool_block(dptr, &(uint64_t){0}, &(uint64_t){0}) != POOL_OUTSIDE) {
+    /* A pooled block: the stream must be one the driver would accept (its error, and the
+     * block kept, otherwise). The special handles need no check. */
+    CUcontext owner;
+    if (stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD &&
+        (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
+      return rc;
+    }
+    if (pool_free(dptr, &rc)) {
+      return rc;
+    }
   }
   return mem_untrack_free(dptr, driver_free, stream);
 }

@@ -47,6 +47,11 @@ const struct cfg *cap_settings(void) {
   return &settings;
 }
 
+bool cap_no_context(CUresult rc) {
+  return rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_NOT_INITIALIZED ||
+         rc == CUDA_ERROR_DEINITIALIZED || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
 CUresult cap_current_device(int *dev) {
   CUdevice d = 0;
   if (!real.cuCtxGetDevice) {

@@ -23,8 +23,14 @@ bool cap_init(void);
 const struct cfg *cap_settings(void);
 
 /* The ordinal of the calling thread's current context's device in *dev. Fails (returning the
- * driver's error) iff there is no usable current context. */
+ * driver's error) iff there is no usable current context or the driver failed. */
 CUresult cap_current_device(int *dev);
+
+/* True iff rc, from a context query, means "no usable context" (not initialised, no current
+ * context, context destroyed): the driver can then allocate nothing, so it may answer the
+ * program's call itself. Any other failure must be returned to the program as is: an
+ * allocation gpucap cannot attribute to a device is never made uncapped. */
+bool cap_no_context(CUresult rc);
 
 /* Device dev's cap in bytes, or CAP_NONE. `physical_total` is the device's real total memory
  * when the caller already knows it, else 0 (then the driver is asked once per device). */

@@ -68,9 +68,12 @@ int log_create(const char *setting, const char *path) {
   if (!expand_pid(path, full, sizeof full)) {
     log_msg(LOG_WARN, "%s: '%s' is too long once %%p is expanded", setting, path);
   } else {
-    fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+    /* O_NONBLOCK: a FIFO planted at the path fails (ENXIO) instead of blocking forever. */
+    fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0666);
     if (fd < 0) {
       log_msg(LOG_WARN, "%s: cannot create '%s': %s", setting, full, strerror(errno));
+    } else {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     }
   }
   errno = saved;

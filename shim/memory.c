@@ -65,13 +65,26 @@ CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_fre
   return CUDA_SUCCESS;
 }
 
-bool mem_current_device(int *dev) {
+CUresult mem_current_device(int *dev) {
   CUresult rc = cap_current_device(dev);
   if (rc == CUDA_ERROR_INVALID_DEVICE) {
     *dev = -1;
+    return CUDA_SUCCESS;
+  }
+  return rc;
+}
+
+bool mem_prepare(bool args_ok, int *dev, CUresult *rc) {
+  *rc = CUDA_SUCCESS;
+  if (!args_ok) {
+    return false;
+  }
+  CUresult q = mem_current_device(dev);
+  if (q == CUDA_SUCCESS) {
     return true;
   }
-  return rc == CUDA_SUCCESS;
+  *rc = cap_no_context(q) ? CUDA_SUCCESS : q;
+  return false;
 }
 
 CUresult mem_refuse(int dev, uint64_t bytes) {
@@ -95,8 +108,9 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   if (dptr && bytesize > 0 && pool_enabled()) {
     return pool_alloc(dptr, bytesize);
   }
-  if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
-    return real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own error code */
+  CUresult drc;
+  if (!mem_prepare(dptr && bytesize > 0, &dev, &drc)) {
+    return drc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytesize) : drc;
   }
   if (!mem_admit(dev, bytesize)) {
     return mem_refuse(dev, bytesize);
@@ -110,8 +124,9 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
   if (!driver_ready() || !real.cuMemAlloc) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
-    return real.cuMemAlloc(dptr, bytesize);
+  CUresult drc;
+  if (!mem_prepare(dptr && bytesize > 0, &dev, &drc)) {
+    return drc == CUDA_SUCCESS ? real.cuMemAlloc(dptr, bytesize) : drc;
   }
   if (!mem_admit(dev, bytesize)) {
     return mem_refuse(dev, bytesize);
@@ -176,7 +191,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuMemGetInfo_v2(freeBytes, totalBytes);
-  if (rc == CUDA_SUCCESS && cap_current_device(&dev) == CUDA_SUCCESS) {
+  if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
     cap_view(dev, pool_idle_bytes(dev), &f, &t);
     *freeBytes = (size_t)f;
@@ -191,7 +206,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *total
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuMemGetInfo(freeBytes, totalBytes);
-  if (rc == CUDA_SUCCESS && cap_current_device(&dev) == CUDA_SUCCESS) {
+  if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
     cap_view(dev, pool_idle_bytes(dev), &f, &t);
     *freeBytes = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
@@ -248,7 +263,12 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     return pool_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   }
   CUresult rc = real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (rc != CUDA_SUCCESS || !mem_current_device(&dev)) {
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if ((rc = mem_current_device(&dev)) != CUDA_SUCCESS) {
+    real.cuMemFree_v2(*dptr); /* cannot be attributed to a device: never kept uncapped */
+    *dptr = 0;
     return rc;
   }
   rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v2);
@@ -266,7 +286,12 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitc
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (rc != CUDA_SUCCESS || !mem_current_device(&dev)) {
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if ((rc = mem_current_device(&dev)) != CUDA_SUCCESS) {
+    real.cuMemFree((CUdeviceptr_v1)*dptr); /* cannot be attributed: never kept uncapped */
+    *dptr = 0;
     return rc;
   }
   rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v1);

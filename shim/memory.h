@@ -15,9 +15,16 @@
 typedef CUresult (*mem_free_fn)(uint64_t ptr, void *arg);
 
 /* The current context's device in *dev, or -1 when it is beyond what gpucap can cap (the
- * allocation must then be refused: never uncapped). Returns false iff there is no usable
- * current context, in which case the driver must answer the call itself. */
-bool mem_current_device(int *dev);
+ * allocation must then be refused: never uncapped), and CUDA_SUCCESS; otherwise the context
+ * query's error. */
+CUresult mem_current_device(int *dev);
+
+/* How an allocation hook proceeds. Returns true with *dev set (see mem_current_device) when
+ * gpucap handles the call. Returns false with *rc = CUDA_SUCCESS when the driver must answer
+ * it itself (args_ok false: its own error code for bad arguments; or no usable context), or
+ * with *rc = the error to return (a context query failed otherwise: never allocate
+ * uncapped). */
+bool mem_prepare(bool args_ok, int *dev, CUresult *rc);
 
 /* Charges `bytes` to dev (from mem_current_device) iff that stays within the cap; returns
  * true iff charged. */

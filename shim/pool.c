@@ -152,13 +152,16 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
 }
 
 /* The current context's pool; or NULL with *rc = CUDA_SUCCESS when there is no usable current
- * context (the driver must answer the call itself), or *rc = CUDA_ERROR_OUT_OF_MEMORY when
- * gpucap refuses (no pool can be made, or the device is beyond what gpucap can cap). */
+ * context (the driver must answer the call itself), *rc = CUDA_ERROR_OUT_OF_MEMORY when gpucap
+ * refuses (no pool can be made, or the device is beyond what gpucap can cap), or the driver's
+ * error when a context query failed otherwise. */
 static struct ctx_pool *current_pool(CUresult *rc) {
   CUcontext ctx = NULL;
   int dev;
-  *rc = CUDA_SUCCESS;
-  if (!real.cuCtxGetCurrent || real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+  CUresult q = real.cuCtxGetCurrent ? real.cuCtxGetCurrent(&ctx) : CUDA_ERROR_NOT_INITIALIZED;
+  /* No usable context: the driver answers the call; any other failure is returned as is. */
+  *rc = q == CUDA_SUCCESS || cap_no_context(q) ? CUDA_SUCCESS : q;
+  if (q != CUDA_SUCCESS || !ctx) {
     return NULL;
   }
   struct ctx_pool *p = last_used;
@@ -173,7 +176,9 @@ static struct ctx_pool *current_pool(CUresult *rc) {
   }
   CUresult drc = cap_current_device(&dev);
   if (drc != CUDA_SUCCESS) {
-    *rc = drc == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    *rc = drc == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_OUT_OF_MEMORY
+          : cap_no_context(drc)          ? CUDA_SUCCESS
+                                         : drc;
     return NULL;
   }
   p = create(ctx, dev);
@@ -182,8 +187,9 @@ static struct ctx_pool *current_pool(CUresult *rc) {
 }
 
 /* Synchronises o's context from this thread (push, synchronize, pop) and retires the
- * deferred frees that covered. Called and returns with o's lock held; drops it meanwhile. */
-static void settle_other(struct ctx_pool *o) {
+ * deferred frees that covered; `mine` is the thread's current context, restored if the pop
+ * fails. Called and returns with o's lock held; drops it meanwhile. */
+static void settle_other(struct ctx_pool *o, CUcontext mine) {
   uint64_t in_use, deferred, free_b, reserved;
   bfc_usage(o->pool, &in_use, &deferred, &free_b, &reserved);
   CUcontext ctx = atomic_load_explicit(&o->ctx, memory_order_acquire);
@@ -196,7 +202,9 @@ static void settle_other(struct ctx_pool *o) {
   bool synced = real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
   if (synced) {
     synced = real.cuCtxSynchronize() == CUDA_SUCCESS;
-    real.cuCtxPopCurrent_v2(&popped);
+    if (real.cuCtxPopCurrent_v2(&popped) != CUDA_SUCCESS) {
+      real.cuCtxSetCurrent(mine); /* never leave the program in another context */
+    }
   }
   pthread_mutex_lock(&o->lock);
   if (synced && o->pool) {
@@ -217,7 +225,7 @@ static uint64_t trim_others(struct ctx_pool *p) {
     }
     pthread_mutex_lock(&o->lock);
     if (o->pool) {
-      settle_other(o);
+      settle_other(o, atomic_load_explicit(&p->ctx, memory_order_acquire));
     }
     if (o->pool) {
       bfc_trim(o->pool, &released);

@@ -26,7 +26,9 @@ struct real_fns {
   X(cuDevicePrimaryCtxGetState)                                                            \
   X(cuDevicePrimaryCtxRetain)                                                              \
   X(cuCtxPushCurrent_v2)                                                                   \
-  X(cuCtxPopCurrent_v2)
+  X(cuCtxPopCurrent_v2)                                                                    \
+  X(cuCtxSetCurrent)                                                                       \
+  X(cuStreamGetCtx)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

@@ -24,8 +24,9 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
   if (!real_driver_ready(NULL) || !real.cuMemAllocManaged) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (!dptr || bytesize == 0 || !mem_current_device(&dev)) {
-    return real.cuMemAllocManaged(dptr, bytesize, flags);
+  CUresult drc;
+  if (!mem_prepare(dptr && bytesize > 0, &dev, &drc)) {
+    return drc == CUDA_SUCCESS ? real.cuMemAllocManaged(dptr, bytesize, flags) : drc;
   }
   if (!mem_admit(dev, bytesize)) {
     return mem_refuse(dev, bytesize);
