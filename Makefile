@@ -67,6 +67,8 @@ include scripts/scripts.mk
 include shim/shim.mk
 include tests/fakecuda/fakecuda.mk
 include tests/tests.mk
+include tests/fuzz/fuzz.mk
+include tests/reliability/reliability.mk
 
 $(BUILD)/obj/%.o: %.c
 	$(call say,CC,$@)

@@ -1,0 +1,74 @@
+# Reliability tests: fault injection through the fake driver, data integrity under load, the
+# bad-input matrix and the security checks (tests/reliability/*.sh, docs/reliability.md).
+#
+#   make test       runs them in every pass (plain, ASan+UBSan; integrity under TSan too)
+#   make memcheck   the integration suite and these workloads under valgrind memcheck
+#   make soak       the integrity workload for SOAK_SECONDS (default 600) instead of seconds
+#
+# The fault matrix preloads a "checked" shim: the same objects as build/libgpucap.so except
+# core/bfc.c built with GPUCAP_DEBUG=1, so the pool asserts bfc_check() == 0 after every
+# operation while the driver fails under it.
+
+.PHONY: memcheck soak
+
+REL_BIN := $(BUILD)/tests/reliability
+REL_CHECKED_SHIM := $(REL_BIN)/libgpucap-checked.so
+REL_PROGRAMS := $(REL_BIN)/faultload $(REL_BIN)/integrity $(REL_BIN)/badargs \
+                $(REL_BIN)/teardown
+REL_SECURE := $(REL_BIN)/secure
+REL_BADPOOL := $(REL_BIN)/libbadpool.so
+
+# Programs linked with -lcuda (the fake), like a program linked against libcuda.so.1.
+$(REL_BIN)/faultload $(REL_BIN)/badargs $(REL_BIN)/teardown: $(REL_BIN)/%: $(BUILD)/obj/tests/reliability/%.o \
+    $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+
+$(REL_BIN)/integrity: $(BUILD)/obj/tests/reliability/integrity.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+
+# The deliberately wrong allocator of the integrity test's negative controls.
+$(REL_BADPOOL): $(BUILD)/obj/tests/reliability/badpool.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl -lpthread
+
+# Linked with the shim itself (no LD_PRELOAD) and absolute run paths, so that it still runs
+# with gpucap when the loader is in secure-execution mode (setgid copy, AT_SECURE).
+$(REL_SECURE): $(BUILD)/obj/tests/reliability/secure.o $(SHIM_LIB) $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(abspath $(SHIM_LIB)) $(abspath $(FAKECUDA_LIB)) \
+	  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl
+
+$(BUILD)/obj/tests/reliability/bfc_checked.o: core/bfc.c
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -DGPUCAP_DEBUG=1 -c $< -o $@
+
+REL_CHECKED_OBJS := $(filter-out $(BUILD)/obj/core/bfc.o,$(SHIM_OBJS)) \
+                    $(BUILD)/obj/tests/reliability/bfc_checked.o $(CONFIG_OBJS)
+$(REL_CHECKED_SHIM): $(REL_CHECKED_OBJS) $(SHIM_MAP)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -o $@ $(REL_CHECKED_OBJS) -Wl,--version-script=$(SHIM_MAP) \
+	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) -ldl -lpthread
+
+TEST_DEPS += $(REL_PROGRAMS) $(REL_CHECKED_SHIM) $(REL_BADPOOL) $(REL_SECURE)
+TEST_SCRIPTS += tests/reliability/faults.sh tests/reliability/integrity.sh \
+                tests/reliability/badinput.sh tests/reliability/security.sh \
+                tests/reliability/teardown.sh
+THREAD_TESTS += tests/reliability/integrity.sh
+
+memcheck: all
+	$(Q)if [ -n "$(SANITIZER)" ]; then echo "make memcheck: use a build without SANITIZER" >&2; \
+	  exit 1; fi
+	$(Q)env $(TEST_ENV) $(PROVE) tests/reliability/memcheck.sh
+
+SOAK_SECONDS ?= 600
+soak: all
+	$(Q)env $(TEST_ENV) INTEGRITY_SECONDS=$$(( $(SOAK_SECONDS) / 3 )) $(PROVE) \
+	  tests/reliability/integrity.sh
