@@ -78,24 +78,6 @@ judge() {
 todo_class() {
   local name=${1%%:*} left
   case "$name" in
-    cuCtxGetCurrent | cuCtxGetDevice)
-      left=$(printf '%s\n' "$2" | grep -v -e '^report num_allocs=[0-9]*, program saw [0-9]*$' \
-        -e '^trace shows [0-9]* allocations, program received [0-9]*$' \
-        -e '^driver peak [0-9]* above the cap$' -e '^exit status 1$' \
-        -e '^get-info reports more than the cap$')
-      [ -z "$left" ] || return 1
-      echo "when $name fails inside an allocation or get-info, gpucap passes the call to the" \
-        "driver uncapped and untracked (or reports uncapped get-info) instead of returning" \
-        "the driver's error (shim/pool.c current_pool, shim/memory.c mem_current_device and" \
-        "cuMemGetInfo_v2)"
-      ;;
-    cuCtxPopCurrent_v2)
-      left=$(printf '%s\n' "$2" | grep -v -e '^exit status 1$' \
-        -e '^the current context changed under the program$')
-      [ -z "$left" ] || return 1
-      echo "a failed cuCtxPopCurrent_v2 in shim/pool.c settle_other leaves another context" \
-        "current on the program's thread"
-      ;;
     cuDevicePrimaryCtxGetState | cuDevicePrimaryCtxRetain | cuDevicePrimaryCtxRelease_v2)
       left=$(printf '%s\n' "$2" | grep -v -e '^exit status 1$' \
         -e '^fake leaked [0-9]* bytes in [0-9]* blocks, report [0-9]* in [0-9]* regions$' \
