@@ -1,8 +1,10 @@
 /* Context teardown. When the driver destroys a context it frees the context's memory, so the
  * pool gpucap kept for it is dropped (its charges returned, no driver call made for its
- * regions): after cuCtxDestroy, after cuDevicePrimaryCtxReset, and after the last
+ * regions): after cuCtxDestroy (which also returns the charges of the pass-through blocks made
+ * in that context), after cuDevicePrimaryCtxReset, and after the last
  * cuDevicePrimaryCtxRelease of a device's primary context (the driver's state says inactive).
  */
+#include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
@@ -15,11 +17,13 @@ GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   CUresult rc = real.cuCtxDestroy_v2(ctx);
   if (rc == CUDA_SUCCESS) {
     pool_drop_context(ctx);
+    memory_drop_context(ctx);
   }
   return rc;
 }
 
-/* After a successful release: drop the primary context's pool once the driver says inactive. */
+/* After a successful release: once the driver says the primary context is inactive, drop its
+ * pool. (Pass-through charges made in it stay: see docs/compatibility.md.) */
 static CUresult after_release(CUresult rc, CUdevice dev) {
   unsigned int flags = 0;
   int active = 1;

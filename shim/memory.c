@@ -54,7 +54,9 @@ static CUresult free_v1(uint64_t ptr, void *arg) {
 }
 
 CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free, void *arg) {
-  if (!charges_put(&live, ptr, dev, bytes)) {
+  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev};
+  real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
+  if (!charges_put(&live, ptr, &e)) {
     driver_free(ptr, arg);
     cap_credit(dev, bytes);
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
@@ -148,18 +150,28 @@ CUresult mem_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes, mem_free
   return mem_track(ptr, dev, bytes, driver_free, arg);
 }
 
+/* Returns a tracked block's charge once the driver no longer has it. */
+static void credit_block(uint64_t ptr, const charge_t *e) {
+  cap_credit(e->dev, e->bytes);
+  atomic_fetch_sub(&passthru[e->dev].in_use, e->bytes);
+  atomic_fetch_add(&passthru[e->dev].frees, 1);
+  trace_event(TRACE_FREE, ptr, e->bytes);
+}
+
+void memory_drop_context(CUcontext ctx) {
+  if (ctx) {
+    charges_drop_context(&live, ctx, credit_block);
+  }
+}
+
 CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg) {
-  int dev;
-  uint64_t bytes;
-  bool known = ptr && charges_take(&live, ptr, &dev, &bytes);
+  charge_t e;
+  bool known = ptr && charges_take(&live, ptr, &e);
   CUresult rc = driver_free(ptr, arg);
   if (known) {
     if (rc == CUDA_SUCCESS) {
-      cap_credit(dev, bytes);
-      atomic_fetch_sub(&passthru[dev].in_use, bytes);
-      atomic_fetch_add(&passthru[dev].frees, 1);
-      trace_event(TRACE_FREE, ptr, bytes);
-    } else if (!charges_put(&live, ptr, dev, bytes)) {
+      credit_block(ptr, &e);
+    } else if (!charges_put(&live, ptr, &e)) {
       log_msg(LOG_ERROR, "out of host memory: block %#llx is no longer tracked",
               (unsigned long long)ptr);
     }

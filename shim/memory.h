@@ -48,6 +48,10 @@ CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_fre
  * gpucap charged it and the driver freed it (a failed free keeps block and charge). */
 CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg);
 
+/* The driver destroyed ctx and freed its memory: returns the charges of the tracked blocks
+ * made in it (pass-through, stream-ordered and managed) and forgets them. */
+void memory_drop_context(CUcontext ctx);
+
 /* Calls fn for every device the pass-through path (GPUCAP_POOL=off, legacy ABIs) served or
  * refused, with counters laid out as the pool's: pool bytes = bytes in use = bytes charged.
  * Lock-free snapshot; makes no CUDA call (caps are cached by then). */

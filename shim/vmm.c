@@ -54,7 +54,8 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     cap_credit(dev, size);
     return rc;
   }
-  if (!charges_put(&handles, *handle, dev, size)) {
+  charge_t e = {.bytes = size, .ctx = NULL, .dev = dev}; /* physical memory outlives contexts */
+  if (!charges_put(&handles, *handle, &e)) {
     real.cuMemRelease(*handle);
     cap_credit(dev, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -66,15 +67,14 @@ GPUCAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!real_driver_ready(NULL) || !real.cuMemRelease) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  int dev;
-  uint64_t bytes;
-  bool known = charges_take(&handles, handle, &dev, &bytes);
+  charge_t e;
+  bool known = charges_take(&handles, handle, &e);
   CUresult rc = real.cuMemRelease(handle);
   if (known) {
     if (rc == CUDA_SUCCESS) {
-      cap_credit(dev, bytes);
+      cap_credit(e.dev, e.bytes);
     } else {
-      charges_put(&handles, handle, dev, bytes);
+      charges_put(&handles, handle, &e);
     }
   }
   return rc;
