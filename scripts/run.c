@@ -286,13 +286,13 @@ static void env_usage(void) {
         stdout);
 }
 
-int run_main(int argc, char **argv) {
-  static settings_t s; /* large; static keeps it off the stack */
-  static cfg_t cfg;
-  int command = 0;
-  switch (parse_options(argc, argv, &s, &command)) {
+/* Parses the options of `run` or `env` (see parse_options) and answers --help, --version and
+ * usage errors itself: returns -1 when the subcommand should go on, else its exit status. */
+static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
+                           void (*usage)(void)) {
+  switch (parse_options(argc, argv, s, command)) {
   case PARSED_HELP:
-    run_usage();
+    usage();
     return CLI_OK;
   case PARSED_VERSION:
     cli_print_version();
@@ -300,7 +300,17 @@ int run_main(int argc, char **argv) {
   case PARSE_ERROR:
     return CLI_USAGE;
   default:
-    break;
+    return -1;
+  }
+}
+
+int run_main(int argc, char **argv) {
+  static settings_t s; /* large; static keeps it off the stack */
+  static cfg_t cfg;
+  int command = 0;
+  int status = parse_or_answer(argc, argv, &s, &command, run_usage);
+  if (status >= 0) {
+    return status;
   }
   if (load_settings(&s, &cfg, false) != 0) {
     return CLI_USAGE;
@@ -375,17 +385,9 @@ static void print_listing(const settings_t *s, const cfg_t *cfg) {
 int run_env_main(int argc, char **argv) {
   static settings_t s;
   static cfg_t cfg;
-  switch (parse_options(argc, argv, &s, NULL)) {
-  case PARSED_HELP:
-    env_usage();
-    return CLI_OK;
-  case PARSED_VERSION:
-    cli_print_version();
-    return CLI_OK;
-  case PARSE_ERROR:
-    return CLI_USAGE;
-  default:
-    break;
+  int status = parse_or_answer(argc, argv, &s, NULL, env_usage);
+  if (status >= 0) {
+    return status;
   }
   int bad = load_settings(&s, &cfg, true);
   print_listing(&s, &cfg);
