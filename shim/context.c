@@ -1,14 +1,59 @@
 /* Context teardown. When the driver destroys a context it frees the context's memory, so the
- * pool gpucap kept for it is dropped (its charges returned, no driver call made for its
- * regions): after cuCtxDestroy (which also returns the charges of the pass-through blocks made
- * in that context), after cuDevicePrimaryCtxReset, and after the last
- * cuDevicePrimaryCtxRelease of a device's primary context (the driver's state says inactive).
+ * pool gpucap kept for it is dropped and the charges of the pass-through blocks made in it are
+ * returned (no driver call made for either): after cuCtxDestroy, after
+ * cuDevicePrimaryCtxReset, and after the last cuDevicePrimaryCtxRelease of a device's primary
+ * context. The primary context's handle and retain count come from the program's own retains
+ * (shim/context.h).
  */
+#include "shim/context.h"
+
+#include "shim/cap.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
+#include <stdatomic.h>
+
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
+
+/* Per device: the primary context's handle and the retains the program holds on it. */
+static _Atomic(CUcontext) primary[CAP_MAX_DEVICES];
+static atomic_int retains[CAP_MAX_DEVICES];
+
+static bool dev_ok(int dev) {
+  return dev >= 0 && dev < CAP_MAX_DEVICES;
+}
+
+CUcontext context_primary(int dev) {
+  return dev_ok(dev) ? atomic_load_explicit(&primary[dev], memory_order_acquire) : NULL;
+}
+
+void context_fork_child(void) {
+  for (int d = 0; d < CAP_MAX_DEVICES; d++) {
+    atomic_store_explicit(&primary[d], NULL, memory_order_relaxed);
+    atomic_store_explicit(&retains[d], 0, memory_order_relaxed);
+  }
+}
+
+/* The driver freed everything the context ctx held. */
+static void forget(CUcontext ctx) {
+  if (ctx) {
+    pool_drop_context(ctx);
+    memory_drop_context(ctx);
+  }
+}
+
+GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxRetain) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuDevicePrimaryCtxRetain(pctx, dev);
+  if (rc == CUDA_SUCCESS && dev_ok(dev)) {
+    atomic_store_explicit(&primary[dev], *pctx, memory_order_release);
+    atomic_fetch_add_explicit(&retains[dev], 1, memory_order_relaxed);
+  }
+  return rc;
+}
 
 GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (!real_driver_ready(NULL) || !real.cuCtxDestroy_v2) {
@@ -16,20 +61,30 @@ GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   }
   CUresult rc = real.cuCtxDestroy_v2(ctx);
   if (rc == CUDA_SUCCESS) {
-    pool_drop_context(ctx);
-    memory_drop_context(ctx);
+    forget(ctx);
   }
   return rc;
 }
 
-/* After a successful release: once the driver says the primary context is inactive, drop its
- * pool. (Pass-through charges made in it stay: see docs/compatibility.md.) */
+/* After a successful release: the context is gone when the driver says it is inactive, or,
+ * when that query fails, when the program's last retain was released. (A retain gpucap did not
+ * see cannot make it drop a live context: the driver's answer comes first.) */
 static CUresult after_release(CUresult rc, CUdevice dev) {
+  if (rc != CUDA_SUCCESS || !dev_ok(dev)) {
+    return rc;
+  }
+  int left = atomic_fetch_sub_explicit(&retains[dev], 1, memory_order_relaxed) - 1;
+  if (left < 0) {
+    atomic_fetch_add_explicit(&retains[dev], 1, memory_order_relaxed); /* retained unseen */
+    left = 0;
+  }
   unsigned int flags = 0;
   int active = 1;
-  if (rc == CUDA_SUCCESS && real.cuDevicePrimaryCtxGetState &&
-      real.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active) {
-    pool_drop_primary(dev);
+  CUresult q = real.cuDevicePrimaryCtxGetState
+                   ? real.cuDevicePrimaryCtxGetState(dev, &flags, &active)
+                   : CUDA_ERROR_NOT_SUPPORTED;
+  if (q == CUDA_SUCCESS ? !active : left == 0) {
+    forget(atomic_exchange_explicit(&primary[dev], NULL, memory_order_acq_rel));
   }
   return rc;
 }
@@ -48,10 +103,11 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return after_release(real.cuDevicePrimaryCtxRelease_v2(dev), dev);
 }
 
-/* After a successful reset: the primary context's memory is gone. */
+/* After a successful reset: the primary context's memory is gone (its handle and the
+ * program's retains stay). */
 static CUresult after_reset(CUresult rc, CUdevice dev) {
   if (rc == CUDA_SUCCESS) {
-    pool_drop_primary(dev);
+    forget(context_primary(dev));
   }
   return rc;
 }

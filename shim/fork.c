@@ -4,6 +4,7 @@
 #include "shim/fork.h"
 
 #include "shim/cap.h"
+#include "shim/context.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/trace.h"
@@ -30,6 +31,7 @@ static void child(void) {
   vmm_fork_child();
   trace_fork_child();
   cap_fork_child();
+  context_fork_child();
   exit_fork_child();
 }
 

@@ -27,7 +27,6 @@ struct ctx_pool {
   CUresult last_driver_rc; /* the driver's answer behind a failed reserve */
   unsigned oom_streak;     /* failures since the last success: report only the first */
   size_t pitch_align;
-  bool primary; /* ctx is dev's primary context */
   bool gone;    /* the driver already freed the regions: release only returns the charge */
 };
 
@@ -113,23 +112,12 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     bfc_options_t opts = {.limit = pool_limit(dev, growth), .allow_growth = growth};
     bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
     int align = 0;
-    unsigned int flags = 0;
-    int active = 0;
-    CUcontext primary = NULL;
     p->dev = dev;
     p->index = 0;
     p->gone = false;
     p->oom_streak = 0;
     for (int i = 0; i < n; i++) {
       p->index += i != slot && pools[i].pool && pools[i].dev == dev;
-    }
-    /* Is ctx the device's primary context? Only ask when that exists: retaining an inactive
-     * primary context would create it. */
-    p->primary = false;
-    if (real.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active &&
-        real.cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS) {
-      real.cuDevicePrimaryCtxRelease_v2(dev);
-      p->primary = primary == ctx;
     }
     real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
     p->pitch_align = align > 0 ? (size_t)align : 512;
@@ -464,17 +452,6 @@ void pool_drop_context(CUcontext ctx) {
   int n = atomic_load_explicit(&npools, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
     if (ctx && atomic_load_explicit(&pools[i].ctx, memory_order_acquire) == ctx) {
-      drop(&pools[i]);
-    }
-  }
-  pthread_mutex_unlock(&registry);
-}
-
-void pool_drop_primary(int dev) {
-  pthread_mutex_lock(&registry);
-  int n = atomic_load_explicit(&npools, memory_order_relaxed);
-  for (int i = 0; i < n; i++) {
-    if (pools[i].pool && pools[i].primary && pools[i].dev == dev) {
       drop(&pools[i]);
     }
   }

@@ -48,9 +48,6 @@ enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size);
  * charges, with no driver call. */
 void pool_drop_context(CUcontext ctx);
 
-/* The driver destroyed device dev's primary context: the same for its pool. */
-void pool_drop_primary(int dev);
-
 /* fork() support, called by shim/fork.c: take every pool lock (registry first, then pools in
  * index order), release them, or, in the child, forget every pool (the child has no usable
  * CUDA context) with fresh locks. */

@@ -24,7 +24,6 @@ struct real_fns {
   X(cuCtxSynchronize)                                                                      \
   X(cuDeviceGetAttribute)                                                                  \
   X(cuDevicePrimaryCtxGetState)                                                            \
-  X(cuDevicePrimaryCtxRetain)                                                              \
   X(cuCtxPushCurrent_v2)                                                                   \
   X(cuCtxPopCurrent_v2)                                                                    \
   X(cuCtxSetCurrent)                                                                       \

@@ -69,43 +69,14 @@ judge() {
   if [ -z "$why" ]; then
     ok 0 "$desc"
   else
-    todo_or_fail "$mode" "$fail" "$desc" "$why"
+    fail_with_detail "$desc" "$why"
   fi
 }
 
-# Known gpucap bugs, each marked TODO until the lead fixes it (docs/reliability.md lists them):
-# todo_class FAIL SYMPTOMS: prints the bug when every symptom (one per line) belongs to one.
-todo_class() {
-  local name=${1%%:*} left
-  case "$name" in
-    cuDevicePrimaryCtxGetState | cuDevicePrimaryCtxRetain | cuDevicePrimaryCtxRelease_v2)
-      left=$(printf '%s\n' "$2" | grep -v -e '^exit status 1$' \
-        -e '^fake leaked [0-9]* bytes in [0-9]* blocks, report [0-9]* in [0-9]* regions$' \
-        -e '^report num_allocs=[0-9]*, program saw [0-9]*$' \
-        -e '^failed with no failure injected inside$' \
-        -e "^the primary context outlived the program's release$")
-      [ -z "$left" ] || return 1
-      echo "when $name fails inside gpucap (shim/pool.c create's primary-context probe, or" \
-        "shim/context.c after_release), the pool of a primary context is not dropped when the" \
-        "driver resets that context (its freed regions are handed out again), or gpucap keeps" \
-        "a retain of the primary context so the program's last release no longer resets it"
-      ;;
-    *)
-      return 1
-      ;;
-  esac
-}
-
-todo_or_fail() {
-  local reason symptoms
-  symptoms=$({ printf '%s\n' "$4" | tr ';' '\n'
-    sed -n 's/.*bad="\([^"]*\)".*/\1/p' "$WORK/out"; } | sed 's/^ *//; s/ *$//' | grep -v '^$')
-  if reason=$(todo_class "$2" "$symptoms"); then
-    todo 1 "$3" "gpucap bug: $reason"
-  else
-    ok 1 "$3"
-  fi
-  printf '#   %s\n' "$4"
+# fail_with_detail DESCRIPTION WHY: a failed run, with what went wrong and the program's output.
+fail_with_detail() {
+  ok 1 "$1"
+  printf '#   %s\n' "$2"
   grep -v '^step=.*outcome=propagated' "$WORK/out" | grep -v '^allocs=' | head -5 | sed 's/^/#   /'
   grep -v '^ *$' "$WORK/err" | grep -v '^ \|^Bin\|^Stats\|^[A-Z][A-Za-z]*: ' | head -5 |
     sed 's/^/#   stderr: /'

@@ -17,17 +17,6 @@ json_max() {
     awk 'NR == 1 || $1 > m { m = $1 } END { if (NR) print m }'
 }
 
-# todo STATUS DESCRIPTION REASON: a check that documents a known gpucap bug. TAP counts a
-# failing TODO as passing; prove lists a passing one as "unexpectedly succeeded".
-todo() {
-  tap_n=$((tap_n + 1))
-  if [ "$1" -eq 0 ]; then
-    echo "ok $tap_n - $2 # TODO $3"
-  else
-    echo "not ok $tap_n - $2 # TODO $3"
-  fi
-}
-
 # record_figure NAME TEXT: keeps the latest figure of a run for docs/reliability.md.
 record_figure() {
   local f="$BUILD/tests/reliability/figures.txt"
@@ -36,10 +25,9 @@ record_figure() {
 }
 
 # relay PREFIX < TAP: re-emits a nested program's checks as this script's own, numbered in
-# sequence and prefixed, keeping TODO marks (a failing TODO is not counted as a failure);
-# comments pass through, the nested plan is dropped. Returns 1 if no check was read.
+# sequence and prefixed; comments pass through, the nested plan is dropped. Returns 1 if no check was read.
 relay() {
-  local line status desc reason seen=1
+  local line status desc seen=1
   while IFS= read -r line; do
     case "$line" in
       "ok "* | "not ok "*)
@@ -47,12 +35,7 @@ relay() {
         [ "${line#not ok }" != "$line" ] && status=1
         desc=$(printf '%s' "$line" | sed 's/^\(not \)\{0,1\}ok [0-9]* - //')
         seen=0
-        if [ "${desc% \# TODO *}" != "$desc" ]; then
-          reason=${desc#* \# TODO }
-          todo "$status" "$1${desc% \# TODO *}" "$reason"
-        else
-          ok "$status" "$1$desc"
-        fi
+        ok "$status" "$1$desc"
         ;;
       "#"*) echo "$line" ;;
     esac

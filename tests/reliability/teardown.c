@@ -2,8 +2,7 @@
  * memory allocated in it, so the charges of that memory must go back to the cap: a program that
  * destroys a context holding memory and then allocates again must get the whole cap back, and
  * get-info must show it free. Linked with -lcuda (the fake); run with gpucap preloaded and
- * GPUCAP_MEMORY_LIMIT=64MiB, with and without the pool. Prints TAP; checks that fail because of
- * a known gpucap bug are marked TODO (they count as passing) until it is fixed.
+ * GPUCAP_MEMORY_LIMIT=64MiB, with and without the pool. Prints TAP.
  * usage: teardown destroy|reset|release   (one scenario per process, so charges cannot leak
  * from one scenario into the next)
  */
@@ -17,19 +16,6 @@
 #define CAP (64 * MiB)
 
 
-static const char *todo_reason; /* non-NULL: the next checks document a known bug */
-
-/* A check, marked TODO while todo_reason is set (a failing TODO does not fail the program). */
-static void check(int cond, const char *what) {
-  if (todo_reason == NULL) {
-    tap_ok(cond, "%s", what);
-    return;
-  }
-  tap_count++;
-  printf("%sok %d - %s # TODO %s\n", cond ? "" : "not ", tap_count, what, todo_reason);
-  fflush(stdout);
-}
-
 /* Whether the whole cap can be allocated (then freed) in the current context, and get-info
  * shows all of it free before. */
 static void whole_cap_back(const char *after) {
@@ -39,11 +25,11 @@ static void whole_cap_back(const char *after) {
   cuMemGetInfo_v2(&f, &t);
   snprintf(what, sizeof what, "after %s: get-info shows the whole cap free (%zu of %zu)", after, f,
            t);
-  check(f == CAP && t == CAP, what);
+  tap_ok(f == CAP && t == CAP, "%s", what);
   CUresult rc = cuMemAlloc_v2(&p, CAP - 4 * MiB);
   snprintf(what, sizeof what, "after %s: %zu MiB can be allocated again (rc %d)", after,
            (CAP - 4 * MiB) / MiB, rc);
-  check(rc == CUDA_SUCCESS, what);
+  tap_ok(rc == CUDA_SUCCESS, "%s", what);
   if (rc == CUDA_SUCCESS) {
     cuMemFree_v2(p);
   }
@@ -63,39 +49,29 @@ static void destroy(CUdevice dev, CUcontext primary) {
 }
 
 /* The primary context holding memory is reset. */
-static void reset(CUdevice dev, CUcontext primary, int pooled) {
+static void reset(CUdevice dev, CUcontext primary) {
   CUdeviceptr a = 0;
   TAP_EQ(cuMemAlloc_v2(&a, 16 * MiB), CUDA_SUCCESS, "16 MiB in the primary context");
   TAP_EQ(cuDevicePrimaryCtxReset_v2(dev), CUDA_SUCCESS, "reset the primary context");
   TAP_EQ(cuDevicePrimaryCtxRetain(&primary, dev) || cuCtxSetCurrent(primary), CUDA_SUCCESS,
          "retain it again");
-  if (!pooled) {
-    todo_reason = "gpucap bug: pass-through charges survive cuDevicePrimaryCtxReset";
-  }
   whole_cap_back("cuDevicePrimaryCtxReset_v2");
-  todo_reason = NULL;
 }
 
 /* The last release of the primary context frees its memory too. */
-static void release(CUdevice dev, CUcontext primary, int pooled) {
+static void release(CUdevice dev, CUcontext primary) {
   CUdeviceptr a = 0;
   TAP_EQ(cuMemAlloc_v2(&a, 16 * MiB), CUDA_SUCCESS, "16 MiB in the primary context");
   TAP_EQ(cuDevicePrimaryCtxRelease_v2(dev), CUDA_SUCCESS, "its last release");
   TAP_EQ(cuDevicePrimaryCtxRetain(&primary, dev) || cuCtxSetCurrent(primary), CUDA_SUCCESS,
          "retain it again");
-  if (!pooled) {
-    todo_reason = "gpucap bug: pass-through charges survive the last cuDevicePrimaryCtxRelease";
-  }
   whole_cap_back("the last cuDevicePrimaryCtxRelease_v2");
-  todo_reason = NULL;
 }
 
 int main(int argc, char **argv) {
   const char *scenario = argc > 1 ? argv[1] : "destroy";
   CUdevice dev;
   CUcontext primary;
-  const char *pool = getenv("GPUCAP_POOL");
-  int pooled = pool == NULL || strcmp(pool, "off") != 0;
   TAP_EQ(cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&primary, dev) ||
              cuCtxSetCurrent(primary),
          CUDA_SUCCESS, "set up the primary context");
@@ -103,9 +79,9 @@ int main(int argc, char **argv) {
   if (strcmp(scenario, "destroy") == 0) {
     destroy(dev, primary);
   } else if (strcmp(scenario, "reset") == 0) {
-    reset(dev, primary, pooled);
+    reset(dev, primary);
   } else {
-    release(dev, primary, pooled);
+    release(dev, primary);
   }
   return tap_done();
 }
