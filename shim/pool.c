@@ -27,7 +27,7 @@ struct ctx_pool {
   CUresult last_driver_rc; /* the driver's answer behind a failed reserve */
   unsigned oom_streak;     /* failures since the last success: report only the first */
   size_t pitch_align;
-  bool gone;    /* the driver already freed the regions: release only returns the charge */
+  bool gone; /* the driver already freed the regions: release only returns the charge */
 };
 
 static struct ctx_pool pools[POOL_MAX];
