@@ -98,6 +98,15 @@ void cfg_defaults(cfg_t *cfg);
  * reentrant, but must not race changes to the environment. */
 int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen);
 
+/* Finds GPUCAP_ variables in env (a NULL-terminated "NAME=value" array; NULL for the process
+ * environment) that are neither settings nor GPUCAP_LIB (the gpucap command's), so a
+ * misspelling does not silently leave a program uncapped. Writes one line per such name,
+ * each ending in a newline, "gpucap: warning: NAME is not a gpucap setting and is ignored
+ * (did you mean SETTING?)" (the suggestion when a setting is a near miss), into msg
+ * (truncated to msglen, NUL-terminated when msglen > 0; msg may be NULL). Returns how many
+ * names it found. O(variables x settings); errno unchanged; must not race setenv/putenv. */
+int cfg_unknown(const char *const *env, char *msg, size_t msglen);
+
 /* Returns the cap for device `ordinal` whose total memory is `device_total_bytes`:
  * min(the GPUCAP_MEMORY_LIMIT bytes, floor(GPUCAP_MEMORY_FRACTION * device_total_bytes)) over
  * whichever apply to that device, or UINT64_MAX when neither does. Returns 0 (no memory) when

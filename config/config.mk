@@ -3,7 +3,7 @@
 # CONFIG_OBJS is what the shim and the gpucap CLI link; test_config checks every accepted
 # form and every rejection class of every setting, plus the fail-closed rules.
 
-CONFIG_OBJS := $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o
+CONFIG_OBJS := $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o $(BUILD)/obj/config/unknown.o
 
 CONFIG_TESTS := $(BUILD)/tests/test_config
 

@@ -35,6 +35,10 @@ static void load_settings(void) {
     log_write_raw(msg, n);
   }
   log_set_verbosity(settings.verbose);
+  char unknown[1024];
+  if (cfg_unknown(NULL, unknown, sizeof unknown) > 0) {
+    log_write_raw(unknown, strlen(unknown));
+  }
 }
 
 bool cap_init(void) {

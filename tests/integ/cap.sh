@@ -72,4 +72,10 @@ out=$(TF_FORCE_GPU_ALLOW_GROWTH=yes GPUCAP_MEMORY_LIMIT=64MiB captest 0 \
 is "$(field "$out" allocs)" 4 "a TF_FORCE_GPU_ALLOW_GROWTH TensorFlow would reject leaves the cap"
 like "$(cat "$WORK/err")" "^gpucap: warning: TF_FORCE_GPU_ALLOW_GROWTH" "  with a warning"
 
+# A misspelled setting is named, with the setting meant, once, when the program uses CUDA.
+out=$(GPUCAP_MEMROY_LIMIT=1GiB GPUCAP_REPORT=off captest 0 $((256 * MiB)))
+is "$(grep -c 'GPUCAP_MEMROY_LIMIT' "$WORK/err")" 1 "a misspelled setting gets one warning ..."
+is "$(grep 'GPUCAP_MEMROY_LIMIT' "$WORK/err")" "gpucap: warning: GPUCAP_MEMROY_LIMIT is not a \
+gpucap setting and is ignored (did you mean GPUCAP_MEMORY_LIMIT?)" "  ... naming the setting meant"
+
 done_testing

@@ -858,6 +858,33 @@ static void test_environment(void) {
   unsetenv("GPUCAP_REPORT");
 }
 
+static void test_unknown(void) {
+  char msg[CFG_MSG_MAX];
+  const char *clean[] = {"PATH=/bin", "GPUCAP_MEMORY_LIMIT=1GiB", "GPUCAP_LIB=/x/libgpucap.so",
+                         "GPUCAP_=1", "XGPUCAP_MEMROY_LIMIT=1", "TF_FORCE_GPU_ALLOW_GROWTH=true",
+                         NULL};
+  TAP_EQ(cfg_unknown(clean, msg, sizeof msg), 0, "settings, GPUCAP_LIB and others are known");
+  tap_ok(msg[0] == '\0', "... and nothing is said");
+  const char *typos[] = {"GPUCAP_MEMROY_LIMIT=1GiB", "GPUCAP_POOL=off", "GPUCAP_FOO=1",
+                         "GPUCAP_REPORTJSON", NULL};
+  TAP_EQ(cfg_unknown(typos, msg, sizeof msg), 3, "three unknown GPUCAP_ names");
+  int same = strcmp(msg, "gpucap: warning: GPUCAP_MEMROY_LIMIT is not a gpucap setting and is "
+                     "ignored (did you mean GPUCAP_MEMORY_LIMIT?)\n"
+                     "gpucap: warning: GPUCAP_FOO is not a gpucap setting and is ignored\n"
+                     "gpucap: warning: GPUCAP_REPORTJSON is not a gpucap setting and is "
+                     "ignored (did you mean GPUCAP_REPORT_JSON?)\n") == 0;
+  if (!tap_ok(same, "one line each, with the nearest setting when one is close")) {
+    tap_diag("got: %s", msg);
+  }
+  char small[20];
+  TAP_EQ(cfg_unknown(typos, small, sizeof small), 3, "a short buffer still counts them all");
+  TAP_EQ(strlen(small), sizeof small - 1, "... and holds what fits");
+  TAP_EQ(cfg_unknown(typos, NULL, 0), 3, "no buffer at all");
+  setenv("GPUCAP_VERBOS", "1", 1);
+  TAP_EQ(cfg_unknown(NULL, msg, sizeof msg), 1, "the process environment by default");
+  unsetenv("GPUCAP_VERBOS");
+}
+
 static void test_errno(void) {
   cfg_t cfg;
   char msg[CFG_MSG_MAX];
@@ -1099,6 +1126,7 @@ int main(void) {
   test_fail_closed();
   test_growth();
   test_environment();
+  test_unknown();
   test_errno();
   test_table();
   test_describe();
