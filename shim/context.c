@@ -1,12 +1,13 @@
 /* Context teardown. When the driver destroys a context it frees the context's memory, so the
- * pool gpucap kept for it is dropped and the charges of the pass-through blocks made in it are
- * returned (no driver call made for either): after cuCtxDestroy, after
+ * pool gpucap kept for it is dropped and the charges of the pass-through blocks and arrays made
+ * in it are returned (no driver call made for either): after cuCtxDestroy, after
  * cuDevicePrimaryCtxReset, and after the last cuDevicePrimaryCtxRelease of a device's primary
  * context. The primary context's handle and retain count come from the program's own retains
  * (shim/context.h).
  */
 #include "shim/context.h"
 
+#include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
@@ -40,6 +41,7 @@ static void forget(CUcontext ctx) {
   if (ctx) {
     pool_drop_context(ctx);
     memory_drop_context(ctx);
+    array_drop_context(ctx);
   }
 }
 

@@ -1,8 +1,10 @@
 /* The pthread_atfork handlers (see shim/fork.h). Registered from a constructor, which makes
- * no CUDA call and allocates nothing; lock order: pools, live blocks, VMM handles, trace.
+ * no CUDA call and allocates nothing; lock order: pools, live blocks, VMM handles, arrays,
+ * trace.
  */
 #include "shim/fork.h"
 
+#include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/context.h"
 #include "shim/memory.h"
@@ -15,11 +17,13 @@ static void prepare(void) {
   pool_fork_prepare();
   memory_fork_prepare();
   vmm_fork_prepare();
+  array_fork_prepare();
   trace_fork_prepare();
 }
 
 static void parent(void) {
   trace_fork_parent();
+  array_fork_parent();
   vmm_fork_parent();
   memory_fork_parent();
   pool_fork_parent();
@@ -29,6 +33,7 @@ static void child(void) {
   pool_fork_child();
   memory_fork_child();
   vmm_fork_child();
+  array_fork_child();
   trace_fork_child();
   cap_fork_child();
   context_fork_child();

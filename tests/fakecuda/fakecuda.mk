@@ -6,7 +6,7 @@
 
 FAKECUDA_DIR := tests/fakecuda
 FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx.c fk_stream.c \
-                   fk_mem.c fk_vmm.c fk_copy.c)
+                   fk_mem.c fk_vmm.c fk_copy.c fk_array.c)
 FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
 FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
 FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
@@ -37,7 +37,7 @@ PROGRAMS += $(FAKECUDA_LIB)
 # see the executable's DT_RPATH.
 FAKECUDA_RPATH := -Wl,-rpath,'$$ORIGIN/../fakecuda'
 FAKECUDA_LINKED_TESTS := test_fakecuda_ctx test_fakecuda_mem test_fakecuda_stream \
-                         test_fakecuda_threads
+                         test_fakecuda_threads test_fakecuda_array
 FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa $(FAKECUDA_LINKED_TESTS))
 FAKECUDA_PROBE := $(BUILD)/tests/fakecuda_probe
 FAKECUDA_INTERPOSE := $(BUILD)/tests/libfk_interpose.so

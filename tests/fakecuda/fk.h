@@ -30,6 +30,7 @@
 #define FK_GRANULARITY ((size_t)2 << 20)
 #define FK_DEFAULT_MEMORY ((size_t)16 << 30)
 #define FK_POLLS_TO_COMPLETE 2
+#define FK_TEXTURE_MAX 32768 /* every texture and surface extent limit (attributes 21..77) */
 
 /* ---- Configuration (fk_env.c): pure parsing of the FAKECUDA_* variables. ---- */
 
@@ -370,3 +371,14 @@ void fk_mem_teardown(void);
 void fk_note_caller(void *ret);
 
 #endif
+/* ---- CUDA arrays and mipmapped arrays (fk_array.c). ---- */
+
+/* Destroys every array and mipmapped array that belongs to c (context destroy / reset) and
+ * frees their device memory. */
+void fk_array_free_ctx(struct CUctx_st *c);
+
+/* Adds the arrays and mipmapped arrays of device dev still alive that hold device memory to
+ * *count and their bytes to *bytes. */
+void fk_array_leaked(int dev, unsigned long long *count, size_t *bytes);
+
+void fk_array_teardown(void);

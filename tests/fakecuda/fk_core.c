@@ -261,6 +261,7 @@ static void write_stats(void) {
       }
     }
     fk_vmm_leaked(d, &leaked, &leaked_bytes);
+    fk_array_leaked(d, &leaked, &leaked_bytes);
     out_printf(&o,
                "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
                "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
@@ -319,6 +320,7 @@ __attribute__((destructor)) static void fk_unload(void) {
   fk_stream_teardown();
   fk_vmm_teardown();
   fk_mem_teardown();
+  fk_array_teardown();
   fk.deinitialized = 1;
   pthread_mutex_unlock(&fk.lock);
 }

@@ -5,8 +5,8 @@
  * Invariants: a context struct is never freed, so a destroyed handle stays recognisable; the
  * primary context of a device is created (inactive) by cuInit and is active exactly while it is
  * retained and not reset. Deactivating a context completes its work, frees its allocations and
- * kills its streams and events. The thread-local stack needs no lock; the contexts it points to
- * are read under fk.lock.
+ * arrays, and kills its streams and events. The thread-local stack needs no lock; the contexts it
+ * points to are read under fk.lock.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +73,7 @@ CUresult fk_ctx_current(struct CUctx_st **out) {
 static void deactivate(struct CUctx_st *c) {
   fk_sync_ctx(c);
   fk_mem_free_ctx(c, c->primary);
+  fk_array_free_ctx(c);
   fk_stream_kill_ctx(c);
   c->active = 0;
 }
@@ -256,7 +257,7 @@ static int attr_value(int attr, int dev) {
   }
   /* clang-format on */
   if (attr >= 21 && attr <= 77) { /* texture and surface limits */
-    return 32768;
+    return FK_TEXTURE_MAX;
   }
   return 0;
 }

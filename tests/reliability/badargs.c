@@ -155,6 +155,40 @@ static void matrix(const char *phase) {
   SHOW("ipc(NULL,block)", cuIpcGetMemHandle(NULL, block));
   SHOW("ipc(h,0)", cuIpcGetMemHandle((CUipcMemHandle *)(void *)l, 0));
   SHOW("ipc(h,bogus)", cuIpcGetMemHandle((CUipcMemHandle *)(void *)l, BOGUS));
+  {
+    CUarray a = NULL;
+    CUmipmappedArray m = NULL;
+    CUDA_ARRAY_DESCRIPTOR d2 = {
+        .Width = 16, .Height = 16, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 3};
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {
+        .Width = 16, .Height = 16, .Depth = 4, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+    SHOW("array_v2(NULL,d)", cuArrayCreate_v2(NULL, &d2));
+    SHOW("array_v2(a,NULL)", cuArrayCreate_v2(&a, NULL));
+    SHOW("array_v2(a,3 channels)", cuArrayCreate_v2(&a, &d2));
+    d2.NumChannels = 1;
+    d2.Format = (CUarray_format)0xffff;
+    SHOW("array_v2(a,format 0xffff)", cuArrayCreate_v2(&a, &d2));
+    d2.Format = CU_AD_FORMAT_FLOAT;
+    d2.Width = d2.Height = SIZE_MAX;
+    SHOW("array_v2(a,SIZE_MAX x SIZE_MAX)", cuArrayCreate_v2(&a, &d2));
+    SHOW("array3d(NULL,d)", cuArray3DCreate_v2(NULL, &d3));
+    SHOW("array3d(a,NULL)", cuArray3DCreate_v2(&a, NULL));
+    d3.Flags = ~0u;
+    SHOW("array3d(a,flags ~0)", cuArray3DCreate_v2(&a, &d3));
+    d3.Flags = 0;
+    d3.Depth = SIZE_MAX;
+    SHOW("array3d(a,depth SIZE_MAX)", cuArray3DCreate_v2(&a, &d3));
+    d3.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+    SHOW("array3d(a,deferred depth SIZE_MAX)", cuArray3DCreate_v2(&a, &d3));
+    SHOW("mipmap(NULL,d,1)", cuMipmappedArrayCreate(NULL, &d3, 1));
+    SHOW("mipmap(m,NULL,1)", cuMipmappedArrayCreate(&m, NULL, 1));
+    d3.Flags = 0;
+    SHOW("mipmap(m,depth SIZE_MAX,UINT_MAX)", cuMipmappedArrayCreate(&m, &d3, UINT_MAX));
+    SHOW("arraydestroy(NULL)", cuArrayDestroy(NULL));
+    SHOW("arraydestroy(bogus)", cuArrayDestroy((CUarray)(uintptr_t)BOGUS));
+    SHOW("mipmapdestroy(NULL)", cuMipmappedArrayDestroy(NULL));
+    SHOW("mipmapdestroy(bogus)", cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)BOGUS));
+  }
   SHOW("gpa(NULL,pfn,12000,0)", cuGetProcAddress(NULL, &pfn, 12000, 0));
   SHOW("gpa(cuMemAlloc,NULL,12000,0)", cuGetProcAddress("cuMemAlloc", NULL, 12000, 0));
   SHOW("gpa(cuMemAlloc,pfn,-1,0)", cuGetProcAddress("cuMemAlloc", &pfn, -1, 0));

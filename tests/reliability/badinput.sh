@@ -110,7 +110,8 @@ compare() {
 }
 NONE='^$'
 # Over-cap allocations are refused before the driver is asked: CUDA_ERROR_OUT_OF_MEMORY.
-OVERCAP='^[a-z]+:(alloc_v1|alloc_v2|pitch_v1|pitch_v2|managed|memcreate|allocasync)'
+OVERCAP='^[a-z]+:(alloc_v1|alloc_v2|pitch_v1|pitch_v2|managed|memcreate|allocasync|array_v2|array3d'
+OVERCAP="$OVERCAP"'|mipmap)'
 OVERCAP="$OVERCAP"'\(.*(SIZE_MAX|UINT_MAX|2\^6|2\^31).*\) 2$'
 for cap in none 64MiB; do
   for mode in off on; do

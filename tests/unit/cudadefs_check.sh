@@ -2,7 +2,8 @@
 # Checks gpucap's own CUDA declarations (shim/cudadefs.h, and tests/fakecuda/fakedefs.h when
 # present) against the toolkit's real headers: every function's type equals its
 # <cudaTypedefs.h> PFN type (compared as C++ type names, so enum and struct tags must match
-# too), every enumerator has the real value, every struct the real size and field offsets.
+# too), every enumerator and valued macro has the real value, every struct the real size and
+# field offsets.
 # The legacy (v1) PFN typedefs are only visible with __CUDA_API_VERSION_INTERNAL defined.
 # Skips with a message when no toolkit or no C++ compiler is installed.
 . "$TOP/tests/tap.sh"
@@ -36,8 +37,10 @@ awk -F'"' '/^GPA_ENTRY/ {
 missing=$(join -v1 "$work/functions" "$work/pfn")
 is "$missing" "" "every declared function has a PFN typedef in <cudaTypedefs.h>"
 
-# Enumerators and structs (top-level fields only).
-sed -n 's/^ *\(CU[A-Z0-9_]*\) = .*/\1/p' $headers | sort -u > "$work/constants"
+# Enumerators, valued macros (CUDA_ARRAY3D_*, CU_STREAM_LEGACY, ...) and structs (top-level
+# fields only).
+{ sed -n 's/^ *\(CU[A-Z0-9_]*\) = .*/\1/p' $headers
+  sed -n 's/^#define \(CU[A-Z0-9_]*\) [^ ].*/\1/p' $headers; } | sort -u > "$work/constants"
 awk '
   /^typedef struct [A-Za-z0-9_]* \{/ { name = ""; depth = 1; n = 0; tag = $3; next }
   depth > 0 {
