@@ -46,6 +46,9 @@ typedef struct CUipcMemHandle_st {
   char reserved[CU_IPC_HANDLE_SIZE];
 } CUipcMemHandle_v1;
 typedef CUipcMemHandle_v1 CUipcMemHandle;
+typedef enum CUipcMem_flags_enum {
+  CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+} CUipcMem_flags;
 
 typedef enum cudaError_enum {
   CUDA_SUCCESS = 0,
@@ -379,6 +382,11 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes,
                                         CUpointer_attribute *attributes, void **data,
                                         CUdeviceptr ptr);
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                    unsigned int Flags); /* PFN_..._v4010 ABI */
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                       unsigned int Flags);
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr);
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult CUDAAPI cuMemFreeHost(void *p);
 

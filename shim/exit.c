@@ -1,4 +1,5 @@
-/* What gpucap does at process exit: writes out the allocation trace and, only for a process
+/* What gpucap does at process exit: withdraws its IPC exports, writes out the allocation
+ * trace and, only for a process
  * that allocated (or was refused) device memory, the exit report: a table to stderr or a file
  * (GPUCAP_REPORT) and JSON (GPUCAP_REPORT_JSON). Runs from a destructor: no CUDA call, no
  * malloc (static buffers), files created without following symlinks. A forked child that
@@ -8,6 +9,7 @@
 #include "core/report.h"
 #include "shim/cap.h"
 #include "shim/fork.h"
+#include "shim/ipc.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
@@ -60,6 +62,7 @@ void exit_fork_child(void) {
 
 __attribute__((destructor)) static void exit_report(void) {
   int saved = errno;
+  ipc_exit();
   trace_flush();
   pool_settle_at_exit();
   pool_each(add_pool, NULL);

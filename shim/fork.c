@@ -1,5 +1,5 @@
 /* The pthread_atfork handlers (see shim/fork.h). Registered from a constructor, which makes
- * no CUDA call and allocates nothing; lock order: pools, live blocks, VMM handles, arrays,
+ * no CUDA call and allocates nothing; lock order: pools, live blocks, VMM handles, arrays, IPC,
  * trace.
  */
 #include "shim/fork.h"
@@ -7,6 +7,7 @@
 #include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/context.h"
+#include "shim/ipc.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/trace.h"
@@ -18,11 +19,13 @@ static void prepare(void) {
   memory_fork_prepare();
   vmm_fork_prepare();
   array_fork_prepare();
+  ipc_fork_prepare();
   trace_fork_prepare();
 }
 
 static void parent(void) {
   trace_fork_parent();
+  ipc_fork_parent();
   array_fork_parent();
   vmm_fork_parent();
   memory_fork_parent();
@@ -34,6 +37,7 @@ static void child(void) {
   memory_fork_child();
   vmm_fork_child();
   array_fork_child();
+  ipc_fork_child();
   trace_fork_child();
   cap_fork_child();
   context_fork_child();

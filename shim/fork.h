@@ -1,5 +1,5 @@
 /* fork() safety: one set of pthread_atfork handlers takes every gpucap lock in a fixed order
- * before fork (pool registry, pools, live blocks, VMM handles, arrays, trace), releases them
+ * before fork (pool registry, pools, live blocks, VMM handles, arrays, IPC, trace), releases them
  * in the parent, and in the child starts over with no pool, no charge and no trace (a CUDA context
  * does not survive fork). Functions each module provides for it are declared here.
  */

@@ -9,6 +9,7 @@
 
 #include "config/cfg.h"
 #include "shim/cap.h"
+#include "shim/ipc.h"
 #include "shim/log.h"
 #include "shim/real.h"
 #include "shim/trace.h"
@@ -348,6 +349,7 @@ CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t
 }
 
 bool pool_free(CUdeviceptr ptr, CUresult *rc) {
+  ipc_forget_block(ptr); /* before the block can be handed out again */
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     struct ctx_pool *p = &pools[i];

@@ -2,16 +2,23 @@
  * region, so cuMemGetAddressRange_v2 and the RANGE_START_ADDR / RANGE_SIZE pointer attributes
  * are answered for the block the program allocated (its base and the size it asked for); an
  * address inside a pool region that the program does not hold is answered as unknown memory.
- * cuIpcGetMemHandle of a pooled block is refused loudly: an importer would open the whole
- * region at its base, a silently wrong address (GPUCAP_POOL=off shares memory safely).
+ * A block opened from another gpucap process (shim/ipc.h) is described the same way.
  */
-#include "shim/log.h"
+#include "shim/ipc.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
-#include <stdatomic.h>
-
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
+
+/* Where addr lies: a pooled block or an imported one (POOL_BLOCK, with its base and size),
+ * pool memory nobody holds, or elsewhere. */
+static enum pool_where locate(uint64_t addr, uint64_t *base, uint64_t *size) {
+  enum pool_where where = pool_block(addr, base, size);
+  if (where == POOL_OUTSIDE && ipc_imported_block(addr, base, size)) {
+    where = POOL_BLOCK;
+  }
+  return where;
+}
 
 GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize,
                                                CUdeviceptr dptr) {
@@ -19,7 +26,7 @@ GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
   if (!real_driver_ready(NULL) || !real.cuMemGetAddressRange_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  switch (pool_block(dptr, &base, &size)) {
+  switch (locate(dptr, &base, &size)) {
   case POOL_BLOCK:
     if (pbase) {
       *pbase = base;
@@ -56,7 +63,7 @@ GPUCAP_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute att
   if (!real_driver_ready(NULL) || !real.cuPointerGetAttribute) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  enum pool_where where = pool_block(ptr, &base, &size);
+  enum pool_where where = locate(ptr, &base, &size);
   if (where == POOL_NOT_HELD) {
     return CUDA_ERROR_INVALID_VALUE; /* the driver's answer for memory nobody allocated */
   }
@@ -75,7 +82,7 @@ GPUCAP_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuPointerGetAttributes(numAttributes, attributes, data, ptr);
-  enum pool_where where = pool_block(ptr, &base, &size);
+  enum pool_where where = locate(ptr, &base, &size);
   if (rc == CUDA_SUCCESS && where != POOL_OUTSIDE && attributes && data) {
     for (unsigned int i = 0; i < numAttributes; i++) {
       if (data[i]) {
@@ -84,22 +91,4 @@ GPUCAP_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
     }
   }
   return rc;
-}
-
-GPUCAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
-  static atomic_bool told;
-  uint64_t base, size;
-  if (!real_driver_ready(NULL) || !real.cuIpcGetMemHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
-  if (pool_block(dptr, &base, &size) == POOL_OUTSIDE) {
-    return real.cuIpcGetMemHandle(pHandle, dptr);
-  }
-  if (!atomic_exchange(&told, true)) {
-    log_msg(LOG_ERROR, "cuIpcGetMemHandle: block %#llx comes from gpucap's pool and cannot be "
-            "shared with another process (it would open at the wrong address); run with "
-            "GPUCAP_POOL=off to share device memory between processes",
-            (unsigned long long)dptr);
-  }
-  return CUDA_ERROR_NOT_SUPPORTED;
 }

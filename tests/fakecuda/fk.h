@@ -150,6 +150,8 @@ struct fk_global {
   size_t va_size;
   uintptr_t vmm_base;
   size_t vmm_size;
+  int dev_fd; /* FAKECUDA_BACKING=1: the memfd behind every device region (file offset =
+               * address - va_base), shared with importers through cuIpcOpenMemHandle; else -1 */
   struct CUctx_st **ctxs; /* every context ever created */
   size_t nctxs, capctxs;
   struct CUstream_st **ustreams; /* live user streams (handle validation) */
@@ -267,7 +269,7 @@ void fk_stream_kill_ctx(struct CUctx_st *c);
 
 /* ---- Memory (fk_mem.c, fk_vmm.c, fk_copy.c). ---- */
 
-enum { FK_K_DEVICE = 1, FK_K_ASYNC, FK_K_MANAGED, FK_K_HOST, FK_K_RESERVE };
+enum { FK_K_DEVICE = 1, FK_K_ASYNC, FK_K_MANAGED, FK_K_HOST, FK_K_RESERVE, FK_K_IPC };
 
 struct fk_phys {
   CUmemGenericAllocationHandle handle;
@@ -299,6 +301,12 @@ struct fk_alloc {
   unsigned flags;      /* cuMemHostAlloc / cuMemAllocManaged flags */
   struct fk_map *maps; /* FK_K_RESERVE: mappings, sorted by va */
   size_t nmaps, capmaps;
+  /* FK_K_IPC (another process's allocation opened here): its pages start `lead` bytes before
+   * base; the exporter, the allocation's id there, and the opens of it in ctx. */
+  size_t lead;
+  pid_t ipc_pid;
+  unsigned long long ipc_id;
+  int ipc_refs;
 };
 
 /* Reserves the address space of every device and the VMM region. */
@@ -313,6 +321,11 @@ struct fk_alloc *fk_mem_by_id(unsigned long long id);
 /* Whether p lies in the fake's reserved (device / VMM) address space. */
 int fk_mem_in_reservation(uintptr_t p);
 
+/* Maps the file pages [off, off + len) of fd read/write at addr (page-aligned, inside the
+ * device regions); with fd < 0, puts this process's own inaccessible device memory back
+ * there. Returns 0 or -1. */
+int fk_mem_map_pages(uintptr_t addr, size_t len, int fd, uint64_t off);
+
 /* Releases allocation a now: registry, address space, device memory and host pages. */
 void fk_mem_release(struct fk_alloc *a);
 
@@ -320,8 +333,8 @@ void fk_mem_release(struct fk_alloc *a);
  * stream-ordered ones of its device too. */
 void fk_mem_free_ctx(struct CUctx_st *c, int pools);
 
-/* First fit of span bytes, align-aligned, in [lo, hi) between registered allocations; 0 when
- * nothing fits. */
+/* First fit of span bytes, align-aligned, in [lo, hi) between registered allocations (each
+ * occupying [base - lead, base + span)); 0 when nothing fits. */
 uintptr_t fk_mem_carve(uintptr_t lo, uintptr_t hi, size_t span, size_t align);
 
 /* A new registered allocation (aborts on ENOMEM). */
@@ -361,16 +374,6 @@ void fk_mem_free_effect(struct fk_work *w);
 struct fk_map *fk_vmm_map_at(struct fk_alloc *r, uintptr_t p);
 int fk_vmm_covered(struct fk_alloc *r, uintptr_t p, size_t n, int dev, int write);
 
-/* Teardown at unload (the destructor in fk_core.c, lock held): frees every object. */
-void fk_stream_teardown(void);
-void fk_vmm_teardown(void);
-void fk_mem_teardown(void);
-
-/* Counts one cuGetProcAddress* query and the object that made it (ret: its return address).
- * Takes the lock itself: call without it. */
-void fk_note_caller(void *ret);
-
-#endif
 /* ---- CUDA arrays and mipmapped arrays (fk_array.c). ---- */
 
 /* Destroys every array and mipmapped array that belongs to c (context destroy / reset) and
@@ -381,4 +384,14 @@ void fk_array_free_ctx(struct CUctx_st *c);
  * *count and their bytes to *bytes. */
 void fk_array_leaked(int dev, unsigned long long *count, size_t *bytes);
 
+/* Teardown at unload (the destructor in fk_core.c, lock held): frees every object. */
+void fk_stream_teardown(void);
+void fk_vmm_teardown(void);
+void fk_mem_teardown(void);
 void fk_array_teardown(void);
+
+/* Counts one cuGetProcAddress* query and the object that made it (ret: its return address).
+ * Takes the lock itself: call without it. */
+void fk_note_caller(void *ret);
+
+#endif

@@ -70,8 +70,7 @@ static int still_there(const struct fk_range *r, int dev, int write, int *stale,
   int ok = a->kind == FK_K_RESERVE ? fk_vmm_covered(a, r->addr, r->n, dev, write)
                                    : r->addr + r->n <= a->base + a->size;
   *visible = fk_mem_host_visible(
-      a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC || a->kind == FK_K_RESERVE ? FK_AT_DEVICE
-                                                                                 : FK_AT_PINNED);
+      a->kind == FK_K_HOST || a->kind == FK_K_MANAGED ? FK_AT_PINNED : FK_AT_DEVICE);
   return ok;
 }
 

@@ -18,7 +18,7 @@
 
 #include "tests/fakecuda/fk.h"
 
-struct fk_global fk = {.lock = PTHREAD_MUTEX_INITIALIZER};
+struct fk_global fk = {.lock = PTHREAD_MUTEX_INITIALIZER, .dev_fd = -1};
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 

@@ -5,11 +5,13 @@
  * Address space: cuInit reserves one PROT_NONE, MAP_NORESERVE mapping holding, per device, a
  * region of twice its memory for cuMemAlloc-style allocations (first fit, FK_ALLOC_ALIGN
  * aligned), then a region for cuMemAddressReserve. Device addresses therefore never collide
- * with host memory. With FAKECUDA_BACKING=1 the pages of live device allocations are made
- * read/write (and discarded again when freed) so copies and memsets move real bytes; without
- * it device bytes are never touched. Managed and pinned host memory are ordinary anonymous
+ * with host memory. With FAKECUDA_BACKING=1 the device regions are a shared mapping of one
+ * memfd (so another process can map an exported allocation's bytes: fk_ipc.c), and the pages
+ * of live device allocations are made read/write (and punched out of the file again when
+ * freed) so copies and memsets move real bytes; without it device bytes are never touched. Managed and pinned host memory are ordinary anonymous
  * mappings, always accessible. Registry: an array of allocations sorted by base address.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,7 +60,32 @@ CUresult fk_mem_init(void) {
     base += fk.dev[d].va_size;
   }
   fk.vmm_base = base;
+  fk.dev_fd = -1;
+  if (fk.cfg.backing) {
+    size_t len = fk.vmm_base - fk.va_base;
+    int fd = memfd_create("fakecuda-device", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
+        mmap((void *)fk.va_base, len, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+      fk_log("error: cannot back %zu bytes of device memory", len);
+      if (fd >= 0) {
+        close(fd);
+      }
+      return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    fk.dev_fd = fd;
+  }
   return CUDA_SUCCESS;
+}
+
+int fk_mem_map_pages(uintptr_t addr, size_t len, int fd, uint64_t off) {
+  void *p = fd >= 0 ? mmap((void *)addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                           (off_t)off)
+            : fk.dev_fd >= 0
+                ? mmap((void *)addr, len, PROT_NONE, MAP_SHARED | MAP_FIXED, fk.dev_fd,
+                       (off_t)(addr - fk.va_base))
+                : mmap((void *)addr, len, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  return p == MAP_FAILED ? -1 : 0;
 }
 
 int fk_mem_in_reservation(uintptr_t p) {
@@ -120,7 +147,7 @@ uintptr_t fk_mem_carve(uintptr_t lo, uintptr_t hi, size_t span, size_t align) {
   uintptr_t cur = lo;
   for (size_t i = lower_bound(lo); i < fk_nallocs && fk_allocs[i]->base < hi; i++) {
     uintptr_t start = round_up(cur, align);
-    if (start + span <= fk_allocs[i]->base) {
+    if (start + span <= fk_allocs[i]->base - fk_allocs[i]->lead) {
       return start;
     }
     uintptr_t end = fk_allocs[i]->base + fk_allocs[i]->span;
@@ -158,7 +185,12 @@ static void pages_release(const struct fk_alloc *a) {
     hi = round_down(a->base + a->span, PAGE);
   }
   if (lo < hi) {
-    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (fk.dev_fd >= 0) {
+      fallocate(fk.dev_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(lo - fk.va_base),
+                (off_t)(hi - lo));
+    } else {
+      madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
     mprotect((void *)lo, hi - lo, PROT_NONE);
   }
 }
@@ -177,6 +209,11 @@ void fk_mem_release(struct fk_alloc *a) {
   case FK_K_HOST:
     munmap((void *)a->base, a->span);
     break;
+  case FK_K_IPC:
+    if (fk.cfg.backing) {
+      fk_mem_map_pages(a->base - a->lead, a->lead + a->span, -1, 0);
+    }
+    break;
   default:
     break;
   }
@@ -187,8 +224,8 @@ void fk_mem_release(struct fk_alloc *a) {
 void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
   for (size_t i = 0; i < fk_nallocs;) {
     struct fk_alloc *a = fk_allocs[i];
-    int mine =
-        a->ctx == c && (a->kind == FK_K_DEVICE || a->kind == FK_K_MANAGED || a->kind == FK_K_HOST);
+    int mine = a->ctx == c && (a->kind == FK_K_DEVICE || a->kind == FK_K_MANAGED ||
+                               a->kind == FK_K_HOST || a->kind == FK_K_IPC);
     int pool = pools && a->kind == FK_K_ASYNC && a->dev == c->dev;
     if (mine || pool) {
       fk_mem_release(a); /* shifts the array down: stay at i */
@@ -626,7 +663,8 @@ static void put_ptr(void *data, const void *v) {
 /* One attribute of a known allocation a (p inside it). */
 static CUresult attribute(void *data, int attr, uintptr_t p, struct fk_alloc *a) {
   struct fk_map *m = a->kind == FK_K_RESERVE ? fk_vmm_map_at(a, p) : NULL;
-  int device_mem = a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC || m != NULL;
+  int device_mem = a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC || a->kind == FK_K_IPC ||
+                   m != NULL;
   if (a->kind == FK_K_RESERVE && m == NULL && attr != CU_POINTER_ATTRIBUTE_MAPPED &&
       attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE) {
     return CUDA_ERROR_INVALID_VALUE; /* reserved but unmapped */
@@ -808,5 +846,9 @@ void fk_mem_teardown(void) {
   if (reservation != NULL) {
     munmap(reservation, reservation_size); /* VMM mappings inside it go too */
     reservation = NULL;
+  }
+  if (fk.dev_fd >= 0) {
+    close(fk.dev_fd);
+    fk.dev_fd = -1;
   }
 }

@@ -1,6 +1,6 @@
 /* TAP test of the fake driver's memory model on one 1 GiB device with host backing:
  * cuMemAlloc/Free/GetInfo, pitched, managed, pinned host and stream-ordered allocations,
- * address ranges, pointer attributes and the VMM API.
+ * address ranges, pointer attributes, the VMM API and IPC handles.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -391,6 +391,37 @@ static void vmm(void) {
   CK(cuMemAddressFree(va2, 4 * MiB));
 }
 
+/* IPC within one process: what can be exported, and the handles an importer must refuse (the
+ * exchange between two processes is tests/integ/ipc.sh). */
+static void ipc(void) {
+  CUipcMemHandle h, junk;
+  CUdeviceptr d = 0, m = 0, a = 0, p = 0;
+  CUstream s = NULL;
+  CK(cuMemAlloc_v2(&d, 4096));
+  CK(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL));
+  CK(cuMemAllocAsync(&a, 4096, s));
+  CK(cuIpcGetMemHandle(&h, d));
+  TAP_EQ(cuIpcGetMemHandle(NULL, d), CUDA_ERROR_INVALID_VALUE, "export into NULL");
+  TAP_EQ(cuIpcGetMemHandle(&junk, m), CUDA_ERROR_INVALID_VALUE, "export managed memory");
+  TAP_EQ(cuIpcGetMemHandle(&junk, a), CUDA_ERROR_INVALID_VALUE, "export stream-ordered memory");
+  TAP_EQ(cuIpcGetMemHandle(&junk, d + 4096 + 512), CUDA_ERROR_INVALID_VALUE,
+         "export an address nobody allocated");
+  TAP_EQ(cuIpcOpenMemHandle_v2(&p, h, 0), CUDA_ERROR_INVALID_CONTEXT,
+         "open a handle of this process");
+  TAP_EQ(cuIpcOpenMemHandle_v2(&p, h, 2), CUDA_ERROR_INVALID_VALUE, "open with unknown flags");
+  TAP_EQ(cuIpcOpenMemHandle_v2(NULL, h, 0), CUDA_ERROR_INVALID_VALUE, "open into NULL");
+  memset(&junk, 0x5a, sizeof junk);
+  TAP_EQ(cuIpcOpenMemHandle_v2(&p, junk, 0), CUDA_ERROR_INVALID_VALUE,
+         "open bytes the driver never made");
+  TAP_EQ(p, 0, "... no address handed out");
+  TAP_EQ(cuIpcCloseMemHandle(d), CUDA_ERROR_INVALID_VALUE, "close memory that was not opened");
+  CK(cuMemFree_v2(d));
+  CK(cuMemFree_v2(m));
+  CK(cuMemFreeAsync(a, s));
+  CK(cuCtxSynchronize());
+  TAP_EQ(cuIpcGetMemHandle(&junk, d), CUDA_ERROR_INVALID_VALUE, "export freed memory");
+}
+
 int main(void) {
   setenv("FAKECUDA_BACKING", "1", 1);
   setenv("FAKECUDA_MEMORY", "1GiB", 1);
@@ -406,6 +437,7 @@ int main(void) {
   attributes();
   async_pool();
   vmm();
+  ipc();
   TAP_EQ(used(), 0, "no device memory left in use");
   cuDevicePrimaryCtxRelease_v2(0);
   return tap_done();

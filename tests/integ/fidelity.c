@@ -1,6 +1,6 @@
 /* fidelity: every path beyond cuMemAlloc that a real program takes, under a 64 MiB cap, over
  * the fake driver (linked with -lcuda and the fake's test hooks). Prints TAP.
- * usage: fidelity async|managed|vmm|pointers|ipc|contexts|devices|fork
+ * usage: fidelity async|managed|vmm|pointers|contexts|devices|fork (IPC: tests/integ/ipc.sh)
  * Run with GPUCAP_MEMORY_LIMIT=64MiB (devices: FAKECUDA_DEVICES=2 and a per-device limit). */
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -113,20 +113,6 @@ static void pointers(void) {
   cuMemFree_v2(b);
 }
 
-static void ipc(int pooled) {
-  CUdeviceptr a = 0;
-  CUipcMemHandle h;
-  TAP_EQ(cuMemAlloc_v2(&a, 1 * MiB), CUDA_SUCCESS, "block");
-  CUresult rc = cuIpcGetMemHandle(&h, a);
-  if (pooled) {
-    TAP_EQ(rc, CUDA_ERROR_NOT_SUPPORTED, "exporting a pooled block is refused ...");
-    TAP_EQ(fakecudaCalls("cuIpcGetMemHandle"), 0, "... before it reaches the driver");
-  } else {
-    TAP_EQ(fakecudaCalls("cuIpcGetMemHandle"), 1, "GPUCAP_POOL=off: the driver answers (%d)", rc);
-  }
-  cuMemFree_v2(a);
-}
-
 static void contexts(void) {
   CUdevice dev;
   CUcontext c2;
@@ -200,8 +186,6 @@ int main(int argc, char **argv) {
     vmm();
   } else if (strcmp(what, "pointers") == 0) {
     pointers();
-  } else if (strcmp(what, "ipc") == 0) {
-    ipc(argc > 2 && strcmp(argv[2], "pooled") == 0);
   } else if (strcmp(what, "contexts") == 0) {
     contexts();
   } else if (strcmp(what, "devices") == 0) {

@@ -1,17 +1,13 @@
 #!/usr/bin/env bash
 # Fidelity beyond cuMemAlloc: stream-ordered, managed and VMM allocations under the cap,
-# pointer queries that describe the program's blocks, IPC refusal, context teardown, several
-# devices with their own caps, and fork.
+# pointer queries that describe the program's blocks, context teardown, several devices with
+# their own caps, and fork (IPC: ipc.sh).
 . "$TOP/tests/integ/lib.sh"
 
 export GPUCAP_MEMORY_LIMIT=64MiB
 for mode in async managed vmm pointers contexts fork; do
   tap_program "$mode" with_shim "$TESTBIN/fidelity" $mode
 done
-tap_program "ipc of a pooled block" with_shim "$TESTBIN/fidelity" ipc pooled
-like "$(cat "$WORK/stderr")" "gpucap: error: cuIpcGetMemHandle: .*GPUCAP_POOL=off" \
-  "  with a message saying why and what to do"
-GPUCAP_POOL=off tap_program "ipc with GPUCAP_POOL=off" with_shim "$TESTBIN/fidelity" ipc
 FAKECUDA_DEVICES=2 GPUCAP_MEMORY_LIMIT=0:64MiB,1:32MiB tap_program "two devices, two caps" \
   with_shim "$TESTBIN/fidelity" devices
 tap_program "allocation from another library's constructor" with_shim "$TESTBIN/early"

@@ -155,6 +155,15 @@ static void matrix(const char *phase) {
   SHOW("ipc(NULL,block)", cuIpcGetMemHandle(NULL, block));
   SHOW("ipc(h,0)", cuIpcGetMemHandle((CUipcMemHandle *)(void *)l, 0));
   SHOW("ipc(h,bogus)", cuIpcGetMemHandle((CUipcMemHandle *)(void *)l, BOGUS));
+  CUipcMemHandle junk;
+  memset(&junk, 0x5a, sizeof junk);
+  SHOW("ipcopen_v2(NULL,junk,1)", cuIpcOpenMemHandle_v2(NULL, junk, 1));
+  SHOW("ipcopen_v2(p,junk,1)", cuIpcOpenMemHandle_v2(&p, junk, 1));
+  SHOW("ipcopen_v2(p,junk,~0)", cuIpcOpenMemHandle_v2(&p, junk, ~0u));
+  SHOW("ipcopen_v1(p,junk,0)", cuIpcOpenMemHandle(&p, junk, 0));
+  SHOW("ipcclose(0)", cuIpcCloseMemHandle(0));
+  SHOW("ipcclose(bogus)", cuIpcCloseMemHandle(BOGUS));
+  SHOW("ipcclose(block)", cuIpcCloseMemHandle(block ? block : BOGUS));
   {
     CUarray a = NULL;
     CUmipmappedArray m = NULL;
@@ -232,6 +241,8 @@ static void pooled(void) {
        cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, block + 300));
   printf("~ptrattr_base_ok %d\n", v == block);
   show("~ipc(h,block)", cuIpcGetMemHandle(&h, block));
+  memset((char *)&h + 16, 0x5a, 8); /* a gpucap handle naming an export that does not exist */
+  show("~ipcopen(p,unknown export,1)", cuIpcOpenMemHandle_v2(&v, h, 1));
   show("~freeasync(block,bogus stream)", cuMemFreeAsync(block, (CUstream)(uintptr_t)0x1234));
   fflush(stdout);
 }

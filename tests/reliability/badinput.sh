@@ -135,8 +135,12 @@ for cap in none 64MiB; do
     cases=$((cases + calls))
   done
 done
-is "$(grep -c 'cuIpcGetMemHandle: block .* comes from gpucap' "$WORK/badargs.err")" 1 \
-  "cuIpcGetMemHandle of a pooled block is refused with one message"
+is "$(grep '^~ipc(h,block) ' "$WORK/on.txt")" "~ipc(h,block) 0" \
+  "pool=on: a pooled block is exported"
+is "$(grep '^~ipcopen(p,unknown export,1) ' "$WORK/on.txt")" "~ipcopen(p,unknown export,1) 1" \
+  "pool=on: a gpucap handle naming no export is refused (CUDA_ERROR_INVALID_VALUE) ..."
+like "$(cat "$WORK/badargs.err")" "cuIpcOpenMemHandle: process [0-9]* no longer shares this block" \
+  "  ... saying why"
 
 echo "# bad inputs tried: $cases"
 record_figure badinput "$cases bad inputs ($calls hooked calls with hostile arguments per run)"

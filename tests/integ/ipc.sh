@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Legacy CUDA IPC between two real processes (tests/integ/ipcpeer.c) over the fake driver with
+# FAKECUDA_BACKING=1, so the bytes one side writes are the bytes the other reads. First the
+# fake alone (the baseline gpucap must keep), then a pooled block shared between two gpucap
+# processes (it opens at the block's address with the block's size), an importer without
+# gpucap (refused, never handed an address), and the pass-through paths.
+. "$TOP/tests/integ/lib.sh"
+
+export FAKECUDA_BACKING=1 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off
+npair=0
+
+# pair DESC EXPORTER_RUNNER IMPORTER_RUNNER IMPORTER_MODE [VAR=VALUE...]: runs one exchange
+# (the settings apply to both sides) and reports each side's checks as one check.
+pair() {
+  local desc=$1 erun=$2 irun=$3 mode=$4 d epid estatus istatus
+  shift 4
+  npair=$((npair + 1))
+  d="$WORK/pair$npair"
+  mkdir -p "$d"
+  (for kv in "$@"; do export "${kv?}"; done
+   "$erun" "$TESTBIN/ipcpeer" export "$d" > "$d/e.out" 2> "$d/e.err") &
+  epid=$!
+  (for kv in "$@"; do export "${kv?}"; done
+   "$irun" "$TESTBIN/ipcpeer" "$mode" "$d" > "$d/i.out" 2> "$d/i.err")
+  istatus=$?
+  touch "$d/imported" "$d/freed" "$d/done" # never leave the exporter waiting
+  wait "$epid"
+  estatus=$?
+  sed 's/^/    /' "$d/e.out"
+  sed 's/^/# exporter stderr: /' "$d/e.err" | head -5
+  ok "$estatus" "$desc: the exporter's checks"
+  sed 's/^/    /' "$d/i.out"
+  sed 's/^/# importer stderr: /' "$d/i.err" | head -5
+  ok "$istatus" "$desc: the importer's checks"
+  last="$d"
+}
+
+pair "the fake alone" without_shim without_shim import IPCPEER_EXPECT_WRITE=1
+
+pair "a pooled block between two gpucap processes" with_shim with_shim import \
+  IPCPEER_EXPECT_WRITE=1 IPCPEER_STALE_FAILS=1
+like "$(cat "$last/i.err")" \
+  "gpucap: error: cuIpcOpenMemHandle: process [0-9]* no longer shares this block" \
+  "  an open after the free says why it fails"
+exporter=$(od -An -td8 -N8 "$last/pid" | tr -d ' ')
+is "$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | grep -c "^$exporter-")" 0 \
+  "  the exporter left no export file behind"
+
+pair "a pooled block, importer without gpucap" with_shim without_shim refuse
+is "$(cat "$last/i.err")" "" "  the refusal is the driver's (nothing printed in a process without gpucap)"
+
+pair "GPUCAP_POOL=off: the driver's own handle, gpucap on both sides" with_shim with_shim import \
+  GPUCAP_POOL=off IPCPEER_EXPECT_WRITE=1
+pair "GPUCAP_POOL=off exporter, importer without gpucap" with_shim without_shim import \
+  GPUCAP_POOL=off IPCPEER_EXPECT_WRITE=1
+pair "exporter without gpucap, gpucap importer" without_shim with_shim import \
+  IPCPEER_EXPECT_WRITE=1
+
+done_testing
