@@ -77,7 +77,23 @@ case_ "threads, GPUCAP_POOL=off" GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=256MiB -- "
 for mode in async managed vmm pointers contexts fork; do
   case_ "fidelity $mode" GPUCAP_MEMORY_LIMIT=64MiB -- "$T/fidelity" $mode
 done
-case_ "fidelity ipc pooled" GPUCAP_MEMORY_LIMIT=64MiB -- "$T/fidelity" ipc pooled
+# IPC: each side of a pooled-block exchange under valgrind, the other side running beside it.
+for side in export import; do
+  d="$WORK/ipc-$side"
+  mkdir -p "$d"
+  other=import
+  [ "$side" = import ] && other=export
+  FAKECUDA_BACKING=1 IPCPEER_EXPECT_WRITE=1 IPCPEER_STALE_FAILS=1 with_shim "$T/ipcpeer" \
+    "$other" "$d" > "$d/peer.out" 2>&1 &
+  case_ "ipc, the ${side}er" FAKECUDA_BACKING=1 IPCPEER_EXPECT_WRITE=1 IPCPEER_STALE_FAILS=1 -- \
+    "$T/ipcpeer" "$side" "$d"
+  touch "$d/exported" "$d/imported" "$d/freed" "$d/done"
+  wait $!
+done
+for mode in "charge 2d" "charge mipmap" refuse destroy ctxdestroy reset; do
+  # shellcheck disable=SC2086 # two words: mode and kind
+  case_ "arrays $mode" GPUCAP_MEMORY_LIMIT=64MiB -- "$T/arrays" $mode
+done
 case_ "fidelity devices" FAKECUDA_DEVICES=2 GPUCAP_MEMORY_LIMIT=0:64MiB,1:32MiB -- \
   "$T/fidelity" devices
 case_ "early constructor" GPUCAP_MEMORY_LIMIT=64MiB -- "$T/early"
