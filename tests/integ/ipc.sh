@@ -8,6 +8,7 @@
 
 export FAKECUDA_BACKING=1 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off
 npair=0
+shm="/dev/shm/gpucap-$(id -u)"
 
 # pair DESC EXPORTER_RUNNER IMPORTER_RUNNER IMPORTER_MODE [VAR=VALUE...]: runs one exchange
 # (the settings apply to both sides) and reports each side's checks as one check.
@@ -20,6 +21,12 @@ pair() {
   (for kv in "$@"; do export "${kv?}"; done
    "$erun" "$TESTBIN/ipcpeer" export "$d" > "$d/e.out" 2> "$d/e.err") &
   epid=$!
+  for _ in $(seq 300); do [ -e "$d/exported" ] && break; sleep 0.1; done
+  # What the exporter published, seen from outside while the block is shared.
+  local pid
+  pid=$(od -An -td8 -N8 "$d/pid" 2>/dev/null | tr -d ' ')
+  stat -c '%a %U' "$shm" > "$d/files" 2>/dev/null
+  stat -c '%a %U %s' "$shm/$pid-"* >> "$d/files" 2>/dev/null
   (for kv in "$@"; do export "${kv?}"; done
    "$irun" "$TESTBIN/ipcpeer" "$mode" "$d" > "$d/i.out" 2> "$d/i.err")
   istatus=$?
@@ -42,15 +49,17 @@ pair "a pooled block between two gpucap processes" with_shim with_shim import \
 like "$(cat "$last/i.err")" \
   "gpucap: error: cuIpcOpenMemHandle: process [0-9]* no longer shares this block" \
   "  an open after the free says why it fails"
+is "$(cat "$last/files")" "700 $(id -un)
+600 $(id -un) 88" "  while shared: one 88-byte export file, 0600 in a 0700 directory of the user"
 exporter=$(od -An -td8 -N8 "$last/pid" | tr -d ' ')
-is "$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | grep -c "^$exporter-")" 0 \
-  "  the exporter left no export file behind"
+is "$(ls "$shm" 2>/dev/null | grep -c "^$exporter-")" 0 "  the exporter left no export file behind"
 
 pair "a pooled block, importer without gpucap" with_shim without_shim refuse
 is "$(cat "$last/i.err")" "" "  the refusal is the driver's (nothing printed in a process without gpucap)"
 
 pair "GPUCAP_POOL=off: the driver's own handle, gpucap on both sides" with_shim with_shim import \
   GPUCAP_POOL=off IPCPEER_EXPECT_WRITE=1
+is "$(tail -n +2 "$last/files")" "" "  no export file for memory the driver shares itself"
 pair "GPUCAP_POOL=off exporter, importer without gpucap" with_shim without_shim import \
   GPUCAP_POOL=off IPCPEER_EXPECT_WRITE=1
 pair "exporter without gpucap, gpucap importer" without_shim with_shim import \
