@@ -47,7 +47,12 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     return real.cuMemCreate(handle, size, prop, flags); /* not device memory, or the driver's error */
   }
   if (!cap_charge(dev, size)) {
-    return mem_refuse(dev, size);
+    /* Before cuInit the driver refuses everything: answer as it would (asking it, not calling
+     * cuMemCreate, which would allocate uncapped should another thread initialise meanwhile). */
+    CUcontext ctx = NULL;
+    CUresult q = real.cuCtxGetCurrent ? real.cuCtxGetCurrent(&ctx) : CUDA_SUCCESS;
+    bool uninit = q == CUDA_ERROR_NOT_INITIALIZED || q == CUDA_ERROR_DEINITIALIZED;
+    return uninit ? q : mem_refuse(dev, size);
   }
   CUresult rc = real.cuMemCreate(handle, size, prop, flags);
   if (rc != CUDA_SUCCESS) {
