@@ -125,10 +125,10 @@ static cell_t pct_cell(const report_row_t *r, uint64_t tenths) {
 
 static cell_t device_cell(const report_row_t *r) {
   cell_t c = {""};
-  if (r->context == 0) {
+  if (r->context == 0 && !r->destroyed) {
     snprintf(c.text, sizeof c.text, "%d", r->device);
   } else {
-    snprintf(c.text, sizeof c.text, "%d:%d", r->device, r->context);
+    snprintf(c.text, sizeof c.text, "%d:%d%s", r->device, r->context, r->destroyed ? "*" : "");
   }
   return c;
 }
@@ -182,6 +182,12 @@ size_t report_format_text(const report_row_t *rows, int n, long pid, char *buf, 
                  " d:c = context c\n");
   strbuf_str(&o, "  peak use/pool = peak in use / peak pool; cap none = no cap; - = pass-through"
                  " (no pool)\n");
+  for (int i = 0; i < n; i++) {
+    if (rows[i].destroyed) {
+      strbuf_str(&o, "  * = context destroyed before exit: its pool as the driver freed it\n");
+      break;
+    }
+  }
   strbuf_finish(&o);
   errno = saved;
   return o.len;
@@ -217,8 +223,11 @@ static void put_json_row(strbuf_t *o, const report_row_t *r) {
   view_t v;
   view_of(r, &v);
   const bfc_stats_t *s = &v.s;
-  strbuf_printf(o, "    {\n      \"device\": %d,\n      \"context\": %d,\n      \"pooled\": %s",
-                r->device, r->context, r->pooled ? "true" : "false");
+  strbuf_printf(o,
+                "    {\n      \"device\": %d,\n      \"context\": %d,\n      \"pooled\": %s,\n"
+                "      \"context_destroyed\": %s",
+                r->device, r->context, r->pooled ? "true" : "false",
+                r->destroyed ? "true" : "false");
   if (r->cap == REPORT_NO_CAP) {
     strbuf_str(o, ",\n      \"cap_bytes\": null");
   } else {

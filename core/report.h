@@ -23,7 +23,7 @@
 /* Bytes that always hold the full text or JSON report of n rows, NUL included, whatever the
  * rows and pid hold and for a GPUCAP_VERSION under 100 characters (tests/unit/test_report.c
  * checks both against worst-case rows). */
-#define REPORT_TEXT_MAX(n) (1024 + 320 * (size_t)(n))
+#define REPORT_TEXT_MAX(n) (1152 + 320 * (size_t)(n))
 #define REPORT_JSON_MAX(n) (256 + 1536 * (size_t)(n))
 
 /* One pool as it stands at exit. */
@@ -31,6 +31,8 @@ typedef struct report_row {
   int device;        /* CUDA ordinal */
   int context;       /* 0-based index of the pool's context among the contexts of that device */
   int pooled;        /* nonzero: served by the BFC pool; 0: pass-through (GPUCAP_POOL=off) */
+  int destroyed;     /* nonzero: the context was destroyed before exit; the stats are the pool's
+                      * as the driver freed it (in use: blocks the program still held then) */
   uint64_t cap;      /* the device cap in bytes, or REPORT_NO_CAP */
   bfc_stats_t stats; /* bfc_stats() of the pool. For a pass-through row the pool-only fields
                       * (pool_bytes, peak_pool_bytes, largest_free_block_bytes, free_bytes,
@@ -49,7 +51,8 @@ size_t report_format_size(uint64_t bytes, char *buf, size_t cap);
 
 /* Writes the human report: a header line `gpucap: memory report (pid N)` (without "(pid N)"
  * when pid <= 0), then two right-aligned tables of one line per row (sizes; then
- * fragmentation, activity and OOMs), then a two-line legend; every line is under 100 columns
+ * fragmentation, activity and OOMs; a destroyed context's row is labelled `d:c*`), then a
+ * two-line legend (three when a row is destroyed); every line is under 100 columns
  * while the counts have at most 7 digits. With no rows (n <= 0 or rows == NULL) it writes the
  * header and "no device memory was allocated". buf may be NULL iff cap == 0; the output is
  * NUL-terminated and truncated to cap - 1 bytes when cap > 0. Returns the length of the full

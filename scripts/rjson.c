@@ -25,6 +25,7 @@ typedef enum kind {
   K_DERIVED_FRACTION,
   K_ORDINAL, /* device or context: int >= 0 */
   K_POOLED,
+  K_DESTROYED,
   K_CAP,
 } kind_t;
 
@@ -38,6 +39,7 @@ static const struct key {
     {"device", K_ORDINAL, offsetof(report_row_t, device)},
     {"context", K_ORDINAL, offsetof(report_row_t, context)},
     {"pooled", K_POOLED, 0},
+    {"context_destroyed", K_DESTROYED, 0},
     {"cap_bytes", K_CAP, 0},
     {"num_allocs", STAT(num_allocs)},
     {"bytes_in_use", STAT(bytes_in_use)},
@@ -136,6 +138,11 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
       want = "true or false";
       rc = json_bool(v, &b);
       row->pooled = b;
+      break;
+    case K_DESTROYED:
+      want = "true or false";
+      rc = json_bool(v, &b);
+      row->destroyed = b;
       break;
     case K_CAP:
       want = "a non-negative integer or null";

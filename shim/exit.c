@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#define MAX_ROWS (POOL_MAX + CAP_MAX_DEVICES)
+#define MAX_ROWS (2 * POOL_MAX + CAP_MAX_DEVICES) /* live pools, destroyed ones, pass-through */
 
 static report_row_t rows[MAX_ROWS];
 static int nrows;
@@ -27,25 +27,26 @@ static char text[REPORT_TEXT_MAX(MAX_ROWS)];
 static char json[REPORT_JSON_MAX(MAX_ROWS)];
 static bool fork_child;
 
-static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled) {
+static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bool destroyed) {
   if (nrows < MAX_ROWS) {
     report_row_t *r = &rows[nrows++];
     r->device = dev;
     r->context = index;
     r->pooled = pooled;
+    r->destroyed = destroyed;
     r->cap = cap_limit(dev, 0);
     r->stats = *stats;
   }
 }
 
-static void add_pool(void *arg, int dev, int index, const bfc_stats_t *stats) {
+static void add_pool(void *arg, int dev, int index, bool destroyed, const bfc_stats_t *stats) {
   (void)arg;
-  add_row(dev, index, stats, 1);
+  add_row(dev, index, stats, 1, destroyed);
 }
 
 static void add_passthrough(void *arg, int dev, const bfc_stats_t *stats) {
   (void)arg;
-  add_row(dev, 0, stats, 0);
+  add_row(dev, 0, stats, 0, false);
 }
 
 static void write_file(const char *setting, const char *path, const char *buf, size_t len) {

@@ -32,6 +32,15 @@ struct ctx_pool {
 };
 
 static struct ctx_pool pools[POOL_MAX];
+
+/* Pools whose context the driver destroyed, as they stood then (for the exit report), and the
+ * contexts seen per device (a pool's index). Guarded by `registry`. */
+static struct ended {
+  int dev, index;
+  bfc_stats_t stats;
+} ended[POOL_MAX];
+static int nended;
+static int contexts_seen[CAP_MAX_DEVICES];
 static atomic_int npools;
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local struct ctx_pool *last_used;
@@ -114,12 +123,9 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
     int align = 0;
     p->dev = dev;
-    p->index = 0;
+    p->index = dev >= 0 && dev < CAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
     p->gone = false;
     p->oom_streak = 0;
-    for (int i = 0; i < n; i++) {
-      p->index += i != slot && pools[i].pool && pools[i].dev == dev;
-    }
     real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
     p->pitch_align = align > 0 ? (size_t)align : 512;
     if (slot == n) {
@@ -406,7 +412,14 @@ void pool_settle_at_exit(void) {
   }
 }
 
-void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stats), void *arg) {
+void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const bfc_stats_t *stats),
+               void *arg) {
+  if (pthread_mutex_trylock(&registry) == 0) {
+    for (int i = 0; i < nended; i++) {
+      fn(arg, ended[i].dev, ended[i].index, true, &ended[i].stats);
+    }
+    pthread_mutex_unlock(&registry);
+  }
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     bfc_stats_t s = {0};
@@ -418,7 +431,7 @@ void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stat
     }
     pthread_mutex_unlock(&pools[i].lock);
     if (s.num_allocs > 0 || s.num_ooms > 0) {
-      fn(arg, pools[i].dev, pools[i].index, &s);
+      fn(arg, pools[i].dev, pools[i].index, false, &s);
     }
   }
 }
@@ -437,9 +450,15 @@ enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size) {
 }
 
 /* Forgets pool p: its regions went with its context, so release() only returns charges. */
+/* Forgets p's pool, keeping its figures for the exit report. Registry lock held. */
 static void drop(struct ctx_pool *p) {
   pthread_mutex_lock(&p->lock);
   if (p->pool) {
+    bfc_stats_t st;
+    bfc_stats(p->pool, &st);
+    if ((st.num_allocs > 0 || st.num_ooms > 0) && nended < POOL_MAX) {
+      ended[nended++] = (struct ended){.dev = p->dev, .index = p->index, .stats = st};
+    }
     p->gone = true;
     bfc_destroy(p->pool);
     p->pool = NULL;
@@ -490,5 +509,7 @@ void pool_fork_child(void) {
   }
   atomic_store_explicit(&npools, 0, memory_order_relaxed);
   last_used = NULL;
+  nended = 0;
+  memset(contexts_seen, 0, sizeof contexts_seen);
   pthread_mutex_init(&registry, NULL);
 }

@@ -65,9 +65,11 @@ uint64_t pool_idle_bytes(int dev);
 void pool_settle_at_exit(void);
 
 /* For the exit report: calls fn for every pool that served or refused at least one
- * allocation, with its device, its index among the pools of that device and a snapshot of its
- * counters. A pool whose lock another thread holds is left out (never waits); makes no CUDA
- * call. */
-void pool_each(void (*fn)(void *arg, int dev, int index, const bfc_stats_t *stats), void *arg);
+ * allocation, with its device, its index among the contexts gpucap saw on that device (in the
+ * order it saw them), whether the driver destroyed its context (then the counters are those
+ * of that moment; at most POOL_MAX such pools are kept) and a snapshot of its counters. A pool
+ * whose lock another thread holds is left out (never waits); makes no CUDA call. */
+void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const bfc_stats_t *stats),
+               void *arg);
 
 #endif

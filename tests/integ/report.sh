@@ -47,4 +47,16 @@ ok $? "%p in GPUCAP_REPORT_JSON and GPUCAP_TRACE becomes the process id"
 out=$(with_shim "$TESTBIN/captest" 0 $((1 << 20)) 0 2>"$WORK/err")
 is "$(cat "$WORK/err")" "" "no allocation, no report"
 
+# Pools of destroyed contexts stay in the report, marked, with their figures of that moment:
+# fidelity's "contexts" scenario destroys two created contexts (the first still holding 8 MiB)
+# and resets the primary one, then allocates in it again.
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT_JSON="$WORK/ctx.json" \
+  with_shim "$TESTBIN/fidelity" contexts >/dev/null 2>"$WORK/err"
+rows=$(awk '/"context":/ { c = $2 } /"context_destroyed":/ { d = $2 }
+  /"bytes_in_use":/ { print c d $2 }' "$WORK/ctx.json" | tr -d ',' | tr '\n' ' ')
+is "$rows" "1true8388608 2true0 0true0 3false0 " \
+  "destroyed contexts keep their rows (context, destroyed, bytes in use at that moment)"
+like "$(cat "$WORK/err")" $'\n    0:1\\*     8.0 MiB' "  the table marks them d:c*"
+like "$(cat "$WORK/err")" '\* = context destroyed before exit' "  and says what the mark means"
+
 done_testing

@@ -41,10 +41,10 @@ judge() {
   hazards=$(json_num "$WORK/s.json" hazards)
   peak=$(json_max "$WORK/s.json" peak_bytes)
   leaked_n=$(json_num "$WORK/s.json" leaked_allocations)
-  pool=$(json_sum "$WORK/r.json" pool_bytes)
-  regions=$(json_sum "$WORK/r.json" num_regions)
-  in_use=$(json_sum "$WORK/r.json" bytes_in_use)
-  nallocs=$(json_sum "$WORK/r.json" num_allocs)
+  pool=$(json_sum_live "$WORK/r.json" pool_bytes)
+  regions=$(json_sum_live "$WORK/r.json" num_regions)
+  in_use=$(json_sum_live "$WORK/r.json" bytes_in_use)
+  nallocs=$(json_sum_live "$WORK/r.json" num_allocs)
   want_allocs=$live
   [ "$mode" = off ] && want_allocs=$allocs && pool=0 && regions=0
   [ "$status" -eq 0 ] || why="$why exit status $status;"

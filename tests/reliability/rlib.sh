@@ -5,10 +5,15 @@ field() {
   printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
-# json_sum FILE KEY: the sum of every numeric "KEY": value in FILE (0 when absent).
-json_sum() {
-  { [ -f "$1" ] && grep -o "\"$2\": *[0-9][0-9]*" "$1"; } | sed 's/.*: *//' |
-    awk '{ s += $1 } END { print s + 0 }'
+# json_sum_live FILE KEY: the sum of "KEY" over the pools of an exit report whose context was
+# not destroyed before exit (their memory went with the context); 0 when absent.
+json_sum_live() {
+  [ -f "$1" ] || { echo 0; return; }
+  awk -v key="\"$2\":" '
+    /^    \{/ { skip = 0 }
+    /"context_destroyed": true/ { skip = 1 }
+    !skip && $1 == key { v = $2; sub(/,$/, "", v); s += v }
+    END { print s + 0 }' "$1"
 }
 
 # json_max FILE KEY: the largest numeric "KEY": value in FILE (empty when absent).

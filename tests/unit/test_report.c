@@ -373,7 +373,8 @@ static void build_rows(void) {
   bfc_stats(a, &rows[0].stats);
   rows[1] = (report_row_t){.device = 1, .context = 0, .pooled = 1, .cap = MiB};
   bfc_stats(b, &rows[1].stats);
-  rows[2] = (report_row_t){.device = 1, .context = 1, .pooled = 1, .cap = REPORT_NO_CAP};
+  rows[2] = (report_row_t){
+      .device = 1, .context = 1, .pooled = 1, .destroyed = 1, .cap = REPORT_NO_CAP};
   bfc_stats(c, &rows[2].stats);
   /* Device 2: pass-through, with junk in the pool-only fields that must not show. */
   rows[3] = (report_row_t){.device = 2, .context = 0, .pooled = 0, .cap = 8 * GiB};
@@ -497,6 +498,7 @@ static void check_json_row(int d, const report_row_t *r) {
   snprintf(w, sizeof w, "%d", r->context);
   expect_key(d, "context", w);
   expect_key(d, "pooled", pool ? "true" : "false");
+  expect_key(d, "context_destroyed", r->destroyed ? "true" : "false");
   if (r->cap == REPORT_NO_CAP) {
     expect_key(d, "cap_bytes", "null");
   } else {
@@ -539,7 +541,7 @@ static void check_json_row(int d, const report_row_t *r) {
   expect_u64(d, "host_metadata_bytes", s->host_metadata_bytes);
   char prefix[32];
   snprintf(prefix, sizeof prefix, "devices.%d.", d);
-  TAP_EQ(jcount(prefix), 31, "json device %d: exactly 31 keys", d);
+  TAP_EQ(jcount(prefix), 32, "json device %d: exactly 32 keys", d);
 }
 
 static void python_check(const char *doc, const char *what) {
@@ -572,8 +574,8 @@ static void test_json(void) {
              strcmp(jget("gpucap_version"), "\"" GPUCAP_VERSION "\"") == 0,
          "json: gpucap_version is the build's (" GPUCAP_VERSION ")");
   tap_ok(jget("pid") != NULL && strcmp(jget("pid"), "4242") == 0, "json: pid");
-  TAP_EQ(jcount("devices."), 31 * NROWS, "json: %d devices of 31 keys, in row order", NROWS);
-  TAP_EQ(jcount(""), 2 + 31 * NROWS, "json: nothing else at the top level");
+  TAP_EQ(jcount("devices."), 32 * NROWS, "json: %d devices of 32 keys, in row order", NROWS);
+  TAP_EQ(jcount(""), 2 + 32 * NROWS, "json: nothing else at the top level");
   for (int d = 0; d < NROWS; d++) {
     check_json_row(d, &rows[d]);
   }
@@ -669,7 +671,8 @@ static void test_text(void) {
     widest = w > widest ? w : widest;
     lines++;
   }
-  TAP_EQ(lines, 1 + 2 * (1 + NROWS) + 2, "text: header, two tables of one line per pool, legend");
+  TAP_EQ(lines, 1 + 2 * (1 + NROWS) + 3,
+         "text: header, two tables of one line per pool, legend (with the destroyed mark)");
   tap_ok(widest < 100, "text: every line under 100 columns (widest %d)", widest);
 
   /* Right-aligned: every line of a table ends in the same column. */
@@ -695,7 +698,7 @@ static void test_text(void) {
              strstr(line, "driver frees") && strstr(line, "OOMs"),
          "text: activity table header");
 
-  static const char *const labels[NROWS] = {"0", "1", "1:1", "2"};
+  static const char *const labels[NROWS] = {"0", "1", "1:1*", "2"};
   for (int d = 0; d < NROWS; d++) {
     const report_row_t *r = &rows[d];
     const bfc_stats_t *s = &r->stats;
@@ -742,7 +745,8 @@ static void test_text(void) {
   tap_ok(strstr(text, "   1.0 MiB") != NULL && strstr(text, "   1.5 GiB") != NULL,
          "text: human sizes (1.0 MiB in use on device 1, 1.5 GiB on device 2)");
   tap_ok(strstr(text, "  frag = 1 - largest free / free pool bytes") != NULL &&
-             strstr(text, "cap none = no cap") != NULL,
+             strstr(text, "cap none = no cap") != NULL &&
+             strstr(text, "* = context destroyed before exit") != NULL,
          "text: legend");
 
   report_format_text(rows, 0, 0, text, sizeof text);
