@@ -1,12 +1,16 @@
-/* threads: several threads allocate and free random sizes through the shim at once, under a
- * cap. Every call must answer CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY, and at the end all
- * memory is back. (The test script checks from the driver's side that its peak never passed
+/* threads: several threads allocate, export over IPC and free random sizes through the shim at
+ * once, under a cap. Every call must answer CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY, and at
+ * the end all memory is back. (The test script checks from the driver's side that its peak never passed
  * the cap.) Linked with -lcuda. Prints TAP. usage: threads NTHREADS ITERATIONS */
 #include "shim/cudadefs.h"
 #include "tests/tap.h"
 
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define LIVE 16
 
@@ -33,6 +37,10 @@ static void *worker(void *arg) {
     CUresult rc = cuMemAlloc_v2(&live[k], size);
     if (rc == CUDA_SUCCESS) {
       r->ok++;
+      if (i % 4 == 0) { /* some blocks are shared: exports race the other threads' frees */
+        CUipcMemHandle h;
+        r->other += cuIpcGetMemHandle(&h, live[k]) != CUDA_SUCCESS;
+      }
     } else {
       live[k] = 0;
       r->oom += rc == CUDA_ERROR_OUT_OF_MEMORY;
@@ -45,6 +53,22 @@ static void *worker(void *arg) {
     }
   }
   return NULL;
+}
+
+/* Export files of this process in gpucap's directory (shim/ipc.h). */
+static int exports_left(void) {
+  char dir[64], prefix[32];
+  int n = 0;
+  snprintf(dir, sizeof dir, "/dev/shm/gpucap-%u", (unsigned)getuid());
+  snprintf(prefix, sizeof prefix, "%d-", (int)getpid());
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  }
+  if (d) {
+    closedir(d);
+  }
+  return n;
 }
 
 int main(int argc, char **argv) {
@@ -73,5 +97,6 @@ int main(int argc, char **argv) {
   cuCtxSetCurrent(ctx);
   TAP_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS, "get-info");
   TAP_EQ(f, t, "all memory is back");
+  TAP_EQ(exports_left(), 0, "every block was freed, so no export of this process is left");
   return tap_done();
 }

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Many threads allocating at once under a cap: the driver's own record shows its peak never
-# passed the cap and nothing leaked. Also run under TSan by `make test`.
+# Many threads allocating (and exporting some blocks over IPC) at once under a cap: the
+# driver's own record shows its peak never passed the cap and nothing leaked, and no export
+# file outlives its block. Also run under TSan by `make test`.
 . "$TOP/tests/integ/lib.sh"
 
 stats="$WORK/threads.json"
+files_before=$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | wc -l | tr -d ' ')
 GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program "4 threads under a 256 MiB cap" \
   with_shim "$TESTBIN/threads" 4 3000
 peak=$(json_num "$stats" peak_bytes)
 [ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
 ok $? "the driver's peak ($peak bytes) never passed the cap"
+exports=$(json_obj_num "$stats" calls cuIpcGetMemHandle)
+[ "${exports:-0}" -gt 100 ]
+ok $? "blocks were exported meanwhile ($exports driver exports)"
+is "$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | wc -l | tr -d ' ')" "$files_before" \
+  "no export file outlived the process"
 GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program \
   "4 threads under a 256 MiB cap, GPUCAP_POOL=off" with_shim "$TESTBIN/threads" 4 3000
 peak=$(json_num "$stats" peak_bytes)
