@@ -226,16 +226,24 @@ static void mipmap_release(struct CUmipmappedArray_st *m) {
 
 /* ---- Creation. ---- */
 
-static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d) {
-  struct CUctx_st *c;
-  CUresult rc = fk_ctx_current(&c);
+/* The checks every creation makes, in the driver's order: a current context (in *c), the
+ * out-pointer and descriptor, then the descriptor itself. */
+static CUresult create_checks(const void *out, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                              struct CUctx_st **c) {
+  CUresult rc = fk_ctx_current(c);
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
   if (out == NULL || d == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if ((rc = desc_check(d)) != CUDA_SUCCESS) {
+  return desc_check(d);
+}
+
+static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+  struct CUctx_st *c;
+  CUresult rc = create_checks(out, d, &c);
+  if (rc != CUDA_SUCCESS) {
     return rc;
   }
   if ((rc = memory_take(c->dev, deferred(d) ? 0 : layout(d))) != CUDA_SUCCESS) {
@@ -269,14 +277,8 @@ FK_API CUresult cuArray3DCreate_v2(CUarray *pHandle,
 static CUresult mipmap_create(CUmipmappedArray *out, const CUDA_ARRAY3D_DESCRIPTOR *d,
                               unsigned asked) {
   struct CUctx_st *c;
-  CUresult rc = fk_ctx_current(&c);
+  CUresult rc = create_checks(out, d, &c);
   if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
-  if (out == NULL || d == NULL) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if ((rc = desc_check(d)) != CUDA_SUCCESS) {
     return rc;
   }
   unsigned n = level_count(d, asked);

@@ -9,12 +9,10 @@
 #include "shim/cudadefs.h"
 #include "tests/tap.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define MiB ((size_t)1 << 20)
 #define CAP (64 * MiB)
-
 
 /* Whether the whole cap can be allocated (then freed) in the current context, and get-info
  * shows all of it free before. */
@@ -48,24 +46,15 @@ static void destroy(CUdevice dev, CUcontext primary) {
   whole_cap_back("cuCtxDestroy_v2");
 }
 
-/* The primary context holding memory is reset. */
-static void reset(CUdevice dev, CUcontext primary) {
+/* The primary context holding memory goes: `end` (a reset, or the last release) frees it. */
+static void primary_gone(CUdevice dev, CUcontext primary, CUresult (*end)(CUdevice),
+                         const char *what, const char *after) {
   CUdeviceptr a = 0;
   TAP_EQ(cuMemAlloc_v2(&a, 16 * MiB), CUDA_SUCCESS, "16 MiB in the primary context");
-  TAP_EQ(cuDevicePrimaryCtxReset_v2(dev), CUDA_SUCCESS, "reset the primary context");
+  TAP_EQ(end(dev), CUDA_SUCCESS, "%s", what);
   TAP_EQ(cuDevicePrimaryCtxRetain(&primary, dev) || cuCtxSetCurrent(primary), CUDA_SUCCESS,
          "retain it again");
-  whole_cap_back("cuDevicePrimaryCtxReset_v2");
-}
-
-/* The last release of the primary context frees its memory too. */
-static void release(CUdevice dev, CUcontext primary) {
-  CUdeviceptr a = 0;
-  TAP_EQ(cuMemAlloc_v2(&a, 16 * MiB), CUDA_SUCCESS, "16 MiB in the primary context");
-  TAP_EQ(cuDevicePrimaryCtxRelease_v2(dev), CUDA_SUCCESS, "its last release");
-  TAP_EQ(cuDevicePrimaryCtxRetain(&primary, dev) || cuCtxSetCurrent(primary), CUDA_SUCCESS,
-         "retain it again");
-  whole_cap_back("the last cuDevicePrimaryCtxRelease_v2");
+  whole_cap_back(after);
 }
 
 int main(int argc, char **argv) {
@@ -79,9 +68,11 @@ int main(int argc, char **argv) {
   if (strcmp(scenario, "destroy") == 0) {
     destroy(dev, primary);
   } else if (strcmp(scenario, "reset") == 0) {
-    reset(dev, primary);
+    primary_gone(dev, primary, cuDevicePrimaryCtxReset_v2, "reset the primary context",
+                 "cuDevicePrimaryCtxReset_v2");
   } else {
-    release(dev, primary);
+    primary_gone(dev, primary, cuDevicePrimaryCtxRelease_v2, "its last release",
+                 "the last cuDevicePrimaryCtxRelease_v2");
   }
   return tap_done();
 }
