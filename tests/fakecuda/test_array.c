@@ -7,18 +7,9 @@
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/tap.h"
-
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
-#define CK(call) TAP_EQ((call), CUDA_SUCCESS, "%s", #call)
+#include "tests/fakecuda/testlib.h"
 
 static CUcontext ctx;
-
-static size_t used(void) {
-  size_t fr = 0, tot = 0;
-  cuMemGetInfo_v2(&fr, &tot);
-  return tot - fr;
-}
 
 static CUDA_ARRAY3D_DESCRIPTOR desc3(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch,
                                      unsigned flags) {

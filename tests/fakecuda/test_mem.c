@@ -13,18 +13,9 @@
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/tap.h"
-
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
-#define CK(call) TAP_EQ((call), CUDA_SUCCESS, "%s", #call)
+#include "tests/fakecuda/testlib.h"
 
 static CUcontext ctx;
-
-static size_t used(void) {
-  size_t fr = 0, tot = 0;
-  cuMemGetInfo_v2(&fr, &tot);
-  return tot - fr;
-}
 
 /* Runs fn in a child process; returns the signal that killed it, or 0. */
 static int child_signal(void (*fn)(uintptr_t), uintptr_t arg) {
