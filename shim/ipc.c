@@ -109,6 +109,13 @@ static bool own_dir(void) {
   return true;
 }
 
+/* Removes this process's export file of token. */
+static void unlink_export(uint64_t token) {
+  char path[96];
+  file_path(path, sizeof path, (uint32_t)getuid(), (int32_t)getpid(), token);
+  unlink(path);
+}
+
 /* Writes the export file of token. */
 static bool write_record(uint64_t token, const struct record *r) {
   char path[96];
@@ -207,12 +214,10 @@ void ipc_forget_block(uint64_t base) {
   if (atomic_load_explicit(&exported, memory_order_relaxed) == 0) {
     return;
   }
-  char path[96];
   pthread_mutex_lock(&lock);
   for (size_t i = 0; i < nexports; i++) {
     if (exports[i].block == base) {
-      file_path(path, sizeof path, (uint32_t)getuid(), (int32_t)getpid(), exports[i].token);
-      unlink(path);
+      unlink_export(exports[i].token);
       exports[i] = exports[--nexports];
       atomic_store_explicit(&exported, nexports, memory_order_relaxed);
       break;
@@ -384,13 +389,11 @@ bool ipc_imported_block(uint64_t addr, uint64_t *base, uint64_t *size) {
 }
 
 void ipc_exit(void) {
-  char path[96];
   if (pthread_mutex_trylock(&lock) != 0) {
     return; /* another thread is exporting right now: its files stay (tiny, named by pid) */
   }
   for (size_t i = 0; i < nexports; i++) {
-    file_path(path, sizeof path, (uint32_t)getuid(), (int32_t)getpid(), exports[i].token);
-    unlink(path);
+    unlink_export(exports[i].token);
   }
   nexports = 0;
   atomic_store_explicit(&exported, 0, memory_order_relaxed);
