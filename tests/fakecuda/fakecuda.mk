@@ -6,7 +6,8 @@
 
 FAKECUDA_DIR := tests/fakecuda
 FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx.c fk_stream.c \
-                   fk_mem.c fk_vmm.c fk_copy.c fk_array.c fk_ipc.c)
+                   fk_mem.c fk_vmm.c fk_copy.c fk_array.c fk_ipc.c fk_export.c \
+                   fk_integrity.c fk_image.c fk_module.c)
 FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
 FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
 FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
@@ -37,8 +38,9 @@ PROGRAMS += $(FAKECUDA_LIB)
 # see the executable's DT_RPATH.
 FAKECUDA_RPATH := -Wl,-rpath,'$$ORIGIN/../fakecuda'
 FAKECUDA_LINKED_TESTS := test_fakecuda_ctx test_fakecuda_mem test_fakecuda_stream \
-                         test_fakecuda_threads test_fakecuda_array
-FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa $(FAKECUDA_LINKED_TESTS))
+                         test_fakecuda_threads test_fakecuda_array test_fakecuda_export
+FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa test_fakecuda_md2 \
+                    $(FAKECUDA_LINKED_TESTS))
 FAKECUDA_PROBE := $(BUILD)/tests/fakecuda_probe
 FAKECUDA_INTERPOSE := $(BUILD)/tests/libfk_interpose.so
 FAKECUDA_CALLER := $(BUILD)/tests/libfk_caller.so
@@ -60,6 +62,13 @@ $(addprefix $(BUILD)/tests/,$(FAKECUDA_LINKED_TESTS)): $(BUILD)/tests/test_fakec
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+
+# The handshake's MD2 on its own, against RFC 1319's suite.
+$(BUILD)/tests/test_fakecuda_md2: $(BUILD)/obj/$(FAKECUDA_DIR)/test_md2.o \
+                                  $(BUILD)/obj/$(FAKECUDA_DIR)/fk_integrity.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
 
 $(FAKECUDA_PROBE): $(BUILD)/obj/$(FAKECUDA_DIR)/probe.o $(FAKECUDA_LIB) $(FAKECUDA_CALLER)
 	$(call say,LD,$@)

@@ -1,7 +1,8 @@
 /* Internal interface between the modules of the fake CUDA driver (tests/fakecuda/fk_*.c).
  *
  * Invariants: every exported entry point runs fk_enter() first and fk_leave() last, so the whole
- * body runs under the one global lock `fk.lock` (a test driver needs no finer locking) and no
+ * body runs under the one global lock `fk.lock` (a test driver needs no finer locking; the lock
+ * is recursive because the runtime's callbacks, run by the driver, may call back in) and no
  * fk_* function below may be called without it, except where its contract says so. Nothing
  * here blocks or sleeps: device work "executes" instantly when a sync point completes it.
  * Objects (contexts, streams) are never freed before exit, so a stale handle can always be
@@ -47,6 +48,7 @@ struct fk_config {
   int backing;
   int stub; /* FAKECUDA_STUB=1: behave like the toolkit's stub libcuda.so */
   char stats_path[1024];
+  char trace_path[1024]; /* FAKECUDA_TRACE: "1" (stderr) or a file; "" off */
   int nfail;
   struct fk_fail fail[FK_MAX_FAILS];
 };
@@ -55,12 +57,10 @@ struct fk_config {
  * Fails (-EINVAL) iff the text is empty, not decimal digits plus an optional unit, or overflows. */
 int fk_env_size(const char *s, size_t *out);
 
-/* Fills *cfg from the values of FAKECUDA_DEVICES, _MEMORY, _CC, _BACKING, _FAIL, _STATS and
- * _STUB (each NULL when unset). Returns 0, or -EINVAL with a one-line reason (naming the
- * variable) in err. */
-int fk_env_parse(struct fk_config *cfg, const char *devices, const char *memory, const char *cc,
-                 const char *backing, const char *fail, const char *stats, const char *stub,
-                 char *err, size_t errlen);
+/* Fills *cfg from the FAKECUDA_* variables, read through get (NULL when unset). Returns 0, or
+ * -EINVAL with a one-line reason (naming the variable) in err. */
+int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), char *err,
+                 size_t errlen);
 
 /* ---- The export table (generated from exports.txt at build time, fk_gen.c). ---- */
 
@@ -89,6 +89,11 @@ struct CUmemPoolHandle_st {
   int dev;
 };
 
+struct fk_cls {
+  void *key, *value;
+  void (*dtor)(struct CUctx_st *ctx, void *key, void *value);
+};
+
 struct CUctx_st {
   int dev;
   int primary; /* the device's primary context (one per device, never destroyed) */
@@ -99,6 +104,8 @@ struct CUctx_st {
   struct CUstream_st *legacy;
   struct CUstream_st **streams; /* every stream of this context, dead ones included */
   size_t nstreams, capstreams;
+  struct fk_cls *cls; /* context-local storage */
+  size_t ncls, capcls;
 };
 
 struct CUstream_st {
@@ -123,7 +130,8 @@ struct CUevent_st {
 };
 
 struct fk_device {
-  size_t total, used, peak; /* device memory, bytes */
+  size_t total, used, peak; /* device memory the program holds, bytes */
+  size_t driver;            /* device memory the driver holds for itself (module variables) */
   uintptr_t va_base;        /* this device's cuMemAlloc region */
   size_t va_size;
   struct CUctx_st *primary;
@@ -198,6 +206,10 @@ __attribute__((format(printf, 1, 2))) void fk_log(const char *fmt, ...);
 
 unsigned long long fk_new_id(void);
 
+/* With FAKECUDA_TRACE set, one line "fakecuda: trace: [tid] ..." to its destination; fk_leave
+ * logs every call's name and result this way. */
+__attribute__((format(printf, 1, 2))) void fk_trace(const char *fmt, ...);
+
 /* ---- Devices and contexts (fk_ctx.c). ---- */
 
 /* Sets up the devices and their address space (called by cuInit once). */
@@ -209,6 +221,19 @@ CUresult fk_ctx_current(struct CUctx_st **out);
 
 /* Adds a stream to its context's list. */
 void fk_ctx_add_stream(struct CUctx_st *c, struct CUstream_st *s);
+
+/* Device dev's UUID, and the value of a device attribute (0 for those not modelled). */
+void fk_dev_uuid(int dev, CUuuid *out);
+int fk_dev_attr(int attr, int dev);
+
+/* Context-local storage (the runtime's private table c693336e): one value per (context, key),
+ * with a destructor called when the context is destroyed or a primary context reset or released
+ * for the last time. ctx NULL means the current context. put replaces; get of a missing key is
+ * CUDA_ERROR_INVALID_HANDLE; delete of a missing key succeeds. */
+typedef void (*fk_cls_dtor)(CUcontext ctx, void *key, void *value);
+CUresult fk_cls_put(CUcontext ctx, void *key, void *value, fk_cls_dtor dtor);
+CUresult fk_cls_delete(CUcontext ctx, void *key);
+CUresult fk_cls_get(void **value, CUcontext ctx, void *key);
 
 /* ---- Streams, events and the pending-work engine (fk_stream.c). ---- */
 
@@ -269,7 +294,7 @@ void fk_stream_kill_ctx(struct CUctx_st *c);
 
 /* ---- Memory (fk_mem.c, fk_vmm.c, fk_copy.c). ---- */
 
-enum { FK_K_DEVICE = 1, FK_K_ASYNC, FK_K_MANAGED, FK_K_HOST, FK_K_RESERVE, FK_K_IPC };
+enum { FK_K_DEVICE = 1, FK_K_ASYNC, FK_K_MANAGED, FK_K_HOST, FK_K_RESERVE, FK_K_IPC, FK_K_MODULE };
 
 struct fk_phys {
   CUmemGenericAllocationHandle handle;
@@ -308,6 +333,15 @@ struct fk_alloc {
   unsigned long long ipc_id;
   int ipc_refs;
 };
+
+/* Device memory of dev not held by the program or the driver. */
+size_t fk_dev_free(int dev);
+
+/* Allocates span = size rounded to 512 bytes of device memory on dev in context c: FK_K_DEVICE
+ * and FK_K_ASYNC count as the program's (used, peak, alloc_calls), FK_K_MODULE as the
+ * driver's. Fails with CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
+                             struct fk_alloc **out);
 
 /* Reserves the address space of every device and the VMM region. */
 CUresult fk_mem_init(void);
@@ -389,6 +423,87 @@ void fk_stream_teardown(void);
 void fk_vmm_teardown(void);
 void fk_mem_teardown(void);
 void fk_array_teardown(void);
+
+/* ---- The integrity handshake (fk_integrity.c): pure computation. ---- */
+
+struct fk_integrity_input { /* hashed byte for byte: no padding */
+  uint32_t driver_version, version, pid, thread;
+  const void *cudart_table, *integrity_table, *fn;
+  uint64_t unix_seconds;
+};
+struct fk_integrity_device {
+  CUuuid uuid;
+  int32_t pci_domain, pci_bus, pci_device;
+};
+_Static_assert(sizeof(struct fk_integrity_input) == 48, "integrity input layout");
+_Static_assert(sizeof(struct fk_integrity_device) == 28, "integrity device layout");
+
+/* The 16 bytes the runtime expects for (in, devices). */
+void fk_integrity_hash(const struct fk_integrity_input *in, const struct fk_integrity_device *devs,
+                       int ndev, uint64_t out[2]);
+
+/* MD2 (RFC 1319) of n bytes. */
+void fk_md2(const void *data, size_t n, unsigned char digest[16]);
+
+/* ---- Device code images (fk_image.c): pure parsing. ---- */
+
+enum { FK_IMAGE_ANY, FK_IMAGE_WRAPPER, FK_IMAGE_FATBIN };
+
+#define FK_MAX_PARAMS 256
+
+struct fk_kparam {
+  unsigned offset, size;
+};
+
+struct fk_ksym { /* a kernel (entry function) of an image */
+  char *name;
+  size_t symidx; /* its ELF symbol */
+  int regs, max_threads, static_shared, const_bytes, local_bytes, param_bytes;
+  int nparams;
+  struct fk_kparam params[FK_MAX_PARAMS];
+};
+
+struct fk_gsym { /* a __device__ or __constant__ variable */
+  char *name;
+  size_t size;
+  const void *init; /* its initial bytes inside the image, or NULL (zero) */
+  int constant;
+};
+
+struct fk_image {
+  unsigned char *code; /* the chosen cubin or PTX, owned, NUL-terminated */
+  size_t len;
+  int is_ptx, sm;
+  size_t nkernels, nglobals;
+  struct fk_ksym *kernels;
+  struct fk_gsym *globals;
+};
+
+/* Chooses and reads the device code of `image` for a device of SM dev_sm (e.g. 90):
+ * FK_IMAGE_WRAPPER a __fatBinC_Wrapper_t, FK_IMAGE_FATBIN a fat binary, FK_IMAGE_ANY a fat
+ * binary, wrapper, cubin or PTX (what cuModuleLoadData accepts). Fails with
+ * CUDA_ERROR_INVALID_IMAGE (malformed), CUDA_ERROR_NO_BINARY_FOR_GPU (nothing this device runs),
+ * CUDA_ERROR_INVALID_PTX, CUDA_ERROR_OUT_OF_MEMORY; the reason in err. */
+CUresult fk_image_load(const void *image, int kind, int dev_sm, struct fk_image *img, char *err,
+                       size_t errlen);
+void fk_image_free(struct fk_image *img);
+
+/* The kernel / variable of that name, or NULL. */
+struct fk_ksym *fk_image_kernel(struct fk_image *img, const char *name);
+struct fk_gsym *fk_image_global(struct fk_image *img, const char *name);
+
+/* ---- Modules, libraries, functions and launches (fk_module.c). ---- */
+
+/* Loads a module from an image in the current context: FK_IMAGE_WRAPPER a __fatBinC_Wrapper_t,
+ * FK_IMAGE_FATBIN a fat binary, FK_IMAGE_ANY a fat binary, cubin (ELF) or PTX text, as
+ * cuModuleLoadData accepts. */
+CUresult fk_module_load(CUmodule *mod, const void *image, int kind);
+
+/* Unloads every module of context c (its destruction / reset) and frees their memory. */
+void fk_module_free_ctx(struct CUctx_st *c);
+
+/* Frees every module, library, kernel and function (at unload). */
+void fk_module_teardown(void);
 
 /* Counts one cuGetProcAddress* query and the object that made it (ret: its return address).
  * Takes the lock itself: call without it. */

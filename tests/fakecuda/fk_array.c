@@ -158,7 +158,7 @@ static size_t mipmap_held(const struct CUmipmappedArray_st *m) {
 /* Takes bytes of device memory on dev for one creation. */
 static CUresult memory_take(int dev, size_t bytes) {
   struct fk_device *d = &fk.dev[dev];
-  if (bytes > d->total - d->used) {
+  if (bytes > fk_dev_free(dev)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (bytes > 0) {

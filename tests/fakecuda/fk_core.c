@@ -18,9 +18,13 @@
 
 #include "tests/fakecuda/fk.h"
 
-struct fk_global fk = {.lock = PTHREAD_MUTEX_INITIALIZER, .dev_fd = -1};
+struct fk_global fk = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP, .dev_fd = -1};
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static int trace_fd = -1;                /* FAKECUDA_TRACE: where each call is logged */
+#define TRACE_DEPTH 8
+static __thread const char *current_fn[TRACE_DEPTH]; /* entry points this thread is inside */
+static __thread int trace_depth;
 
 void fk_log(const char *fmt, ...) {
   char buf[512];
@@ -80,17 +84,50 @@ static void parse_config(void) {
     fk.cfg_error = 1;
     return;
   }
-  if (fk_env_parse(&fk.cfg, env("FAKECUDA_DEVICES"), env("FAKECUDA_MEMORY"), env("FAKECUDA_CC"),
-                   env("FAKECUDA_BACKING"), env("FAKECUDA_FAIL"), env("FAKECUDA_STATS"),
-                   env("FAKECUDA_STUB"), err, sizeof err) != 0) {
+  if (fk_env_parse(&fk.cfg, env, err, sizeof err) != 0) {
     fk_log("error: %s; every CUDA call will fail with CUDA_ERROR_INVALID_VALUE", err);
     fk.cfg_error = 1;
+    return;
   }
+  const char *t = fk.cfg.trace_path;
+  if (strcmp(t, "1") == 0) {
+    trace_fd = 2;
+  } else if (t[0] != '\0') {
+    trace_fd = open(t, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (trace_fd < 0) {
+      fk_log("warning: cannot open FAKECUDA_TRACE file %s: %s", t, strerror(errno));
+    }
+  }
+}
+
+void fk_trace(const char *fmt, ...) {
+  if (trace_fd < 0) {
+    return;
+  }
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "fakecuda: trace: [%d] ", (int)gettid());
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+  if (len > sizeof buf - 2) {
+    len = sizeof buf - 2;
+  }
+  buf[len++] = '\n';
+  int saved = errno;
+  ssize_t w = write(trace_fd, buf, len);
+  (void)w;
+  errno = saved;
 }
 
 CUresult fk_enter(const char *fn, int need_init) {
   pthread_once(&cfg_once, parse_config);
   pthread_mutex_lock(&fk.lock);
+  if (trace_depth < TRACE_DEPTH) {
+    current_fn[trace_depth] = fn;
+  }
+  trace_depth++;
   int idx = fk_export_index(fn);
   unsigned long long n = idx >= 0 ? ++fk.calls[idx] : 0;
   if (fk.cfg_error) {
@@ -117,6 +154,8 @@ CUresult fk_enter(const char *fn, int need_init) {
 }
 
 CUresult fk_leave(CUresult rc) {
+  trace_depth--;
+  fk_trace("%s = %d", trace_depth < TRACE_DEPTH ? current_fn[trace_depth] : "?", (int)rc);
   pthread_mutex_unlock(&fk.lock);
   return rc;
 }
@@ -265,9 +304,9 @@ static void write_stats(void) {
     out_printf(&o,
                "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
                "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
-               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu}",
+               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu}",
                d ? "," : "", d, dv->total, dv->alloc_calls, dv->free_calls, dv->used, dv->peak,
-               leaked, leaked_bytes);
+               leaked, leaked_bytes, dv->driver);
   }
   out_printf(&o, "\n],\n\"calls\": {");
   int first = 1;
@@ -294,11 +333,16 @@ static void atfork_parent(void) {
 
 static void atfork_child(void) {
   /* As with a real driver, CUDA state does not survive fork: a child of an initialised
-   * process gets CUDA_ERROR_NOT_INITIALIZED everywhere (see README). */
+   * process gets CUDA_ERROR_NOT_INITIALIZED everywhere (see README). The lock is recursive,
+   * owned by the parent's thread id: the child starts a fresh one instead of unlocking. */
   if (fk.initialized) {
     fk.forked = 1;
   }
-  pthread_mutex_unlock(&fk.lock);
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&fk.lock, &attr);
+  pthread_mutexattr_destroy(&attr);
 }
 
 __attribute__((constructor)) static void fk_load(void) {
@@ -318,6 +362,7 @@ __attribute__((destructor)) static void fk_unload(void) {
   /* Like a real driver at exit: release everything; later calls get DEINITIALIZED. This also
    * lets a dlclose()d fake leave nothing behind. */
   fk_stream_teardown();
+  fk_module_teardown();
   fk_vmm_teardown();
   fk_mem_teardown();
   fk_array_teardown();

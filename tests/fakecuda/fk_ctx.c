@@ -70,8 +70,21 @@ CUresult fk_ctx_current(struct CUctx_st **out) {
   return CUDA_SUCCESS;
 }
 
+/* Runs and drops the context-local storage destructors, first, while the context is still
+ * usable (they release the runtime's objects in it). A destructor may put or delete entries. */
+static void cls_destroy(struct CUctx_st *c) {
+  while (c->ncls > 0) {
+    struct fk_cls e = c->cls[--c->ncls];
+    if (e.dtor != NULL) {
+      e.dtor(c, e.key, e.value);
+    }
+  }
+}
+
 static void deactivate(struct CUctx_st *c) {
+  cls_destroy(c);
   fk_sync_ctx(c);
+  fk_module_free_ctx(c);
   fk_mem_free_ctx(c, c->primary);
   fk_array_free_ctx(c);
   fk_stream_kill_ctx(c);
@@ -95,6 +108,83 @@ CUresult fk_devices_init(void) {
   for (int d = 0; d < fk.ndev; d++) {
     fk.dev[d].primary = ctx_new(d, 1, 0);
   }
+  return CUDA_SUCCESS;
+}
+
+/* ---- Context-local storage. ---- */
+
+static CUresult cls_ctx(CUcontext ctx, struct CUctx_st **out) {
+  if (ctx == NULL) {
+    return fk_ctx_current(out);
+  }
+  if (!ctx_known(ctx) || !ctx->active) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
+static struct fk_cls *cls_find(struct CUctx_st *c, void *key) {
+  for (size_t i = 0; i < c->ncls; i++) {
+    if (c->cls[i].key == key) {
+      return &c->cls[i];
+    }
+  }
+  return NULL;
+}
+
+CUresult fk_cls_put(CUcontext ctx, void *key, void *value, fk_cls_dtor dtor) {
+  struct CUctx_st *c;
+  CUresult rc = cls_ctx(ctx, &c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_cls *e = cls_find(c, key);
+  if (e == NULL) {
+    if (c->ncls == c->capcls) {
+      size_t ncap = c->capcls ? c->capcls * 2 : 8;
+      struct fk_cls *n = realloc(c->cls, ncap * sizeof *n);
+      if (n == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      c->cls = n;
+      c->capcls = ncap;
+    }
+    e = &c->cls[c->ncls++];
+    e->key = key;
+  }
+  e->value = value;
+  e->dtor = dtor;
+  return CUDA_SUCCESS;
+}
+
+CUresult fk_cls_delete(CUcontext ctx, void *key) {
+  struct CUctx_st *c;
+  CUresult rc = cls_ctx(ctx, &c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_cls *e = cls_find(c, key);
+  if (e != NULL) {
+    *e = c->cls[--c->ncls];
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult fk_cls_get(void **value, CUcontext ctx, void *key) {
+  if (value == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUctx_st *c;
+  CUresult rc = cls_ctx(ctx, &c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_cls *e = cls_find(c, key);
+  if (e == NULL) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *value = e->value;
   return CUDA_SUCCESS;
 }
 
@@ -260,6 +350,14 @@ static int attr_value(int attr, int dev) {
     return FK_TEXTURE_MAX;
   }
   return 0;
+}
+
+void fk_dev_uuid(int dev, CUuuid *out) {
+  device_uuid(out, dev);
+}
+
+int fk_dev_attr(int attr, int dev) {
+  return attr_value(attr, dev);
 }
 
 static CUresult device_attribute(int *pi, int attrib, CUdevice dev) {

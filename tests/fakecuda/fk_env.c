@@ -9,6 +9,7 @@
  *   FAKECUDA_FAIL     NAME:N[:CODE],...    NAME an exported symbol, N >= 1, CODE 1..100000
  *   FAKECUDA_STATS    PATH                 (any non-empty string)
  *   FAKECUDA_STUB     0 | 1
+ *   FAKECUDA_TRACE    PATH | 1             1: stderr
  */
 #include <errno.h>
 #include <stdio.h>
@@ -165,9 +166,12 @@ static int parse_fail(struct fk_config *cfg, const char *val, char *err, size_t 
   }
 }
 
-int fk_env_parse(struct fk_config *cfg, const char *devices, const char *memory, const char *cc,
-                 const char *backing, const char *fail, const char *stats, const char *stub,
-                 char *err, size_t errlen) {
+int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), char *err,
+                 size_t errlen) {
+  const char *devices = get("FAKECUDA_DEVICES"), *memory = get("FAKECUDA_MEMORY");
+  const char *cc = get("FAKECUDA_CC"), *backing = get("FAKECUDA_BACKING");
+  const char *fail = get("FAKECUDA_FAIL"), *stats = get("FAKECUDA_STATS");
+  const char *stub = get("FAKECUDA_STUB"), *trace = get("FAKECUDA_TRACE");
   memset(cfg, 0, sizeof *cfg);
   cfg->ndev = 1;
   cfg->cc_major = 9;
@@ -215,6 +219,12 @@ int fk_env_parse(struct fk_config *cfg, const char *devices, const char *memory,
       return fail_msg(err, errlen, "FAKECUDA_STATS", stats, "empty or too long");
     }
     strcpy(cfg->stats_path, stats);
+  }
+  if (trace != NULL) {
+    if (strlen(trace) >= sizeof cfg->trace_path) {
+      return fail_msg(err, errlen, "FAKECUDA_TRACE", trace, "too long");
+    }
+    strcpy(cfg->trace_path, trace);
   }
   return 0;
 }

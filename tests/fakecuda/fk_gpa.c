@@ -1,5 +1,5 @@
 /* Entry-point resolution: cuGetProcAddress (11030 ABI), cuGetProcAddress_v2 (12000 ABI) and
- * cuGetExportTable, all usable before cuInit.
+ * all usable before cuInit (cuGetExportTable: fk_export.c).
  *
  * The table is gpa_table.inc, generated from cudaTypedefs.h (regen.sh): one entry per PFN
  * typedef, sorted by name then version. A query (name, cudaVersion, flags) picks the highest
@@ -100,18 +100,4 @@ FK_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
                                     CUdriverProcAddressQueryResult *symbolStatus) {
   fk_note_caller(__builtin_return_address(0));
   FK_BODY(FK_ANYTIME, resolve(symbol, pfn, cudaVersion, flags, symbolStatus));
-}
-
-static CUresult export_table(const void **ppExportTable) {
-  /* The private tables (context retain, tools hooks, the integrity handshake) are not
-   * modelled: libcudart then fails its initialisation with cudaErrorNotSupported (801). */
-  if (ppExportTable != NULL) {
-    *ppExportTable = NULL;
-  }
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-FK_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId) {
-  (void)pExportTableId;
-  FK_BODY(FK_ANYTIME, export_table(ppExportTable));
 }

@@ -200,7 +200,12 @@ void fk_mem_release(struct fk_alloc *a) {
   switch (a->kind) {
   case FK_K_DEVICE:
   case FK_K_ASYNC:
-    fk.dev[a->dev].used -= a->span;
+  case FK_K_MODULE:
+    if (a->kind == FK_K_MODULE) {
+      fk.dev[a->dev].driver -= a->span;
+    } else {
+      fk.dev[a->dev].used -= a->span;
+    }
     if (fk.cfg.backing) {
       pages_release(a);
     }
@@ -235,12 +240,16 @@ void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
   }
 }
 
-/* Allocates span bytes of device memory on dev (FK_K_DEVICE / FK_K_ASYNC). */
-static CUresult device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
+size_t fk_dev_free(int dev) {
+  const struct fk_device *d = &fk.dev[dev];
+  return d->total - d->used - d->driver;
+}
+
+CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out) {
   struct fk_device *d = &fk.dev[dev];
   size_t span = round_up(size, FK_ALLOC_ALIGN);
-  if (span < size || span > d->total - d->used) {
+  if (span < size || span > fk_dev_free(dev)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   uintptr_t base = fk_mem_carve(d->va_base, d->va_base + d->va_size, span, FK_ALLOC_ALIGN);
@@ -254,11 +263,15 @@ static CUresult device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
   }
   struct fk_alloc *a = fk_mem_new(kind, base, size, span, dev);
   a->ctx = c;
-  d->used += span;
-  if (d->used > d->peak) {
-    d->peak = d->used;
+  if (kind == FK_K_MODULE) {
+    d->driver += span;
+  } else {
+    d->used += span;
+    if (d->used > d->peak) {
+      d->peak = d->used;
+    }
+    d->alloc_calls++;
   }
-  d->alloc_calls++;
   *out = a;
   return CUDA_SUCCESS;
 }
@@ -293,7 +306,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct fk_alloc *a;
-  rc = device_alloc(FK_K_DEVICE, c->dev, size, c, &a);
+  rc = fk_mem_device_alloc(FK_K_DEVICE, c->dev, size, c, &a);
   if (rc == CUDA_SUCCESS) {
     *dptr = a->base;
   }
@@ -323,7 +336,7 @@ static CUresult mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, 
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct fk_alloc *a;
-  rc = device_alloc(FK_K_DEVICE, c->dev, p * height, c, &a);
+  rc = fk_mem_device_alloc(FK_K_DEVICE, c->dev, p * height, c, &a);
   if (rc == CUDA_SUCCESS) {
     *dptr = a->base;
     *pitch = p;
@@ -373,7 +386,7 @@ static CUresult mem_get_info(size_t *free_b, size_t *total_b, unsigned *free32, 
     return rc;
   }
   struct fk_device *d = &fk.dev[c->dev];
-  size_t f = d->total - d->used, t = d->total;
+  size_t f = fk_dev_free((int)(d - fk.dev)), t = d->total;
   if (free_b != NULL && total_b != NULL) {
     *free_b = f;
     *total_b = t;
@@ -527,13 +540,13 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, struct CUmemPoolHand
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct fk_alloc *a;
-  rc = device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
+  rc = fk_mem_device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
   struct fk_work *w;
   if (rc == CUDA_ERROR_OUT_OF_MEMORY && (w = last_free(s)) != NULL) {
     /* The pool may reuse memory freed earlier in the same stream: those frees are ordered
      * before this allocation, so completing them now is a legal schedule. */
     fk_stream_reach(s, w->seq);
-    rc = device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
+    rc = fk_mem_device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
   }
   if (rc == CUDA_SUCCESS) {
     *dptr = a->base;
@@ -664,6 +677,7 @@ static void put_ptr(void *data, const void *v) {
 static CUresult attribute(void *data, int attr, uintptr_t p, struct fk_alloc *a) {
   struct fk_map *m = a->kind == FK_K_RESERVE ? fk_vmm_map_at(a, p) : NULL;
   int device_mem = a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC || a->kind == FK_K_IPC ||
+                   a->kind == FK_K_MODULE ||
                    m != NULL;
   if (a->kind == FK_K_RESERVE && m == NULL && attr != CU_POINTER_ATTRIBUTE_MAPPED &&
       attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE) {

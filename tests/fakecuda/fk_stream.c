@@ -591,6 +591,7 @@ void fk_stream_teardown(void) {
       free(c->streams[j]);
     }
     free(c->streams);
+    free(c->cls);
     free(c);
   }
   for (size_t i = 0; i < fk.nevents; i++) {

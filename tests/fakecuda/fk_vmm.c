@@ -175,7 +175,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_ERROR_NOT_SUPPORTED; /* shareable handles are not modelled */
   }
   struct fk_device *d = &fk.dev[prop->location.id];
-  if (size > d->total - d->used) {
+  if (size > fk_dev_free(prop->location.id)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   int fd = -1;

@@ -243,16 +243,16 @@ int main(void) {
   AS_FN(export_table_fn, export_table, et_sym);
   const void *table_ptr = &table_ptr;
   CUuuid id = {{0}};
-  TAP_EQ(export_table(&table_ptr, &id), CUDA_ERROR_NOT_SUPPORTED,
-         "cuGetExportTable before cuInit: NOT_SUPPORTED");
-  tap_ok(table_ptr == NULL, "cuGetExportTable sets the table to NULL");
+  TAP_EQ(export_table(&table_ptr, &id), CUDA_ERROR_INVALID_VALUE,
+         "cuGetExportTable of an unknown table before cuInit: INVALID_VALUE");
+  tap_ok(table_ptr == &table_ptr, "... and the table pointer is left alone");
 
   init_fn init;
   void *init_sym = dlsym(lib, "cuInit");
   AS_FN(init_fn, init, init_sym);
   TAP_EQ(init(0), CUDA_SUCCESS, "cuInit(0) after the resolution phase");
-  TAP_EQ(export_table(&table_ptr, &id), CUDA_ERROR_NOT_SUPPORTED,
-         "cuGetExportTable after cuInit: NOT_SUPPORTED");
+  TAP_EQ(export_table(&table_ptr, &id), CUDA_ERROR_INVALID_VALUE,
+         "cuGetExportTable of an unknown table after cuInit: INVALID_VALUE");
   pfn = NULL;
   TAP_EQ(gpa2("cuMemFree", &pfn, 3020, 0, &st), CUDA_SUCCESS, "resolution works after cuInit");
   tap_ok(fake_symbol(pfn) != NULL && strcmp(fake_symbol(pfn), "cuMemFree_v2") == 0,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# A program built against NVIDIA's real libcudart, shared and static (nvcc's default). Over the
-# fake driver its initialisation stops at the private export tables, but its whole
-# driver-resolution phase runs first: every cuGetProcAddress_v2 query must reach the driver
-# through gpucap's wrapper, as the driver's own record shows. Skipped without a toolkit.
+# A program built against NVIDIA's real libcudart, shared and static (nvcc's default), over the
+# fake driver: the runtime's start-up (its 440 entry-point queries, the private export tables,
+# the integrity handshake, the primary context) must complete, every query must reach the
+# driver through gpucap's wrapper (the driver's own record), and cudaMalloc must be served by
+# gpucap's pool under the cap (one driver allocation of a pool region, the cap seen by
+# cudaMemGetInfo). Skipped without a toolkit.
 . "$TOP/tests/integ/lib.sh"
 
 cuda=${CUDA_HOME:-}
@@ -25,15 +27,25 @@ ok $? "built against libcudart_static.a"
 
 for kind in shared static; do
   stats="$WORK/$kind.json"
-  out=$(FAKECUDA_STATS="$stats" with_shim "$WORK/$kind" 2>"$WORK/err")
-  ok $? "$kind runtime: the program runs to its end"
-  like "$out" 'runtime=13' "$kind runtime: version $out"
+  out=$(FAKECUDA_STATS="$stats" without_shim "$WORK/$kind" 2>"$WORK/err")
+  ok $? "$kind runtime, no gpucap: the program runs to its end"
+  like "$out" 'version_rc=0 count_rc=0 count=1 malloc_rc=0 info_rc=0 total=17179869184 free_rc=0' \
+    "$kind runtime, no gpucap: every call succeeds ($out)"
+  is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" "1" \
+    "$kind runtime, no gpucap: cudaMalloc is one cuMemAlloc_v2"
+
+  out=$(FAKECUDA_STATS="$stats" GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+    with_shim "$WORK/$kind" 2>"$WORK/err")
+  ok $? "$kind runtime under gpucap: the program runs to its end"
+  like "$out" 'runtime=13' "$kind runtime under gpucap: version $out"
+  like "$out" 'version_rc=0 count_rc=0 count=1 malloc_rc=0 info_rc=0 total=67108864 free_rc=0' \
+    "$kind runtime under gpucap: every call succeeds and cudaMemGetInfo reports the 64 MiB cap"
   queries=$(json_num "$stats" proc_address_queries)
   like "${queries:-0}" '^4[0-9][0-9]$' "$kind runtime: the driver saw ${queries:-0} queries"
   is "$(json_obj_num "$stats" proc_address_callers libgpucap.so)" "$queries" \
     "$kind runtime: every query came through gpucap's wrapper"
-  is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" "" \
-    "$kind runtime: no memory call reached the fake (init stops at the export tables)"
+  peak=$(grep -o '"peak_bytes": [0-9]*' "$stats" | head -n 1 | sed 's/.*: //')
+  is "$peak" "2097152" "$kind runtime under gpucap: the driver held one 2 MiB pool region at most"
 done
 
 done_testing

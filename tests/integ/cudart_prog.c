@@ -1,15 +1,20 @@
-/* Built by tests/integ/cudart.sh against the toolkit's real libcudart (shared and static).
- * Over the fake driver the runtime's initialisation stops at NVIDIA's private export tables,
- * after its whole driver-resolution phase; this program only has to start it and report. */
+/* Built by tests/integ/cudart.sh against the toolkit's real libcudart (shared and static): the
+ * runtime's whole start-up (entry points, private export tables, integrity handshake, primary
+ * context) over the fake driver, then one allocation and its free. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 
 int main(void) {
   int version = 0, count = -1;
   void *p = NULL;
+  size_t free_b = 0, total_b = 0;
   cudaError_t v = cudaRuntimeGetVersion(&version);
   cudaError_t c = cudaGetDeviceCount(&count);
   cudaError_t m = cudaMalloc(&p, 1 << 20);
-  printf("runtime=%d version_rc=%d count_rc=%d malloc_rc=%d\n", version, (int)v, (int)c, (int)m);
+  cudaError_t i = cudaMemGetInfo(&free_b, &total_b);
+  cudaError_t f = cudaFree(p);
+  printf("runtime=%d version_rc=%d count_rc=%d count=%d malloc_rc=%d info_rc=%d total=%zu "
+         "free_rc=%d\n",
+         version, (int)v, (int)c, count, (int)m, (int)i, total_b, (int)f);
   return 0;
 }

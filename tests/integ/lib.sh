@@ -28,9 +28,11 @@ with_shim() {
   LD_LIBRARY_PATH="$FAKE_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$(preload)" "$@"
 }
 
-# without_shim CMD...: the same, fake driver only.
+# without_shim CMD...: the same, fake driver only (the sanitizer runtime still first, for
+# programs not built with it, such as those built against NVIDIA's runtime).
 without_shim() {
-  LD_LIBRARY_PATH="$FAKE_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+  LD_LIBRARY_PATH="$FAKE_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    LD_PRELOAD="${SAN_PRELOAD:-}${SAN_PRELOAD:+${LD_PRELOAD:+ }}${LD_PRELOAD:-}" "$@"
 }
 
 # json_num FILE KEY: the first numeric value of "KEY": in FILE (flat JSON written by the fake).
