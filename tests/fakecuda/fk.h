@@ -106,6 +106,11 @@ struct CUctx_st {
   size_t nstreams, capstreams;
   struct fk_cls *cls; /* context-local storage */
   size_t ncls, capcls;
+  /* settings (fk_settings.c) */
+  size_t limits[10];   /* CU_LIMIT_* */
+  int cache_config;    /* CU_FUNC_CACHE_* */
+  int smem_config;     /* CU_SHARED_MEM_CONFIG_* */
+  uint64_t peers;      /* devices whose memory it may access (cuCtxEnablePeerAccess) */
 };
 
 struct CUstream_st {
@@ -218,6 +223,19 @@ CUresult fk_devices_init(void);
 /* The calling thread's current context: INVALID_CONTEXT when there is none, and
  * CONTEXT_IS_DESTROYED when it has been destroyed or is an inactive primary context. */
 CUresult fk_ctx_current(struct CUctx_st **out);
+
+/* The context an explicit handle names (INVALID_CONTEXT if unknown, CONTEXT_IS_DESTROYED if
+ * destroyed), or the current one for NULL. */
+CUresult fk_ctx_or_current(struct CUctx_st *c, struct CUctx_st **out);
+
+/* cuCtxGetCurrent, cuCtxGetDevice and cuCtxGetId without counting as the program's calls (for
+ * the private tables). */
+CUresult fk_ctx_get_current(CUcontext *out);
+CUresult fk_ctx_device_of(CUcontext ctx, CUdevice *dev);
+CUresult fk_ctx_id_of(CUcontext ctx, unsigned long long *id);
+
+/* Gives a new context the driver's default settings (limits, cache configuration). */
+void fk_ctx_settings_init(struct CUctx_st *c);
 
 /* Adds a stream to its context's list. */
 void fk_ctx_add_stream(struct CUctx_st *c, struct CUstream_st *s);

@@ -36,6 +36,7 @@ static struct CUctx_st *ctx_new(int dev, int primary, unsigned flags) {
   c->flags = flags;
   c->id = fk_new_id();
   c->legacy = fk_stream_new(c, FK_S_LEGACY, 0, 0);
+  fk_ctx_settings_init(c);
   fk_push((void ***)&fk.ctxs, &fk.nctxs, &fk.capctxs, c);
   return c;
 }
@@ -667,6 +668,10 @@ static CUresult ctx_get_current(CUcontext *pctx) {
   return CUDA_SUCCESS;
 }
 
+CUresult fk_ctx_get_current(CUcontext *out) {
+  return ctx_get_current(out);
+}
+
 FK_API CUresult cuCtxGetCurrent(CUcontext *pctx) {
   FK_BODY(FK_NEED_INIT, ctx_get_current(pctx));
 }
@@ -701,8 +706,7 @@ FK_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
   FK_BODY(FK_NEED_INIT, ctx_pop(pctx));
 }
 
-/* The context an explicit handle names, or the current one for NULL. */
-static CUresult ctx_or_current(struct CUctx_st *c, struct CUctx_st **out) {
+CUresult fk_ctx_or_current(struct CUctx_st *c, struct CUctx_st **out) {
   if (c == NULL) {
     return fk_ctx_current(out);
   }
@@ -721,11 +725,15 @@ static CUresult ctx_get_device(CUdevice *device, struct CUctx_st *h) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUctx_st *c;
-  CUresult rc = ctx_or_current(h, &c);
+  CUresult rc = fk_ctx_or_current(h, &c);
   if (rc == CUDA_SUCCESS) {
     *device = c->dev;
   }
   return rc;
+}
+
+CUresult fk_ctx_device_of(CUcontext ctx, CUdevice *dev) {
+  return ctx_get_device(dev, ctx);
 }
 
 FK_API CUresult cuCtxGetDevice(CUdevice *device) {
@@ -738,7 +746,7 @@ FK_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
 
 static CUresult ctx_synchronize(struct CUctx_st *h) {
   struct CUctx_st *c;
-  CUresult rc = ctx_or_current(h, &c);
+  CUresult rc = fk_ctx_or_current(h, &c);
   if (rc == CUDA_SUCCESS) {
     fk_sync_ctx(c);
   }
@@ -774,11 +782,15 @@ static CUresult ctx_get_id(struct CUctx_st *h, unsigned long long *id) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUctx_st *c;
-  CUresult rc = ctx_or_current(h, &c);
+  CUresult rc = fk_ctx_or_current(h, &c);
   if (rc == CUDA_SUCCESS) {
     *id = c->id;
   }
   return rc;
+}
+
+CUresult fk_ctx_id_of(CUcontext ctx, unsigned long long *id) {
+  return ctx_get_id(ctx, id);
 }
 
 FK_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId) {

@@ -3,9 +3,10 @@
  * README.md ("Private export tables") lists every UUID, slot, meaning and source.
  *
  * A table is an array of pointers. Most start with their own size in bytes (slot 0); the
- * context-local-storage table starts directly with a function. Slots nobody is known to call
- * are NULL, as in the public reconstructions. An unknown UUID is refused with
- * CUDA_ERROR_INVALID_VALUE and nothing is written.
+ * context-local-storage table starts directly with a function. A slot whose meaning is not
+ * publicly known answers CUDA_ERROR_NOT_SUPPORTED and says once on stderr which table's
+ * unmodelled slot the program used (never a NULL pointer to jump through). An unknown UUID is
+ * refused with CUDA_ERROR_INVALID_VALUE and nothing is written.
  *
  * Locking: every slot that touches driver state runs under fk.lock through FK_BODY, like an
  * exported entry point (the lock is recursive: context-local-storage destructors run under it
@@ -19,6 +20,65 @@
 
 #define SIZE_SLOT(n) ((uintptr_t)((n) * sizeof(void *)))
 #define FN(f) ((uintptr_t)(f))
+
+/* Slots whose meaning is not known: one function per (table, slot), which names both. */
+static int unmodelled_said;
+
+static CUresult unmodelled(const char *table, int slot) {
+  if (!__atomic_exchange_n(&unmodelled_said, 1, __ATOMIC_RELAXED)) {
+    fk_log("warning: the program called slot %d of the private table %s, which the fake does not "
+           "model (answered CUDA_ERROR_NOT_SUPPORTED; FAKECUDA_TRACE=1 logs every such call)",
+           slot, table);
+  }
+  fk_trace("unmodelled slot %s[%d] called", table, slot);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+#define STUB(t, n)                                                                                 \
+  __attribute__((unused)) static CUresult stub_##t##_##n(void) {                                   \
+    return unmodelled(#t, n);                                                                      \
+  }
+#define STUB10(t, d)                                                                               \
+  STUB(t, d##0)                                                                                    \
+  STUB(t, d##1)                                                                                    \
+  STUB(t, d##2)                                                                                    \
+  STUB(t, d##3) STUB(t, d##4) STUB(t, d##5) STUB(t, d##6) STUB(t, d##7) STUB(t, d##8) STUB(t, d##9)
+#define REF(t, n) FN(stub_##t##_##n)
+#define REF10(t, d)                                                                                \
+  REF(t, d##0), REF(t, d##1), REF(t, d##2), REF(t, d##3), REF(t, d##4), REF(t, d##5),              \
+      REF(t, d##6), REF(t, d##7), REF(t, d##8), REF(t, d##9)
+/* stubs_T[i] is table T's stub for slot i, 0 < i < 100. */
+#define STUBS(t)                                                                                   \
+  STUB(t, 1)                                                                                       \
+  STUB(t, 2)                                                                                       \
+  STUB(t, 3)                                                                                       \
+  STUB(t, 4)                                                                                       \
+  STUB(t, 5) STUB(t, 6) STUB(t, 7) STUB(t, 8) STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3)    \
+      STUB10(t, 4) STUB10(t, 5) STUB10(t, 6) STUB10(t, 7) STUB10(t, 8)                             \
+          STUB10(t, 9) static const uintptr_t stubs_##t[100] = {                                   \
+              0,           REF(t, 1),   REF(t, 2),   REF(t, 3),   REF(t, 4),                       \
+              REF(t, 5),   REF(t, 6),   REF(t, 7),   REF(t, 8),   REF(t, 9),                       \
+              REF10(t, 1), REF10(t, 2), REF10(t, 3), REF10(t, 4), REF10(t, 5),                     \
+              REF10(t, 6), REF10(t, 7), REF10(t, 8), REF10(t, 9)};
+
+STUBS(cudart_interface)
+STUBS(tools_tls)
+STUBS(callback_hooks)
+STUBS(context_local_storage)
+STUBS(context_checks)
+STUBS(integrity_check)
+STUBS(tools_context)
+STUBS(tools_module)
+
+static uintptr_t cudart_interface[13], tools_tls[4], callback_hooks[7], context_local_storage[4],
+    context_checks[4], integrity_check[3], tools_context[95], tools_module[64];
+
+/* Fills table[0..n) with stubs, and slot 0 with the table's size when sized. */
+static void stub_table(uintptr_t *table, size_t n, const uintptr_t *stubs, int sized) {
+  for (size_t i = 0; i < n; i++) {
+    table[i] = sized ? (i == 0 ? SIZE_SLOT(n) : stubs[i]) : stubs[i + 1];
+  }
+}
 
 /* ---- Runtime interface (6bd5fb6c-5bf4-e74a-8987-d93912fd9df9). ---- */
 
@@ -84,26 +144,28 @@ static CUresult et_cudart_load_compilers(void) {
   FK_BODY(FK_ANYTIME, CUDA_SUCCESS);
 }
 
-static const uintptr_t cudart_interface[13] = {
-    SIZE_SLOT(13),
-    FN(et_cudart_module_from_wrapper),
-    FN(et_cudart_primary_ctx),
-    0,
-    0,
-    0,
-    FN(et_cudart_module_from_wrapper_ext),
-    FN(et_cudart_slot7),
-    FN(et_cudart_module_from_fatbin_ext),
-    0,
-    0,
-    0,
-    FN(et_cudart_load_compilers),
-};
-
 /* ---- Tools thread-local storage (42d85a81-23f6-cb47-8298-f6e78a3aecdc). ---- */
 
-/* Only its size is read unless a profiler is attached. */
-static const uintptr_t tools_tls[4] = {SIZE_SLOT(4), 0, 0, 0};
+/* Slot 2: the calling thread's current context, as cuCtxGetCurrent (cuBLASLt asks). */
+static CUresult et_tools_current_ctx(CUcontext *out) {
+  FK_BODY(FK_NEED_INIT, fk_ctx_get_current(out));
+}
+
+/* ---- Tools context (21318c60-9714-3248-8ca6-41ff7324c8f2): 95 slots, size first. ---- */
+
+/* Slot 3: a context's device; slot 4: its unique id, as cuCtxGetId (cuFFT asks; the CUDA
+ * 13.4 runtime too). NULL means the current context. */
+static CUresult et_tools_ctx_device(CUcontext ctx, CUdevice *dev) {
+  FK_BODY(FK_NEED_INIT, fk_ctx_device_of(ctx, dev));
+}
+
+static CUresult et_tools_ctx_id(CUcontext ctx, unsigned long long *id) {
+  FK_BODY(FK_NEED_INIT, fk_ctx_id_of(ctx, id));
+}
+
+/* ---- Tools module (6e163fbe-b958-444d-835c-e182aff1991e): 64 slots, size first. ---- */
+
+/* cuFFT refuses to plan without it; no slot it calls is known yet. */
 
 /* ---- Runtime callback hooks (a094798c-2e74-2e74-93f2-0800200c0a66). ---- */
 
@@ -122,10 +184,6 @@ static void et_hooks_buffer2(void **buf, size_t *size) {
   *size = sizeof hooks_buffer2 / sizeof hooks_buffer2[0];
 }
 
-static const uintptr_t callback_hooks[7] = {
-    SIZE_SLOT(7), 0, FN(et_hooks_buffer1), 0, 0, 0, FN(et_hooks_buffer2),
-};
-
 /* ---- Context-local storage (c693336e-1121-df11-a8c3-68f355d89593): no size slot. ---- */
 
 static CUresult et_cls_put(CUcontext ctx, void *key, void *value, fk_cls_dtor dtor) {
@@ -139,13 +197,6 @@ static CUresult et_cls_delete(CUcontext ctx, void *key) {
 static CUresult et_cls_get(void **value, CUcontext ctx, void *key) {
   FK_BODY(FK_NEED_INIT, fk_cls_get(value, ctx, key));
 }
-
-static const uintptr_t context_local_storage[4] = {
-    FN(et_cls_put),
-    FN(et_cls_delete),
-    FN(et_cls_get),
-    0,
-};
 
 /* ---- Context checks (263e8860-7cd2-6143-92f6-bbd5006dfa7e). ---- */
 
@@ -163,18 +214,7 @@ static uint32_t et_context_check3(void) {
   return 0;
 }
 
-static const uintptr_t context_checks[4] = {
-    SIZE_SLOT(4),
-    0,
-    FN(et_context_check),
-    FN(et_context_check3),
-};
-
 /* ---- Integrity check (d4082055-bde6-704b-8d34-ba123c66e1f2). ---- */
-
-static CUresult et_integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t out[2]);
-
-static const uintptr_t integrity_check[3] = {SIZE_SLOT(3), FN(et_integrity_check), 0};
 
 static CUresult integrity(uint32_t version, uint64_t unix_seconds, uint64_t out[2]) {
   if (out == NULL) {
@@ -205,13 +245,45 @@ static CUresult et_integrity_check(uint32_t version, uint64_t unix_seconds, uint
   FK_BODY(FK_NEED_INIT, integrity(version, unix_seconds, out));
 }
 
+/* ---- The tables, built once. ---- */
+
+static void build_tables(void) {
+  stub_table(cudart_interface, 13, stubs_cudart_interface, 1);
+  cudart_interface[1] = FN(et_cudart_module_from_wrapper);
+  cudart_interface[2] = FN(et_cudart_primary_ctx);
+  cudart_interface[6] = FN(et_cudart_module_from_wrapper_ext);
+  cudart_interface[7] = FN(et_cudart_slot7);
+  cudart_interface[8] = FN(et_cudart_module_from_fatbin_ext);
+  cudart_interface[12] = FN(et_cudart_load_compilers);
+  stub_table(tools_tls, 4, stubs_tools_tls, 1);
+  tools_tls[2] = FN(et_tools_current_ctx);
+  stub_table(callback_hooks, 7, stubs_callback_hooks, 1);
+  callback_hooks[2] = FN(et_hooks_buffer1);
+  callback_hooks[6] = FN(et_hooks_buffer2);
+  stub_table(context_local_storage, 4, stubs_context_local_storage, 0);
+  context_local_storage[0] = FN(et_cls_put);
+  context_local_storage[1] = FN(et_cls_delete);
+  context_local_storage[2] = FN(et_cls_get);
+  stub_table(context_checks, 4, stubs_context_checks, 1);
+  context_checks[2] = FN(et_context_check);
+  context_checks[3] = FN(et_context_check3);
+  stub_table(integrity_check, 3, stubs_integrity_check, 1);
+  integrity_check[1] = FN(et_integrity_check);
+  stub_table(tools_context, 95, stubs_tools_context, 1);
+  tools_context[3] = FN(et_tools_ctx_device);
+  tools_context[4] = FN(et_tools_ctx_id);
+  stub_table(tools_module, 64, stubs_tools_module, 1);
+}
+
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
 /* ---- The directory. ---- */
 
 static const struct {
   unsigned char uuid[16];
   const char *name;
   const void *table;
-} tables[] = {
+} directory[] = {
     {{0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d,
       0xf9},
      "cudart_interface",
@@ -236,16 +308,25 @@ static const struct {
       0xf2},
      "integrity_check",
      integrity_check},
+    {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8,
+      0xf2},
+     "tools_context",
+     tools_context},
+    {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99,
+      0x1e},
+     "tools_module",
+     tools_module},
 };
 
 static CUresult export_table(const void **out, const CUuuid *id) {
+  pthread_once(&tables_once, build_tables);
   if (out == NULL || id == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
-    if (memcmp(tables[i].uuid, id->bytes, 16) == 0) {
-      fk_trace("export table %s", tables[i].name);
-      *out = tables[i].table;
+  for (size_t i = 0; i < sizeof directory / sizeof directory[0]; i++) {
+    if (memcmp(directory[i].uuid, id->bytes, 16) == 0) {
+      fk_trace("export table %s", directory[i].name);
+      *out = directory[i].table;
       return CUDA_SUCCESS;
     }
   }

@@ -498,10 +498,31 @@ static CUresult library_module(struct CUlib_st *l, struct CUctx_st *c, struct CU
   return rc;
 }
 
-static CUresult library_load(CUlibrary *library, const void *code, unsigned njit, void **jitv,
-                             unsigned nlibopt, void **libv) {
-  if (library == NULL || code == NULL || (njit > 0 && jitv == NULL) ||
-      (nlibopt > 0 && libv == NULL)) {
+/* Library options: CU_LIBRARY_BINARY_IS_PRESERVED takes no value and is invalid for a file;
+ * the host function-and-data table needs one. JIT options only tune a compilation the fake
+ * does not do; their values must be there. */
+static CUresult library_options(unsigned njit, void **jitv, const CUlibraryOption *opts,
+                                unsigned nopt, void **vals, int from_file) {
+  if (njit > 0 && jitv == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (nopt > 0 && opts == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (unsigned i = 0; i < nopt; i++) {
+    if (opts[i] == CU_LIBRARY_BINARY_IS_PRESERVED) {
+      if (from_file) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    } else if (opts[i] != CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE || vals == NULL) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult library_load(CUlibrary *library, const void *code) {
+  if (library == NULL || code == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   /* The device code chosen for device 0's architecture (every fake device has the same). */
@@ -536,13 +557,18 @@ FK_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_op
                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
                                   unsigned int numLibraryOptions) {
   (void)jitOptions;
-  (void)libraryOptions;
-  FK_BODY(FK_NEED_INIT, library_load(library, code, numJitOptions, jitOptionsValues,
-                                     numLibraryOptions, libraryOptionValues));
+  CUresult rc = fk_enter(__func__, FK_NEED_INIT);
+  if (rc == CUDA_SUCCESS) {
+    rc = library_options(numJitOptions, jitOptionsValues, libraryOptions, numLibraryOptions,
+                         libraryOptionValues, 0);
+  }
+  if (rc == CUDA_SUCCESS) {
+    rc = library_load(library, code);
+  }
+  return fk_leave(rc);
 }
 
-static CUresult library_load_file(CUlibrary *library, const char *path, unsigned njit, void **jitv,
-                                  unsigned nlibopt, void **libv) {
+static CUresult library_load_file(CUlibrary *library, const char *path) {
   if (path == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -550,7 +576,7 @@ static CUresult library_load_file(CUlibrary *library, const char *path, unsigned
   if (data == NULL) {
     return CUDA_ERROR_FILE_NOT_FOUND;
   }
-  CUresult rc = library_load(library, data, njit, jitv, nlibopt, libv);
+  CUresult rc = library_load(library, data);
   free(data);
   return rc;
 }
@@ -560,9 +586,15 @@ FK_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions,
                                       void **libraryOptionValues, unsigned int numLibraryOptions) {
   (void)jitOptions;
-  (void)libraryOptions;
-  FK_BODY(FK_NEED_INIT, library_load_file(library, fileName, numJitOptions, jitOptionsValues,
-                                          numLibraryOptions, libraryOptionValues));
+  CUresult rc = fk_enter(__func__, FK_NEED_INIT);
+  if (rc == CUDA_SUCCESS) {
+    rc = library_options(numJitOptions, jitOptionsValues, libraryOptions, numLibraryOptions,
+                         libraryOptionValues, 1);
+  }
+  if (rc == CUDA_SUCCESS) {
+    rc = library_load_file(library, fileName);
+  }
+  return fk_leave(rc);
 }
 
 static CUresult library_live(CUlibrary l) {

@@ -23,6 +23,8 @@ static const unsigned char cls[16] = {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 
                                       0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93};
 static const unsigned char checks[16] = {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43,
                                          0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e};
+static const unsigned char tools_context[16] = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+                                                0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
 static const unsigned char integrity[16] = {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
                                             0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2};
 
@@ -32,6 +34,10 @@ typedef CUresult (*cls_delete_fn)(CUcontext, void *);
 typedef CUresult (*cls_get_fn)(void **, CUcontext, void *);
 typedef void (*buffer_fn)(void **, size_t *);
 typedef CUresult (*integrity_fn)(uint32_t, uint64_t, uint64_t out[2]);
+typedef CUresult (*current_fn)(CUcontext *);
+typedef CUresult (*ctx_device_fn)(CUcontext, CUdevice *);
+typedef CUresult (*ctx_id_fn)(CUcontext, unsigned long long *);
+typedef CUresult (*unknown_fn)(void);
 
 static const uintptr_t *table(const unsigned char bytes[16]) {
   CUuuid id;
@@ -154,6 +160,30 @@ static void local_storage(void) {
   tap_ok(dtor_key == &key2, "... for the entries put since the reset");
 }
 
+static void tools(void) {
+  const uintptr_t *t = table(tools_tls);
+  SLOT(current_fn, current, t, 2);
+  CUcontext c, seen = NULL;
+  CK(cuCtxCreate_v2(&c, 0, 0));
+  CK(current(&seen));
+  tap_ok(seen == c, "tools TLS slot 2 is the current context");
+  t = table(tools_context);
+  tap_ok(t != NULL && t[0] == 95 * sizeof(void *), "tools context: 95 slots");
+  SLOT(ctx_device_fn, device, t, 3);
+  SLOT(ctx_id_fn, id, t, 4);
+  CUdevice d = -1;
+  unsigned long long a = 0, b = 1;
+  CK(device(c, &d));
+  TAP_EQ(d, 0, "tools context slot 3: the context's device");
+  CK(id(NULL, &a));
+  CK(cuCtxGetId(c, &b));
+  tap_ok(a == b && a != 0, "tools context slot 4: cuCtxGetId of the current context");
+  SLOT(unknown_fn, unknown, t, 50);
+  TAP_EQ(unknown(), CUDA_ERROR_NOT_SUPPORTED, "an unmodelled slot answers NOT_SUPPORTED");
+  CK(cuCtxDestroy_v2(c));
+  TAP_EQ(device(c, &d), CUDA_ERROR_CONTEXT_IS_DESTROYED, "... of a destroyed context");
+}
+
 static void handshake(void) {
   const uintptr_t *t = table(integrity);
   SLOT(integrity_fn, check, t, 1);
@@ -177,6 +207,7 @@ int main(void) {
   layouts();
   primary_slot();
   local_storage();
+  tools();
   handshake();
   return tap_done();
 }
