@@ -66,7 +66,7 @@ installed_run() {
   mk install DESTDIR="$SCRATCH/stage" PREFIX=/usr
   mv "$SCRATCH/stage/usr/lib/gpucap/libgpucap.so" "$SCRATCH/elsewhere.so"
   run --separate-stderr "$SCRATCH/stage/usr/bin/gpucap" run -- true
-  status_is 2
+  status_is 125
   err_has "cannot find libgpucap.so: looked for '$SCRATCH/stage/usr/bin/../lib/gpucap/libgpucap.so'"
   err_has "set GPUCAP_LIB"
   run env GPUCAP_LIB="$SCRATCH/elsewhere.so" LD_PRELOAD="$(preload_env)" \
