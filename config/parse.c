@@ -671,6 +671,29 @@ int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen) {
   return parse_public(s, dest_target, &(extra_t){0}, out, why, whylen);
 }
 
+int cfg_expand_path(const char *path, long pid, char *out, size_t outlen) {
+  size_t n = 0;
+  for (const char *p = path; *p != '\0'; p++) {
+    if (p[0] == '%' && p[1] == 'p') {
+      size_t m = cfg_snprintf(out + n, outlen - n, "%ld", pid);
+      if (m >= outlen - n) {
+        return -ENAMETOOLONG;
+      }
+      n += m;
+      p++;
+    } else if (n + 1 < outlen) {
+      out[n++] = *p;
+    } else {
+      return -ENAMETOOLONG;
+    }
+  }
+  if (outlen == 0) {
+    return -ENAMETOOLONG;
+  }
+  out[n] = '\0';
+  return 0;
+}
+
 bool cfg_devvals_get(const cfg_devvals_t *v, int ordinal, uint64_t *out) {
   if (v == NULL || ordinal < 0) {
     return false;

@@ -4,15 +4,20 @@
  * judges them through a getenv callback, so the CLI accepts exactly what the shim accepts and
  * its messages are the shim's. Options follow GNU conventions: the first word that is not an
  * option starts the command (`--` may still mark it), and a later option overrides an earlier
- * one that sets the same variable. Then `run` sets the variables, puts the library in
- * LD_PRELOAD and execs: no fork, so the command's status and signals reach the caller
- * unchanged.
+ * one that sets the same variable. Before it execs, `run` proves that the command will be
+ * capped as asked: the library loads, the command is one the loader preloads into, per-device
+ * caps name devices that exist, the output files can be written. Then it sets the variables,
+ * puts the library in LD_PRELOAD and execs: no fork, so the command's status and signals reach
+ * the caller unchanged.
  */
 #include "scripts/run.h"
 
 #include "config/cfg.h"
 #include "scripts/cli.h"
+#include "scripts/driver.h"
+#include "scripts/outpath.h"
 #include "scripts/preload.h"
+#include "scripts/target.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -23,9 +28,10 @@
 
 #define DEVLIST_MAX 4096 /* 64 devices of "63:18446744073709551615" fit with room to spare */
 #define PRELOAD_MAX 65536
+#define NO_VAR CFG_OPT_COUNT /* an option that sets no variable */
 
 /* The options of `run` and `env`: each sets one GPUCAP_ variable, to its argument (metavar
- * non-NULL) or to a fixed value (a flag). */
+ * non-NULL) or to a fixed value (a flag); --allow-uncapped sets none. */
 static const struct runopt {
   const char *name;
   const char *metavar;
@@ -47,6 +53,8 @@ static const struct runopt {
     {"--json", "PATH", CFG_OPT_REPORT_JSON, NULL, "also write the exit report as JSON to PATH"},
     {"--trace", "PATH", CFG_OPT_TRACE, NULL, "write each allocation and free to PATH (RMM CSV)"},
     {"--quiet", NULL, CFG_OPT_REPORT, "off", "no exit report table (--json still writes)"},
+    {"--allow-uncapped", NULL, NO_VAR, NULL,
+     "run (with a warning) what gpucap cannot cap, instead of refusing"},
 };
 
 #define NOPTS (sizeof runopts / sizeof runopts[0])
@@ -57,6 +65,7 @@ typedef struct settings {
   const struct runopt *from[CFG_OPT_COUNT];
   cfg_devvals_t devvals;     /* the --device-limit items so far, later ones winning */
   char devlist[DEVLIST_MAX]; /* ... as the variable's text */
+  bool allow_uncapped;
 } settings_t;
 
 static const char *settings_getenv(void *ctx, const char *name, bool secure) {
@@ -108,6 +117,10 @@ static int add_devlist(settings_t *s, const char *arg) {
  * --device-limit together are refused: either reading would leave devices uncapped that the
  * user meant to cap. An empty value unsets the variable for the command. */
 static int set_option(settings_t *s, const struct runopt *o, const char *value) {
+  if (o->var == NO_VAR) {
+    s->allow_uncapped = true;
+    return 0;
+  }
   cfg_opt_t v = o->var;
   const struct runopt *prev = s->from[v];
   bool empty = blank(value);
@@ -201,6 +214,11 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
   return PARSED;
 }
 
+/* Where setting v came from, for messages: "--json" or "the environment". */
+static const char *origin(const settings_t *s, int v) {
+  return s->from[v] != NULL ? s->from[v]->name : "the environment";
+}
+
 /* Refuses GPUCAP_ variables that are not settings: the library would ignore them, so the
  * program would run without what its user meant. Returns -1 after the messages, else 0. */
 static int refuse_unknown(void) {
@@ -257,7 +275,9 @@ static void print_options(void) {
     snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar != NULL ? " " : "",
              o->metavar != NULL ? o->metavar : "");
     printf("  %-21s %s\n", left, o->doc);
-    if (o->fixed != NULL) {
+    if (o->var == NO_VAR) {
+      printf("  %-21s (run only; sets no variable)\n", "");
+    } else if (o->fixed != NULL) {
       printf("  %-21s (%s=%s)\n", "", cfg_option(o->var)->name, o->fixed);
     } else {
       printf("  %-21s (%s)\n", "", cfg_option(o->var)->name);
@@ -274,9 +294,12 @@ static void run_usage(void) {
         "memory is capped, pooled, and reported when it exits. Options end at the first word\n"
         "that is not one (or at --); what follows is COMMAND's. Before COMMAND starts, gpucap\n"
         "checks every setting, from the options and from the environment, with the parser the\n"
-        "library itself uses, and refuses a GPUCAP_ variable that is not a setting: a bad one\n"
-        "stops here with the library's message and nothing is started. Then gpucap becomes\n"
-        "COMMAND (exec): the output, exit status and signals are COMMAND's own.\n"
+        "library itself uses, and refuses what would leave the program uncapped or lose its\n"
+        "report: a GPUCAP_ variable that is not a setting, a library the loader cannot load, a\n"
+        "program it would not be loaded into (static, set-ID, another architecture), a\n"
+        "per-device cap naming a device that does not exist while one that does gets none, an\n"
+        "output file that cannot be written. Then gpucap becomes COMMAND (exec): the output,\n"
+        "exit status and signals are COMMAND's own.\n"
         "\n"
         "Options (each sets the variable shown for COMMAND, overriding the environment; a\n"
         "later option wins over an earlier one; an empty value unsets the variable):\n",
@@ -289,7 +312,7 @@ static void run_usage(void) {
         "gpucap ($PREFIX/lib/gpucap/libgpucap.so for $PREFIX/bin/gpucap).\n"
         "\n"
         "Exit status: COMMAND's; 125 when gpucap refuses to start it (a bad option or setting,\n"
-        "the library not found), 126 when COMMAND cannot be executed, 127 when it is not found.\n"
+        "a check above), 126 when COMMAND cannot be executed, 127 when it is not found.\n"
         "\n"
         "Example: gpucap run --limit 8GiB --json run.json python train.py\n",
         stdout);
@@ -331,11 +354,120 @@ static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
   }
 }
 
-/* Finds the library, and composes LD_PRELOAD with it into preload[len]. */
+/* Checks the files the settings name (outpath.h), and that no two name one file. */
+static int check_outputs(const settings_t *s, const cfg_t *cfg) {
+  static outpath_t out[3];
+  const struct {
+    int var;
+    const char *path;
+  } files[3] = {
+      {CFG_OPT_REPORT, cfg->report.kind == CFG_DEST_FILE ? cfg->report.path : ""},
+      {CFG_OPT_REPORT_JSON, cfg->report_json},
+      {CFG_OPT_TRACE, cfg->trace},
+  };
+  char why[PATH_MAX + 256];
+  for (int i = 0; i < 3; i++) {
+    const char *name = cfg_option((cfg_opt_t)files[i].var)->name;
+    if (files[i].path[0] != '\0' && outpath_check(files[i].path, &out[i], why, sizeof why) != 0) {
+      cli_error("run: %s (from %s): %s; nothing was started", name, origin(s, files[i].var), why);
+      return -1;
+    }
+    for (int j = 0; j < i && files[i].path[0] != '\0'; j++) {
+      if (files[j].path[0] != '\0' && outpath_same(&out[j], &out[i])) {
+        cli_error("run: %s and %s both name '%s': each would overwrite the other; name two "
+                  "files",
+                  cfg_option((cfg_opt_t)files[j].var)->name, name, out[i].path);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Refuses a command the loader will not preload into (target.h), unless allowed. */
+static int check_target(const settings_t *s, const char *path, const char *lib) {
+  char why[PATH_MAX + 1024];
+  if (target_check(path, lib, why, sizeof why) == 0) {
+    return 0;
+  }
+  if (s->allow_uncapped) {
+    cli_warn("run: %s; it runs uncapped and unreported (--allow-uncapped)", why);
+    return 0;
+  }
+  cli_error("run: %s. gpucap cannot cap it (docs/compatibility.md), so nothing was started; "
+            "to run it uncapped anyway, add --allow-uncapped",
+            why);
+  return -1;
+}
+
+/* Writes "5" or "5, 7" (the ordinals of mask) into buf. */
+static void ordinals(uint64_t mask, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < CFG_MAX_DEVICES && n < len; i++) {
+    if (mask & (UINT64_C(1) << i)) {
+      n += (size_t)snprintf(buf + n, len - n, "%s%d", n > 0 ? ", " : "", i);
+    }
+  }
+}
+
+/* Per-device caps that name devices the program will not see: refused when a device it does
+ * see then gets no cap (a numbering mistake: the cap meant for it went elsewhere), a warning
+ * when every device it sees is capped anyway (one job script for machines of different sizes). */
+static int check_devices(const settings_t *s, const cfg_t *cfg) {
+  uint64_t named = cfg->limit.mask | cfg->fraction.mask;
+  int count = 0;
+  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= CFG_MAX_DEVICES ||
+      (named >> count) == 0) {
+    return 0;
+  }
+  uint64_t capped = 0;
+  for (int i = 0; i < count; i++) {
+    uint64_t v = 0;
+    if (cfg_devvals_get(&cfg->limit, i, &v) || cfg_devvals_get(&cfg->fraction, i, &v)) {
+      capped |= UINT64_C(1) << i;
+    }
+  }
+  uint64_t all = (UINT64_C(1) << count) - 1;
+  char missing[256], bare[256];
+  ordinals(named & ~all, missing, sizeof missing);
+  ordinals(all & ~capped, bare, sizeof bare);
+  const char *from = s->from[CFG_OPT_MEMORY_LIMIT] != NULL      ? origin(s, CFG_OPT_MEMORY_LIMIT)
+                     : s->from[CFG_OPT_MEMORY_FRACTION] != NULL ? origin(s, CFG_OPT_MEMORY_FRACTION)
+                                                                : "the environment";
+  if (capped == all) {
+    cli_warn("run: the per-device caps (from %s) name device %s, which the program does not "
+             "see (it sees %d); that part is ignored",
+             from, missing, count);
+    return 0;
+  }
+  if (s->allow_uncapped) {
+    cli_warn("run: the per-device caps (from %s) name device %s, which the program does not "
+             "see; device %s runs uncapped (--allow-uncapped)",
+             from, missing, bare);
+    return 0;
+  }
+  cli_error("run: the per-device caps (from %s) name device %s, but the program sees %d "
+            "device%s (ordinals from 0, after CUDA_VISIBLE_DEVICES) and device %s would get no "
+            "cap; nothing was started. Name the devices as the program sees them, or add "
+            "--allow-uncapped",
+            from, missing, count, count == 1 ? "" : "s", bare);
+  return -1;
+}
+
+/* Finds and proves the library, and composes LD_PRELOAD with it into preload[len]. */
 static int prepare_library(char *lib, size_t liblen, char *preload, size_t len) {
   preload_source_t src;
+  char why[1024];
   if (preload_find(getenv("GPUCAP_LIB"), NULL, lib, liblen, &src) != 0) {
     cli_error("run: %s", lib);
+    return -1;
+  }
+  if (preload_probe(lib, why, sizeof why) != 0) {
+    cli_error("run: the library cannot be loaded on this system, so the command would run "
+              "uncapped; nothing was started. The loader says: %s. (A library built against a "
+              "newer glibc than this system's? See docs/cluster.md.)",
+              why);
     return -1;
   }
   if (preload_compose(lib, getenv("LD_PRELOAD"), preload, len) != 0) {
@@ -362,14 +494,18 @@ static int set_environment(const settings_t *s, const char *preload) {
   return 0;
 }
 
-/* Says why `name` cannot run (errno `err` from execvp), and returns the exit status. */
-static int cannot_run(const char *name, int err) {
-  if (err == ENOENT) {
+/* Says why `name` (found at `path` when found) cannot run, and returns the exit status. */
+static int cannot_run(const char *name, int err, bool found) {
+  if (err == ENOENT && !found) {
     if (strchr(name, '/') == NULL) {
       cli_error("run: '%s': command not found in PATH; check its name or give its path", name);
     } else {
       cli_error("run: cannot run '%s': No such file or directory", name);
     }
+    return CLI_NOT_FOUND;
+  }
+  if (err == ENOENT) {
+    cli_error("run: cannot run '%s': its interpreter (the #! line) or loader was not found", name);
     return CLI_NOT_FOUND;
   }
   if (err == EACCES) {
@@ -385,6 +521,7 @@ int run_main(int argc, char **argv) {
   static cfg_t cfg;
   static char lib[PATH_MAX + 256];
   static char preload[PRELOAD_MAX];
+  static char path[PATH_MAX];
   int command = 0;
   int status = parse_or_answer(argc, argv, &s, &command, run_usage);
   if (status >= 0) {
@@ -392,12 +529,21 @@ int run_main(int argc, char **argv) {
   }
   if (refuse_unknown() != 0 || load_settings(&s, &cfg, false) != 0 ||
       prepare_library(lib, sizeof lib, preload, sizeof preload) != 0 ||
+      check_outputs(&s, &cfg) != 0) {
+    return CLI_ERROR;
+  }
+  const char *name = argv[command];
+  int found = target_find(name, path, sizeof path);
+  if (found != 0) {
+    return cannot_run(name, -found, false);
+  }
+  if (check_target(&s, path, lib) != 0 || check_devices(&s, &cfg) != 0 ||
       set_environment(&s, preload) != 0) {
     return CLI_ERROR;
   }
   fflush(stdout);
-  execvp(argv[command], argv + command);
-  return cannot_run(argv[command], errno);
+  execvp(name, argv + command);
+  return cannot_run(name, errno, true);
 }
 
 /* Prints cfg_describe's listing with "environment" replaced by the option for the settings

@@ -208,6 +208,19 @@ GPUCAP_TRACE=./t.csv" ]
   [ ! -e ran ]
 }
 
+@test "a library the loader cannot load stops the run instead of running uncapped" {
+  printf 'not a library\n' >bogus.so
+  # What ld.so alone does with it: one "ignored" line, and the program runs, uncapped.
+  run env LD_PRELOAD="$SCRATCH/bogus.so" sh -c 'touch ran-without; exit 0'
+  status_is 0
+  [ -e ran-without ]
+  run --separate-stderr env GPUCAP_LIB="$SCRATCH/bogus.so" "$GPUCAP" run touch ran
+  status_is 125
+  err_has "gpucap: error: run: the library cannot be loaded on this system"
+  err_has "The loader says: $SCRATCH/bogus.so: "
+  [ ! -e ran ]
+}
+
 # ---- Bad settings: the shim's message, exit 125, nothing started ----
 
 @test "a bad option value: the shim's message, where it came from, exit 125, nothing run" {
@@ -366,6 +379,11 @@ GPUCAP_TRACE=./t.csv" ]
   run --separate-stderr grun -- ./nonexistent
   status_is 127
   err_has "run: cannot run './nonexistent': No such file or directory"
+  printf '#!/nonexistent/interpreter\n' >script.sh
+  chmod +x script.sh
+  run --separate-stderr grun -- ./script.sh
+  status_is 127
+  err_has "its interpreter (the #! line) or loader was not found"
 }
 
 @test "a command that is not executable: 126" {
@@ -396,7 +414,7 @@ GPUCAP_TRACE=./t.csv" ]
   has "Usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
   has "125 when gpucap refuses to start it"
   for o in --limit --fraction --device-limit --growth --preallocate --report --json --trace \
-      --quiet --help --version; do
+      --quiet --allow-uncapped --help --version; do
     has " $o"
   done
   for v in $(sed -n 's/^CFG_OPT(\([A-Z_]*\),.*/GPUCAP_\1/p' "$TOP/config/options.def"); do

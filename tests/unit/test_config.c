@@ -618,6 +618,13 @@ static void test_paths_and_formats(void) {
   TAP_EQ(cfg_parse_path(longest, out, sizeof out, why, sizeof why), -ENAMETOOLONG,
          "a path of PATH_MAX bytes is too long");
 
+  TAP_EQ(cfg_expand_path("/tmp/r.%p.json", 4242, out, sizeof out), 0, "%%p expands");
+  tap_ok(strcmp(out, "/tmp/r.4242.json") == 0, "%%p becomes the process id: %s", out);
+  cfg_expand_path("%p%p-%x-%-100%", 7, out, sizeof out);
+  tap_ok(strcmp(out, "77-%x-%-100%") == 0, "every %%p is replaced, other bytes copied: %s", out);
+  TAP_EQ(cfg_expand_path("ab%p", 12345, out, 7), -ENAMETOOLONG, "a pid that does not fit");
+  TAP_EQ(cfg_expand_path("abcdef", 1, out, 6), -ENAMETOOLONG, "a path that does not fit");
+  TAP_EQ(cfg_expand_path("abcde", 1, out, 6), 0, "a path that just fits");
   tap_ok(cfg_parse_dest("stderr", &d, why, sizeof why) == 0 && d.kind == CFG_DEST_STDERR,
          "destination 'stderr'");
   tap_ok(cfg_parse_dest(" STDERR ", &d, why, sizeof why) == 0 && d.kind == CFG_DEST_STDERR,
