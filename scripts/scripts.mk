@@ -46,8 +46,7 @@ BINDIR := $(PREFIX)/bin
 LIBDIR := $(PREFIX)/lib/gpucap
 DOCDIR := $(PREFIX)/share/doc/gpucap
 MAN1DIR := $(PREFIX)/share/man/man1
-INSTALL_DOCS := docs/configuration.md docs/report.md docs/design.md docs/cluster.md \
-                docs/benchmarks.md
+INSTALL_DOCS := $(sort $(wildcard docs/*.md))
 
 install: $(GPUCAP_CLI) $(BUILD)/libgpucap.so
 	$(Q)install -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(DOCDIR)/docs' \
