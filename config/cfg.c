@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define QUOTE_MAX 80 /* input bytes of a bad value quoted back in a message */
 
@@ -102,9 +103,31 @@ static int parse_report(const cfg_optinfo_t *o, const char *s, void *field, char
   return cfg_parse_dest(s, field, why, whylen);
 }
 
+/* v past its leading white space (what every parser trims). */
+static const char *skip_space(const char *v) {
+  while (*v == ' ' || (*v >= '\t' && *v <= '\r')) {
+    v++;
+  }
+  return v;
+}
+
+/* Whether v, white space around it aside, is `off` in any case. */
+static bool is_off(const char *v) {
+  v = skip_space(v);
+  return strncasecmp(v, "off", 3) == 0 && *skip_space(v + 3) == '\0';
+}
+
+/* A file setting: `off` (as for GPUCAP_REPORT) leaves it without a file, "" in the field. */
 static int parse_path(const cfg_optinfo_t *o, const char *s, void *field, char *why,
                       size_t whylen) {
   (void)o;
+  if (s != NULL && is_off(s)) {
+    *(char *)field = '\0';
+    if (why != NULL && whylen > 0) {
+      why[0] = '\0';
+    }
+    return 0;
+  }
   return cfg_parse_path(s, field, PATH_MAX, why, whylen);
 }
 
@@ -200,6 +223,12 @@ static void quote(const char *v, char *out, size_t outlen) {
   out[o] = '\0';
 }
 
+/* Whether v is empty or only white space: such a variable counts as unset (a template that
+ * expands an unset value, `GPUCAP_MEMORY_LIMIT="{{ .Values.limit }}"`, means "no setting"). */
+static bool blank(const char *v) {
+  return *skip_space(v) == '\0';
+}
+
 static const char *process_getenv(void *ctx, const char *name, bool secure) {
   (void)ctx;
   // Settings that name files are written to: a set-user-ID program must not let its caller
@@ -272,7 +301,7 @@ int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen
     const opt_t *o = &options[i];
     const char *v = get(ctx, o->info.name, o->info.secure);
 
-    if (v != NULL) {
+    if (v != NULL && !blank(v)) {
       if (types[o->info.type].parse(&o->info, v, field_of(cfg, o), why, sizeof why) == 0) {
         cfg->source[i] = CFG_SRC_ENV;
         continue;

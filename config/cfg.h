@@ -27,7 +27,7 @@ typedef enum cfg_type {
   CFG_TYPE_SWITCH,   /* bool, shown as on/off (cfg_parse_bool) */
   CFG_TYPE_LEVEL,    /* int within the option's [min, max] (cfg_parse_uint) */
   CFG_TYPE_REPORT,   /* cfg_dest_t: stderr, off or a file path (cfg_parse_dest) */
-  CFG_TYPE_PATH,     /* char[PATH_MAX]: a file path, "" when unset (cfg_parse_path) */
+  CFG_TYPE_PATH,     /* char[PATH_MAX]: a file path (cfg_parse_path), "" when unset or off */
 } cfg_type_t;
 
 /* One constant per row of options.def, in its order: CFG_OPT_MEMORY_LIMIT, ... */
@@ -39,7 +39,7 @@ typedef enum cfg_opt {
 
 /* Where an option's value came from. */
 typedef enum cfg_source {
-  CFG_SRC_DEFAULT, /* its variable was unset */
+  CFG_SRC_DEFAULT, /* its variable was unset, empty or only white space */
   CFG_SRC_ENV,     /* its own GPUCAP_ variable */
   CFG_SRC_ALIAS,   /* its fallback variable (TF_FORCE_GPU_ALLOW_GROWTH) */
   CFG_SRC_INVALID, /* its own variable held a bad value; the default is kept */
@@ -91,8 +91,9 @@ void cfg_defaults(cfg_t *cfg);
  *   on failure  "gpucap: error: VAR='value': what is wrong; accepted: the accepted forms"
  *               for the first bad variable in options.def order;
  *   on success  "" or a "gpucap: warning: ..." (TF_FORCE_GPU_ALLOW_GROWTH not "true"/"false").
+ * A variable that is empty or only white space counts as unset (so an alias is then read).
  * Returns 0, or -EINVAL iff cfg is NULL or any variable holds a malformed or out-of-range
- * value (empty counts as malformed). On -EINVAL cfg->valid is false (fail closed), bad options
+ * value. On -EINVAL cfg->valid is false (fail closed), bad options
  * have source CFG_SRC_INVALID and keep their defaults, and the rest hold what was read, so
  * the report and log settings still work. O(total length of the values); errno unchanged;
  * reentrant, but must not race changes to the environment. */
@@ -106,6 +107,12 @@ int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen
  * (truncated to msglen, NUL-terminated when msglen > 0; msg may be NULL). Returns how many
  * names it found. O(variables x settings); errno unchanged; must not race setenv/putenv. */
 int cfg_unknown(const char *const *env, char *msg, size_t msglen);
+
+/* cfg_unknown, or with `refuse` the same lines as errors, for a caller that stops on them (the
+ * gpucap command: the library it preloads would ignore the variable, so the program would run
+ * without the setting its user meant): "gpucap: error: NAME is not a gpucap setting (did you
+ * mean SETTING?)". Same contract otherwise. */
+int cfg_unknown_check(const char *const *env, bool refuse, char *msg, size_t msglen);
 
 /* Returns the cap for device `ordinal` whose total memory is `device_total_bytes`:
  * min(the GPUCAP_MEMORY_LIMIT bytes, floor(GPUCAP_MEMORY_FRACTION * device_total_bytes)) over

@@ -255,7 +255,8 @@ static const struct {
   const char *name;
   unsigned shift;
 } units[] = {
-    {"k", 10}, {"kib", 10}, {"m", 20}, {"mib", 20}, {"g", 30}, {"gib", 30}, {"t", 40}, {"tib", 40},
+    {"k", 10}, {"ki", 10}, {"kib", 10}, {"m", 20}, {"mi", 20}, {"mib", 20},
+    {"g", 30}, {"gi", 30}, {"gib", 30}, {"t", 40}, {"ti", 40}, {"tib", 40},
 };
 
 /* Explains why a unit that is not in `units` is refused. */
@@ -271,10 +272,6 @@ static int bad_unit(span_t u, const number_t *num, char *why, size_t whylen) {
     return reject(-EINVAL, why, whylen,
                   "'%.2s' is ambiguous (10^n or 2^n bytes?); did you mean '%.*s%ciB'?", u.p, nlen,
                   num->text.p, upper(u.p[0]));
-  }
-  if (u.n == 2 && binary_letter && lower(u.p[1]) == 'i') {
-    return reject(-EINVAL, why, whylen, "'%.2s' is not accepted; did you mean '%.*s%ciB'?", u.p,
-                  nlen, num->text.p, upper(u.p[0]));
   }
   if (span_is(u, "b")) {
     return reject(-EINVAL, why, whylen, "a 'B' suffix is not accepted; write plain bytes ('%.*s')",
@@ -342,6 +339,8 @@ static int size_span(span_t s, uint64_t *out, char *why, size_t whylen) {
 /* ---------------------------------------------------------------- fractions, booleans, integers
  */
 
+/* A fraction is a decimal in (0, 1], or a percentage in (0, 100] followed by '%' (CuPy's
+ * CUPY_GPU_MEMORY_LIMIT form). Both are read exactly, in units of 1/CFG_FRACTION_ONE. */
 static int fraction_span(span_t s, uint64_t *out, char *why, size_t whylen) {
   number_t num;
 
@@ -350,8 +349,9 @@ static int fraction_span(span_t s, uint64_t *out, char *why, size_t whylen) {
     return rc;
   }
   span_t rest = skip_blanks(num.rest);
-  if (rest.n > 0 && rest.p[0] == '%') {
-    return reject(-EINVAL, why, whylen, "'%%' is not accepted; write 0.5 for 50%%");
+  bool percent = rest.n > 0 && rest.p[0] == '%';
+  if (percent) {
+    rest = skip_blanks((span_t){rest.p + 1, rest.n - 1});
   }
   if (rest.n > 0) {
     return junk_after(rest, why, whylen);
@@ -360,13 +360,25 @@ static int fraction_span(span_t s, uint64_t *out, char *why, size_t whylen) {
     return reject(-EINVAL, why, whylen, "more than %d digits after the decimal point",
                   FRAC_DIGITS_MAX);
   }
-  if (num.overflow || num.whole > 1 || (num.whole == 1 && num.frac != 0)) {
-    return reject(-ERANGE, why, whylen, "'%.*s' is more than 1", echo_len(s), s.p);
+  uint64_t most = percent ? 100 : 1;
+  if (num.overflow || num.whole > most || (num.whole == most && num.frac != 0)) {
+    return reject(-ERANGE, why, whylen, "'%.*s' is more than %s", echo_len(s), s.p,
+                  percent ? "100%" : "1");
   }
-  if (num.whole == 0 && num.frac == 0) {
+  // whole <= 100 and frac < 10^18: the scaled value fits easily in 128 bits.
+  u128 e18 = (u128)num.whole * CFG_FRACTION_ONE +
+             (u128)num.frac * pow10_table[FRAC_DIGITS_MAX - num.digits];
+  if (percent && e18 % 100 != 0) {
+    return reject(-EINVAL, why, whylen,
+                  "more than %d digits after the decimal point in a "
+                  "percentage",
+                  FRAC_DIGITS_MAX - 2);
+  }
+  e18 /= percent ? 100 : 1;
+  if (e18 == 0) {
     return reject(-ERANGE, why, whylen, "a fraction must be more than 0");
   }
-  *out = num.whole == 1 ? CFG_FRACTION_ONE : num.frac * pow10_table[FRAC_DIGITS_MAX - num.digits];
+  *out = (uint64_t)e18;
   return 0;
 }
 
@@ -415,7 +427,7 @@ static int uint_span(span_t s, uint64_t min, uint64_t max, uint64_t *out, char *
 static int ordinal_span(span_t s, int *out, char *why, size_t whylen) {
   s = trim(s);
   if (s.n == 0) {
-    return reject(-EINVAL, why, whylen, "missing device ordinal before ':'");
+    return reject(-EINVAL, why, whylen, "missing device ordinal before the value");
   }
   if (s.p[0] == '-') {
     return reject(-EINVAL, why, whylen, "negative device ordinal '%.*s'", echo_len(s), s.p);
@@ -449,6 +461,18 @@ static int element_span(span_t s, cfg_devkind_t kind, uint64_t *out, char *why, 
   return size_span(s, out, why, whylen);
 }
 
+/* The first ':' or '=' of a list item, which separates the ordinal from the value (both are
+ * accepted: `0:4GiB` as in CUDA_VISIBLE_DEVICES-style lists, `0=4GiB` as in key=value lists);
+ * NULL when there is none. */
+static const char *find_sep(span_t item) {
+  for (size_t i = 0; i < item.n; i++) {
+    if (item.p[i] == ':' || item.p[i] == '=') {
+      return item.p + i;
+    }
+  }
+  return NULL;
+}
+
 static int list_span(span_t s, cfg_devkind_t kind, cfg_devvals_t *out, char *why, size_t whylen) {
   const char *end = s.p + s.n;
   const char *p = s.p;
@@ -464,7 +488,7 @@ static int list_span(span_t s, cfg_devkind_t kind, cfg_devvals_t *out, char *why
     if (item.n == 0) {
       return reject(-EINVAL, why, whylen, "item %u of the device list is empty", index);
     }
-    const char *colon = memchr(item.p, ':', item.n);
+    const char *colon = find_sep(item);
     if (colon == NULL) {
       return reject(-EINVAL, why, whylen, "item '%.*s' lacks an 'ordinal:' prefix (as in 0:%.*s)",
                     echo_len(item), item.p, echo_len(item), item.p);
@@ -500,7 +524,7 @@ static int devvals_span(span_t s, cfg_devkind_t kind, cfg_devvals_t *out, char *
     return rc;
   }
   memset(&v, 0, sizeof v);
-  if (memchr(s.p, ':', s.n) != NULL || memchr(s.p, ',', s.n) != NULL) {
+  if (find_sep(s) != NULL || memchr(s.p, ',', s.n) != NULL) {
     rc = list_span(s, kind, &v, why, whylen);
   } else {
     rc = element_span(s, kind, &v.every_value, why, whylen);
@@ -514,14 +538,12 @@ static int devvals_span(span_t s, cfg_devkind_t kind, cfg_devvals_t *out, char *
 
 /* ---------------------------------------------------------------- paths */
 
-static bool printable_ascii(span_t s) {
-  for (size_t i = 0; i < s.n; i++) {
-    if (s.p[i] < 0x20 || s.p[i] == 0x7f || (unsigned char)s.p[i] >= 0x80) {
-      return false;
-    }
-  }
-  return true;
-}
+/* Words that are never taken as a file name, so that a switch, a keyword or a stream typed by
+ * mistake (GPUCAP_TRACE=1, --json -, GPUCAP_REPORT=stdout) is refused instead of silently
+ * creating a file of that name in the working directory. Compared case-insensitively. */
+static const char *const not_file_names[] = {
+    "-", "stdout", "stderr", "off", "none", "null", "true", "false", "yes", "no", "on", "0", "1",
+};
 
 /* Checks and copies a trimmed path; `what` names the accepted forms in the reason. */
 static int path_span(span_t s, char *out, size_t outlen, const char *what, char *why,
@@ -535,13 +557,14 @@ static int path_span(span_t s, char *out, size_t outlen, const char *what, char 
       return reject(-EINVAL, why, whylen, "control character 0x%02x at offset %zu", c, i);
     }
   }
-  if (memchr(s.p, '/', s.n) == NULL) {
-    // Only printable ASCII is quoted back: the reason ends up on a terminal.
-    int n = printable_ascii(s) ? echo_len(s) : 4;
-    const char *p = printable_ascii(s) ? s.p : "NAME";
-    return reject(-EINVAL, why, whylen,
-                  "'%.*s' is not %s; write './%.*s' for a file in the current directory", n, p,
-                  what, n, p);
+  for (size_t i = 0; i < sizeof not_file_names / sizeof not_file_names[0]; i++) {
+    if (span_is(s, not_file_names[i])) {
+      // Only printable ASCII reaches here: every word of the list is.
+      return reject(-EINVAL, why, whylen,
+                    "'%.*s' is taken as a word, not a file name (accepted: %s); write './%.*s' "
+                    "for a file of that name",
+                    echo_len(s), s.p, what, echo_len(s), s.p);
+    }
   }
   if (s.n >= outlen) {
     return reject(-ENAMETOOLONG, why, whylen, "the path is %zu bytes; the most is %zu", s.n,
@@ -599,7 +622,7 @@ static int devvals_target(span_t s, const extra_t *x, void *out, char *why, size
 }
 
 static int path_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
-  return path_span(trim(s), out, x->outlen, "a path", why, whylen);
+  return path_span(trim(s), out, x->outlen, "a file path", why, whylen);
 }
 
 static int dest_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
@@ -611,7 +634,7 @@ static int dest_target(span_t s, const extra_t *x, void *out, char *why, size_t 
     d->path[0] = '\0';
     return 0;
   }
-  int rc = path_span(s, d->path, sizeof d->path, "stderr, off or a path", why, whylen);
+  int rc = path_span(s, d->path, sizeof d->path, "stderr, off or a file path", why, whylen);
   if (rc == 0) {
     d->kind = CFG_DEST_FILE;
   }
@@ -646,6 +669,29 @@ int cfg_parse_path(const char *s, char *out, size_t outlen, char *why, size_t wh
 
 int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen) {
   return parse_public(s, dest_target, &(extra_t){0}, out, why, whylen);
+}
+
+int cfg_expand_path(const char *path, long pid, char *out, size_t outlen) {
+  size_t n = 0;
+  for (const char *p = path; *p != '\0'; p++) {
+    if (p[0] == '%' && p[1] == 'p') {
+      size_t m = cfg_snprintf(out + n, outlen - n, "%ld", pid);
+      if (m >= outlen - n) {
+        return -ENAMETOOLONG;
+      }
+      n += m;
+      p++;
+    } else if (n + 1 < outlen) {
+      out[n++] = *p;
+    } else {
+      return -ENAMETOOLONG;
+    }
+  }
+  if (outlen == 0) {
+    return -ENAMETOOLONG;
+  }
+  out[n] = '\0';
+  return 0;
 }
 
 bool cfg_devvals_get(const cfg_devvals_t *v, int ordinal, uint64_t *out) {

@@ -63,17 +63,21 @@ typedef struct cfg_dest {
  *  - runs in O(strlen(s)) time and O(1) stack, and is reentrant. */
 
 /* Parses a size in bytes into *bytes: plain digits (`1073741824`) or a decimal number and a
- * binary unit, K/KiB, M/MiB, G/GiB or T/TiB in any case, with optional blanks between
- * (`4GiB`, `1.5 gib`, `64K`). A fractional byte count is rounded down.
+ * binary unit, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB or T/Ti/TiB in any case, with optional blanks
+ * between (`4GiB`, `1.5 gib`, `64K`, `8Gi`). Every unit is a power of 1024, the one-letter
+ * ones included (as GNU tools read them; Kubernetes reads `8G` as 8 * 10^9). A fractional byte
+ * count is rounded down.
  * Fails iff the text is anything else, including a sign, hex, a leading zero (`010`), an
  * exponent, NaN/inf, SI-looking units (`1GB`; the reason suggests `1GiB`), a decimal without a
  * unit, more than 18 digits after the point, non-ASCII or control bytes (-EINVAL); or the value
  * exceeds 2^64-1 or comes to zero bytes (-ERANGE). */
 int cfg_parse_size(const char *s, uint64_t *bytes, char *why, size_t whylen);
 
-/* Parses a fraction in (0, 1] (`0.5`, `.25`, `1`) into *e18, in units of 1/CFG_FRACTION_ONE.
- * Fails iff the text is not a plain decimal with at most 18 digits after the point (signs,
- * exponents, `%`, NaN, junk: -EINVAL) or its value is 0 or above 1 (-ERANGE). */
+/* Parses a fraction in (0, 1] (`0.5`, `.25`, `1`) or a percentage in (0, 100] (`50%`,
+ * `12.5 %`) into *e18, in units of 1/CFG_FRACTION_ONE, exactly.
+ * Fails iff the text is not a plain decimal with at most 18 digits after the point, optionally
+ * followed by `%` (then at most 16 digits after the point) (signs, exponents, NaN, junk:
+ * -EINVAL), or its value is 0 or above 1 / 100% (-ERANGE). */
 int cfg_parse_fraction(const char *s, uint64_t *e18, char *why, size_t whylen);
 
 /* Parses a boolean into *out: true/false, 1/0, yes/no, on/off, in any case.
@@ -86,25 +90,34 @@ int cfg_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out, cha
                    size_t whylen);
 
 /* Parses either one value for every device (`4GiB`) or a per-device list
- * `ordinal:value[,ordinal:value...]` (`0:4GiB,1:2GiB`) whose values are of `kind`; the text is a
- * list iff it contains ':' or ','. Ordinals are CUDA ordinals as the process sees them, decimal,
- * 0..CFG_MAX_DEVICES-1; blanks around items, ordinals and values are ignored.
+ * `ordinal:value[,ordinal:value...]` (`0:4GiB,1:2GiB`) whose values are of `kind`; `=` may
+ * stand for any `:` (`0=4GiB,1:2GiB`). The text is a list iff it contains ':', '=' or ','.
+ * Ordinals are CUDA ordinals as the process sees them, decimal, 0..CFG_MAX_DEVICES-1; blanks
+ * around items, ordinals and values are ignored.
  * Fails iff the single value fails its parser, or an item is empty, lacks `ordinal:`, has a bad
  * value, or names an ordinal that is malformed (-EINVAL), repeated (-EINVAL) or >= 64 (-ERANGE).
  * The reason names the offending item or device. */
 int cfg_parse_devvals(const char *s, cfg_devkind_t kind, cfg_devvals_t *out, char *why,
                       size_t whylen);
 
-/* Copies a file path into out[outlen]. Any bytes but control characters are kept (file names
- * may be UTF-8), and the path must contain a '/' (`./trace.txt` for the current directory), so
- * that a keyword or boolean typed by mistake (`stdout`, `1`) is not taken as a file name.
- * Fails iff the path is empty, lacks '/' or holds a control character (-EINVAL), or does not
- * fit in outlen bytes with its NUL (-ENAMETOOLONG). */
+/* Copies a file path into out[outlen]: a bare name (`trace.csv`, in the working directory) or
+ * any path. Any bytes but control characters are kept (file names may be UTF-8). A word that a
+ * switch, keyword or stream typed by mistake would be (`-`, `stdout`, `stderr`, `off`, `none`,
+ * `null`, `true`, `false`, `yes`, `no`, `on`, `0`, `1`, in any case) is not a file name: the
+ * reason says to write `./WORD` for a file of that name.
+ * Fails iff the path is empty, is one of those words or holds a control character (-EINVAL),
+ * or does not fit in outlen bytes with its NUL (-ENAMETOOLONG). */
 int cfg_parse_path(const char *s, char *out, size_t outlen, char *why, size_t whylen);
 
 /* Parses an output destination into *out: `stderr` or `off` (any case), else a file path as
- * cfg_parse_path reads it. Fails iff cfg_parse_path would. */
+ * cfg_parse_path reads it. Fails iff the text is neither keyword and cfg_parse_path would. */
 int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen);
+
+/* Copies the path a file setting names into out[outlen] with every `%p` replaced by `pid` in
+ * decimal, as the file is created (so the processes of one job write separate files); every
+ * other byte is copied as is. Fails iff the result does not fit with its NUL (-ENAMETOOLONG;
+ * out then holds no meaningful text). O(strlen(path)); errno unchanged. */
+int cfg_expand_path(const char *path, long pid, char *out, size_t outlen);
 
 /* Looks up device `ordinal` in `v`: stores its value in *out and returns true, or returns
  * false when `v` gives it none. A value for every device applies to any ordinal >= 0,

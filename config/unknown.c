@@ -69,6 +69,10 @@ static bool known(const char *name, size_t n) {
 }
 
 int cfg_unknown(const char *const *env, char *msg, size_t msglen) {
+  return cfg_unknown_check(env, false, msg, msglen);
+}
+
+int cfg_unknown_check(const char *const *env, bool refuse, char *msg, size_t msglen) {
   int count = 0;
   size_t used = 0;
   if (msg && msglen > 0) {
@@ -88,8 +92,9 @@ int cfg_unknown(const char *const *env, char *msg, size_t msglen) {
     size_t left = used < msglen ? msglen - used : 0;
     size_t w =
         cfg_snprintf(msg ? msg + used : NULL, msg ? left : 0,
-                     "gpucap: warning: %.*s is not a gpucap setting and is ignored%s%s%s\n", (int)n,
-                     *env, near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+                     "gpucap: %s: %.*s is not a gpucap setting%s%s%s%s\n",
+                     refuse ? "error" : "warning", (int)n, *env, refuse ? "" : " and is ignored",
+                     near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
     used += w < left ? w : left;
   }
   return count;

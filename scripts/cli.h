@@ -14,11 +14,16 @@
 #define GPUCAP_VERSION "unknown"
 #endif
 
-/* Exit statuses of gpucap's own commands (`gpucap run` exits with its command's status). */
+/* Exit statuses of gpucap's own commands. `gpucap run` exits with its command's status, so
+ * its own failures use the statuses env(1), timeout(1) and nice(1) use, which a program
+ * rarely exits with: a job log can then tell gpucap's failure from the program's. */
 enum {
   CLI_OK = 0,
-  CLI_FAIL = 1,  /* an input could not be read or is malformed, or an output not written */
-  CLI_USAGE = 2, /* a bad option or setting; also `run` when it cannot start the command */
+  CLI_FAIL = 1,         /* report, plot: an input unreadable or malformed, an output unwritten */
+  CLI_USAGE = 2,        /* report, plot: a usage error */
+  CLI_ERROR = 125,      /* run, env, gpucap itself: a usage error, a bad setting, a check */
+  CLI_CANNOT_RUN = 126, /* run: the command was found but cannot be executed */
+  CLI_NOT_FOUND = 127,  /* run: the command was not found */
 };
 
 /* Prints "gpucap: error: " + the formatted text + "\n" to stderr. Never fails. */

@@ -17,7 +17,7 @@ static const struct command {
   const char *synopsis;
   const char *doc;
 } commands[] = {
-    {"run", run_main, "run [OPTIONS] -- COMMAND [ARGS...]",
+    {"run", run_main, "run [OPTIONS] [--] COMMAND [ARGS...]",
      "run COMMAND with its device memory capped, pooled and reported"},
     {"report", rjson_main, "report FILE.json", "print a saved JSON exit report as a table"},
     {"plot", plot_main, "plot TRACE.csv -o OUT.svg", "draw a trace as a timeline picture (SVG)"},
@@ -47,10 +47,12 @@ static void usage(void) {
         stdout);
   run_print_settings();
   fputs("\n"
-        "Exit status: gpucap run exits with its command's status; the other commands exit 0\n"
-        "on success, 1 when an input or output fails, 2 on a usage error or bad setting.\n"
+        "Exit status: gpucap run exits with its command's status, or 125 when gpucap refuses\n"
+        "to start it, 126 when it cannot be executed, 127 when it is not found (as env(1));\n"
+        "gpucap env exits 0, or 125 for a bad setting; report and plot exit 0, 1 when an input\n"
+        "or output fails, 2 on a usage error; gpucap itself exits 125 on a usage error.\n"
         "\n"
-        "Example: gpucap run --limit 8GiB --json ./run.json -- python train.py\n"
+        "Example: gpucap run --limit 8GiB --json run.json python train.py\n"
         "Documentation: man gpucap; README.md and docs/ (installed in share/doc/gpucap).\n",
         stdout);
 }
@@ -67,7 +69,7 @@ static const struct command *find(const char *name) {
 static int dispatch(int argc, char **argv) {
   if (argc < 2) {
     cli_error("no command given; try gpucap --help (commands: run, report, plot, env)");
-    return CLI_USAGE;
+    return CLI_ERROR;
   }
   const char *name = argv[1];
   if (cli_is_help(name)) {
@@ -87,7 +89,7 @@ static int dispatch(int argc, char **argv) {
     if (c == NULL || argc > 3) {
       cli_error("help: %s; commands: run, report, plot, env",
                 argc > 3 ? "one command at a time" : "no such command");
-      return CLI_USAGE;
+      return CLI_ERROR;
     }
     char help[] = "--help";
     char *args[] = {argv[2], help, NULL};
@@ -96,13 +98,13 @@ static int dispatch(int argc, char **argv) {
   const struct command *c = find(name);
   if (c == NULL) {
     if (name[0] == '-') {
-      cli_error("unknown option '%s'; options go after the command: gpucap run %s ... -- "
-                "COMMAND (see gpucap --help)",
+      cli_error("unknown option '%s'; options go after the command: gpucap run %s ... COMMAND "
+                "(see gpucap --help)",
                 name, name);
     } else {
       cli_error("unknown command '%s'; commands: run, report, plot, env (see gpucap --help)", name);
     }
-    return CLI_USAGE;
+    return CLI_ERROR;
   }
   return c->main(argc - 1, argv + 1);
 }

@@ -4,6 +4,7 @@
  */
 #include "scripts/preload.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -194,6 +195,20 @@ int preload_compose(const char *lib, const char *old, char *out, size_t outlen) 
   if (w < 0 || (size_t)w >= outlen) {
     snprintf(out, outlen, "LD_PRELOAD would be too long");
     return -ENAMETOOLONG;
+  }
+  return 0;
+}
+
+int preload_probe(const char *lib, char *why, size_t whylen) {
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e = dlerror();
+    snprintf(why, whylen, "%s", e != NULL ? e : "unknown reason");
+    return -ENOEXEC;
+  }
+  dlclose(h);
+  if (whylen > 0) {
+    why[0] = '\0';
   }
   return 0;
 }

@@ -38,4 +38,12 @@ int preload_find(const char *override, const char *self, char *out, size_t outle
  * does not fit (-ENAMETOOLONG). O(length of old) plus a realpath per libgpucap.so entry. */
 int preload_compose(const char *lib, const char *old, char *out, size_t outlen);
 
+/* Proves that the loader can load `lib` on this system, by loading it into this process
+ * (dlopen, then dlclose; its constructor only registers fork handlers, its destructor writes
+ * nothing for a process that used no device memory). Without this, a library the loader cannot
+ * load (built against a newer glibc, not a shared object, another architecture) is skipped
+ * with one "ignored" line from ld.so and the program runs uncapped. Fails iff it cannot be
+ * loaded (-ENOEXEC), with why[whylen] holding the loader's reason. Cost: one dlopen. */
+int preload_probe(const char *lib, char *why, size_t whylen);
+
 #endif

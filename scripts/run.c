@@ -2,14 +2,22 @@
  *
  * Options become GPUCAP_* values (the table below) that override the environment; cfg_load
  * judges them through a getenv callback, so the CLI accepts exactly what the shim accepts and
- * its messages are the shim's. `run` then sets the variables, puts the library in LD_PRELOAD
- * and execs: no fork, so the command's status and signals reach the caller unchanged.
+ * its messages are the shim's. Options follow GNU conventions: the first word that is not an
+ * option starts the command (`--` may still mark it), and a later option overrides an earlier
+ * one that sets the same variable. Before it execs, `run` proves that the command will be
+ * capped as asked: the library loads, the command is one the loader preloads into, per-device
+ * caps name devices that exist, the output files can be written. Then it sets the variables,
+ * puts the library in LD_PRELOAD and execs: no fork, so the command's status and signals reach
+ * the caller unchanged.
  */
 #include "scripts/run.h"
 
 #include "config/cfg.h"
 #include "scripts/cli.h"
+#include "scripts/driver.h"
+#include "scripts/outpath.h"
 #include "scripts/preload.h"
+#include "scripts/target.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -20,9 +28,10 @@
 
 #define DEVLIST_MAX 4096 /* 64 devices of "63:18446744073709551615" fit with room to spare */
 #define PRELOAD_MAX 65536
+#define NO_VAR CFG_OPT_COUNT /* an option that sets no variable */
 
 /* The options of `run` and `env`: each sets one GPUCAP_ variable, to its argument (metavar
- * non-NULL) or to a fixed value (a flag). */
+ * non-NULL) or to a fixed value (a flag); --allow-uncapped sets none. */
 static const struct runopt {
   const char *name;
   const char *metavar;
@@ -31,28 +40,32 @@ static const struct runopt {
   const char *doc;
 } runopts[] = {
     {"--limit", "SIZE", CFG_OPT_MEMORY_LIMIT, NULL,
-     "cap on every device: 4GiB, 512MiB, 1.5GiB, bytes"},
+     "cap on every device: 8GiB, 8Gi, 512MiB, 1.5GiB, bytes"},
     {"--fraction", "F", CFG_OPT_MEMORY_FRACTION, NULL,
-     "cap as a fraction of each device's memory: 0.5"},
+     "cap as a share of each device's memory: 0.5 or 50%"},
     {"--device-limit", "LIST", CFG_OPT_MEMORY_LIMIT, NULL,
-     "cap per device ordinal: 0=8GiB,1=4GiB; may be repeated"},
+     "cap per device ordinal: 0=8GiB,1=4GiB (or 0:8GiB); lists join"},
     {"--growth", NULL, CFG_OPT_ALLOW_GROWTH, "true", "grow the pool as the program asks (default)"},
     {"--preallocate", NULL, CFG_OPT_ALLOW_GROWTH, "false",
      "reserve the whole cap at the first allocation"},
     {"--report", "PATH", CFG_OPT_REPORT, NULL,
-     "exit report table to PATH (./report.txt), stderr or off"},
+     "exit report table to PATH (report.txt), stderr or off"},
     {"--json", "PATH", CFG_OPT_REPORT_JSON, NULL, "also write the exit report as JSON to PATH"},
     {"--trace", "PATH", CFG_OPT_TRACE, NULL, "write each allocation and free to PATH (RMM CSV)"},
     {"--quiet", NULL, CFG_OPT_REPORT, "off", "no exit report table (--json still writes)"},
+    {"--allow-uncapped", NULL, NO_VAR, NULL,
+     "run (with a warning) what gpucap cannot cap, instead of refusing"},
 };
 
 #define NOPTS (sizeof runopts / sizeof runopts[0])
 
 /* The values options gave, by setting. */
 typedef struct settings {
-  const char *value[CFG_OPT_COUNT]; /* NULL: not set by an option */
+  const char *value[CFG_OPT_COUNT]; /* NULL: not set by an option; "": unset by one */
   const struct runopt *from[CFG_OPT_COUNT];
-  char devlist[DEVLIST_MAX]; /* --device-limit items, translated to ordinal:size */
+  cfg_devvals_t devvals;     /* the --device-limit items so far, later ones winning */
+  char devlist[DEVLIST_MAX]; /* ... as the variable's text */
+  bool allow_uncapped;
 } settings_t;
 
 static const char *settings_getenv(void *ctx, const char *name, bool secure) {
@@ -66,70 +79,98 @@ static const char *settings_getenv(void *ctx, const char *name, bool secure) {
   return secure ? secure_getenv(name) : getenv(name);
 }
 
-/* Appends the items of a --device-limit argument ("0=8GiB,1=4GiB") to s->devlist as the
- * variable's "0:8GiB,1:4GiB". The parser judges the result; this only swaps the separator and
- * refuses items that have none, which the variable would read as "every device". */
-static int add_devlist(settings_t *s, const char *arg) {
-  size_t used = strlen(s->devlist);
-  const char *item = arg;
-  for (;;) {
-    const char *end = strchr(item, ',');
-    size_t n = end != NULL ? (size_t)(end - item) : strlen(item);
-    size_t blank = strspn(item, " \t");
-    if (blank < n && memchr(item, '=', n) == NULL) {
-      cli_error("--device-limit '%s': '%.*s' is not ORDINAL=SIZE; write e.g. "
-                "--device-limit 0=8GiB,1=4GiB, or --limit SIZE for every device",
-                arg, (int)n, item);
-      return -1;
-    }
-    if (used + n + 2 > sizeof s->devlist) {
-      cli_error("--device-limit: the list is too long");
-      return -1;
-    }
-    if (used > 0) {
-      s->devlist[used++] = ',';
-    }
-    memcpy(s->devlist + used, item, n);
-    char *eq = memchr(s->devlist + used, '=', n);
-    if (eq != NULL) {
-      *eq = ':';
-    }
-    used += n;
-    s->devlist[used] = '\0';
-    if (end == NULL) {
-      return 0;
-    }
-    item = end + 1;
-  }
+/* Whether v is empty or white space: the library reads such a variable as unset. */
+static bool blank(const char *v) {
+  return v[strspn(v, " \t\n\v\f\r")] == '\0';
 }
 
-static int set_option(settings_t *s, const struct runopt *o, const char *value) {
-  cfg_opt_t v = o->var;
-  bool both_devlist = s->from[v] == o && strcmp(o->name, "--device-limit") == 0;
-  if (s->from[v] != NULL && !both_devlist) {
-    if (s->from[v] == o) {
-      cli_error("%s is given twice; give it once", o->name);
-    } else {
-      cli_error("%s and %s both set %s; give only one of them", s->from[v]->name, o->name,
-                cfg_option(v)->name);
-    }
+static bool is_list_option(const struct runopt *o) {
+  return strcmp(o->name, "--device-limit") == 0;
+}
+
+/* Merges the items of a --device-limit argument ("0=8GiB,1=4GiB") into s->devvals, an item for
+ * a device given before being replaced, and writes the result as the variable's text. */
+static int add_devlist(settings_t *s, const char *arg) {
+  cfg_devvals_t add;
+  char why[CFG_WHY_MAX];
+  if (cfg_parse_devvals(arg, CFG_DEV_SIZE, &add, why, sizeof why) != 0) {
+    cli_error("--device-limit '%s': %s; write e.g. --device-limit 0=8GiB,1=4GiB", arg, why);
     return -1;
   }
-  s->from[v] = o;
-  if (strcmp(o->name, "--device-limit") == 0) {
+  if (add.every) {
+    cli_error("--device-limit '%s' names no device; write ORDINAL=SIZE, e.g. --device-limit "
+              "0=8GiB,1=4GiB, or --limit SIZE for every device",
+              arg);
+    return -1;
+  }
+  for (int i = 0; i < CFG_MAX_DEVICES; i++) {
+    if (add.mask & (UINT64_C(1) << i)) {
+      s->devvals.value[i] = add.value[i];
+    }
+  }
+  s->devvals.mask |= add.mask;
+  cfg_format_devvals(&s->devvals, CFG_DEV_SIZE, s->devlist, sizeof s->devlist);
+  return 0;
+}
+
+/* Records one option. A later option for the same variable wins (GNU); only --limit and
+ * --device-limit together are refused: either reading would leave devices uncapped that the
+ * user meant to cap. An empty value unsets the variable for the command. */
+static int set_option(settings_t *s, const struct runopt *o, const char *value) {
+  if (o->var == NO_VAR) {
+    s->allow_uncapped = true;
+    return 0;
+  }
+  cfg_opt_t v = o->var;
+  const struct runopt *prev = s->from[v];
+  bool empty = blank(value);
+  if (v == CFG_OPT_MEMORY_LIMIT && !empty && prev != NULL && !blank(s->value[v]) &&
+      is_list_option(prev) != is_list_option(o)) {
+    cli_error("%s and %s both set %s: --limit caps every device, --device-limit only those it "
+              "lists; give one of them (a list may name every device)",
+              prev->name, o->name, cfg_option(v)->name);
+    return -1;
+  }
+  if (v == CFG_OPT_MEMORY_LIMIT && (empty || !is_list_option(o))) {
+    memset(&s->devvals, 0, sizeof s->devvals);
+  }
+  if (is_list_option(o) && !empty) {
     if (add_devlist(s, value) != 0) {
       return -1;
     }
     value = s->devlist;
   }
+  s->from[v] = o;
   s->value[v] = value;
   return 0;
 }
 
 enum { PARSED, PARSED_HELP, PARSED_VERSION, PARSE_ERROR };
 
-/* Reads options from argv[1..]. For run (`command` not NULL) they end at "--", after which
- * *command is the index of COMMAND; env takes no "--". */
+/* Matches argv[*i] against one option; returns 1 when it matched and was recorded, 0 when it
+ * is another argument, -1 on an error (printed). */
+static int match_option(int argc, char **argv, int *i, settings_t *s, const struct runopt *o) {
+  const char *a = argv[*i];
+  const char *value = o->fixed != NULL ? o->fixed : "";
+  if (o->metavar != NULL) {
+    if (!cli_opt_value(argc, argv, i, o->name, NULL, &value)) {
+      return 0;
+    }
+    if (value == NULL) {
+      return -1;
+    }
+  } else if (strcmp(a, o->name) != 0) {
+    if (strncmp(a, o->name, strlen(o->name)) == 0 && a[strlen(o->name)] == '=') {
+      cli_error("%s: %s takes no value", argv[0], o->name);
+      return -1;
+    }
+    return 0;
+  }
+  return set_option(s, o, value) == 0 ? 1 : -1;
+}
+
+/* Reads options from argv[1..]. For run (`command` not NULL) they end at the first word that is
+ * not an option, or after "--"; *command is then the index of COMMAND. env takes no command. */
 static int parse_options(int argc, char **argv, settings_t *s, int *command) {
   const char *sub = argv[0];
   for (int i = 1; i < argc; i++) {
@@ -140,54 +181,54 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
     if (strcmp(a, "--version") == 0) {
       return PARSED_VERSION;
     }
-    if (command != NULL && strcmp(a, "--") == 0) {
-      if (i + 1 >= argc) {
-        cli_error("run: no command after '--'; usage: gpucap run [OPTIONS] -- COMMAND [ARGS...]");
+    if (command != NULL && (strcmp(a, "--") == 0 || a[0] != '-')) {
+      *command = a[0] == '-' ? i + 1 : i;
+      if (*command >= argc) {
+        cli_error("run: no command after '--'; usage: gpucap run [OPTIONS] [--] COMMAND "
+                  "[ARGS...]");
         return PARSE_ERROR;
       }
-      *command = i + 1;
       return PARSED;
     }
-    bool matched = false;
-    for (size_t k = 0; k < NOPTS && !matched; k++) {
-      const struct runopt *o = &runopts[k];
-      const char *value = o->fixed;
-      if (o->metavar != NULL) {
-        if (!cli_opt_value(argc, argv, &i, o->name, NULL, &value)) {
-          continue;
-        }
-        if (value == NULL) {
-          return PARSE_ERROR;
-        }
-      } else if (strcmp(a, o->name) != 0) {
-        if (strncmp(a, o->name, strlen(o->name)) == 0 && a[strlen(o->name)] == '=') {
-          cli_error("%s: %s takes no value", sub, o->name);
-          return PARSE_ERROR;
-        }
-        continue;
-      }
-      matched = true;
-      if (set_option(s, o, value) != 0) {
-        return PARSE_ERROR;
-      }
+    int matched = 0;
+    for (size_t k = 0; k < NOPTS && matched == 0; k++) {
+      matched = match_option(argc, argv, &i, s, &runopts[k]);
     }
-    if (matched) {
+    if (matched < 0) {
+      return PARSE_ERROR;
+    }
+    if (matched > 0) {
       continue;
     }
     if (a[0] == '-') {
       cli_error("%s: unknown option '%s'; see gpucap %s --help", sub, a, sub);
-    } else if (command != NULL) {
-      cli_error("run: put '--' before the command: gpucap run [OPTIONS] -- %s ...", a);
     } else {
       cli_error("%s: unexpected argument '%s'; see gpucap %s --help", sub, a, sub);
     }
     return PARSE_ERROR;
   }
   if (command != NULL) {
-    cli_error("run: no command; usage: gpucap run [OPTIONS] -- COMMAND [ARGS...]");
+    cli_error("run: no command; usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]");
     return PARSE_ERROR;
   }
   return PARSED;
+}
+
+/* Where setting v came from, for messages: "--json" or "the environment". */
+static const char *origin(const settings_t *s, int v) {
+  return s->from[v] != NULL ? s->from[v]->name : "the environment";
+}
+
+/* Refuses GPUCAP_ variables that are not settings: the library would ignore them, so the
+ * program would run without what its user meant. Returns -1 after the messages, else 0. */
+static int refuse_unknown(void) {
+  char msg[CFG_MSG_MAX];
+  if (cfg_unknown_check(NULL, true, msg, sizeof msg) == 0) {
+    return 0;
+  }
+  fputs(msg, stderr);
+  fputs("gpucap: the library would ignore it: correct the name, or unset it\n", stderr);
+  return -1;
 }
 
 /* cfg_load over the options and the environment. On a bad value prints the shim's message and
@@ -234,7 +275,9 @@ static void print_options(void) {
     snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar != NULL ? " " : "",
              o->metavar != NULL ? o->metavar : "");
     printf("  %-21s %s\n", left, o->doc);
-    if (o->fixed != NULL) {
+    if (o->var == NO_VAR) {
+      printf("  %-21s (run only; sets no variable)\n", "");
+    } else if (o->fixed != NULL) {
       printf("  %-21s (%s=%s)\n", "", cfg_option(o->var)->name, o->fixed);
     } else {
       printf("  %-21s (%s)\n", "", cfg_option(o->var)->name);
@@ -245,15 +288,21 @@ static void print_options(void) {
 }
 
 static void run_usage(void) {
-  fputs("Usage: gpucap run [OPTIONS] -- COMMAND [ARGS...]\n"
+  fputs("Usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]\n"
         "\n"
         "Runs COMMAND with gpucap's library added in front of LD_PRELOAD, so its CUDA device\n"
-        "memory is capped, pooled, and reported when it exits. Every setting, from the options\n"
-        "and from the environment, is first checked by the parser the library itself uses: a\n"
-        "bad one stops here with the library's message and nothing is started. Then gpucap\n"
-        "becomes COMMAND (exec): the output, exit status and signals are COMMAND's own.\n"
+        "memory is capped, pooled, and reported when it exits. Options end at the first word\n"
+        "that is not one (or at --); what follows is COMMAND's. Before COMMAND starts, gpucap\n"
+        "checks every setting, from the options and from the environment, with the parser the\n"
+        "library itself uses, and refuses what would leave the program uncapped or lose its\n"
+        "report: a GPUCAP_ variable that is not a setting, a library the loader cannot load, a\n"
+        "program it would not be loaded into (static, set-ID, another architecture), a\n"
+        "per-device cap naming a device that does not exist while one that does gets none, an\n"
+        "output file that cannot be written. Then gpucap becomes COMMAND (exec): the output,\n"
+        "exit status and signals are COMMAND's own.\n"
         "\n"
-        "Options (each sets the variable shown for COMMAND, overriding the environment):\n",
+        "Options (each sets the variable shown for COMMAND, overriding the environment; a\n"
+        "later option wins over an earlier one; an empty value unsets the variable):\n",
         stdout);
   print_options();
   fputs("\nSettings (what the library reads; `gpucap env` shows their current values):\n", stdout);
@@ -262,10 +311,10 @@ static void run_usage(void) {
         "GPUCAP_LIB, when set, names the library to preload; by default it is found next to\n"
         "gpucap ($PREFIX/lib/gpucap/libgpucap.so for $PREFIX/bin/gpucap).\n"
         "\n"
-        "Exit status: COMMAND's; 2 when gpucap cannot start it (a bad option or setting, no\n"
-        "command, a command not found or not executable, the library not found).\n"
+        "Exit status: COMMAND's; 125 when gpucap refuses to start it (a bad option or setting,\n"
+        "a check above), 126 when COMMAND cannot be executed, 127 when it is not found.\n"
         "\n"
-        "Example: gpucap run --limit 8GiB --json ./run.json -- python train.py\n",
+        "Example: gpucap run --limit 8GiB --json run.json python train.py\n",
         stdout);
 }
 
@@ -281,8 +330,9 @@ static void env_usage(void) {
         stdout);
   print_options();
   fputs("\n"
-        "Exit status: 0 when every setting is valid; 2 when one is not (its message is printed\n"
-        "on stderr, as gpucap run would print it) or on a usage error.\n",
+        "Exit status: 0 when every setting is valid; 125 when one is not, when a GPUCAP_\n"
+        "variable is not a setting (the message is printed on stderr, as gpucap run would\n"
+        "print it), or on a usage error.\n",
         stdout);
 }
 
@@ -298,62 +348,206 @@ static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
     cli_print_version();
     return CLI_OK;
   case PARSE_ERROR:
-    return CLI_USAGE;
+    return CLI_ERROR;
   default:
     return -1;
   }
 }
 
+/* Checks the files the settings name (outpath.h), and that no two name one file. */
+static int check_outputs(const settings_t *s, const cfg_t *cfg) {
+  static outpath_t out[3];
+  const struct {
+    int var;
+    const char *path;
+  } files[3] = {
+      {CFG_OPT_REPORT, cfg->report.kind == CFG_DEST_FILE ? cfg->report.path : ""},
+      {CFG_OPT_REPORT_JSON, cfg->report_json},
+      {CFG_OPT_TRACE, cfg->trace},
+  };
+  char why[PATH_MAX + 256];
+  for (int i = 0; i < 3; i++) {
+    const char *name = cfg_option((cfg_opt_t)files[i].var)->name;
+    if (files[i].path[0] != '\0' && outpath_check(files[i].path, &out[i], why, sizeof why) != 0) {
+      cli_error("run: %s (from %s): %s; nothing was started", name, origin(s, files[i].var), why);
+      return -1;
+    }
+    for (int j = 0; j < i && files[i].path[0] != '\0'; j++) {
+      if (files[j].path[0] != '\0' && outpath_same(&out[j], &out[i])) {
+        cli_error("run: %s and %s both name '%s': each would overwrite the other; name two "
+                  "files",
+                  cfg_option((cfg_opt_t)files[j].var)->name, name, out[i].path);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Refuses a command the loader will not preload into (target.h), unless allowed. */
+static int check_target(const settings_t *s, const char *path, const char *lib) {
+  char why[PATH_MAX + 1024];
+  if (target_check(path, lib, why, sizeof why) == 0) {
+    return 0;
+  }
+  if (s->allow_uncapped) {
+    cli_warn("run: %s; it runs uncapped and unreported (--allow-uncapped)", why);
+    return 0;
+  }
+  cli_error("run: %s. gpucap cannot cap it (docs/compatibility.md), so nothing was started; "
+            "to run it uncapped anyway, add --allow-uncapped",
+            why);
+  return -1;
+}
+
+/* Writes "5" or "5, 7" (the ordinals of mask) into buf. */
+static void ordinals(uint64_t mask, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < CFG_MAX_DEVICES && n < len; i++) {
+    if (mask & (UINT64_C(1) << i)) {
+      n += (size_t)snprintf(buf + n, len - n, "%s%d", n > 0 ? ", " : "", i);
+    }
+  }
+}
+
+/* Per-device caps that name devices the program will not see: refused when a device it does
+ * see then gets no cap (a numbering mistake: the cap meant for it went elsewhere), a warning
+ * when every device it sees is capped anyway (one job script for machines of different sizes). */
+static int check_devices(const settings_t *s, const cfg_t *cfg) {
+  uint64_t named = cfg->limit.mask | cfg->fraction.mask;
+  int count = 0;
+  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= CFG_MAX_DEVICES ||
+      (named >> count) == 0) {
+    return 0;
+  }
+  uint64_t capped = 0;
+  for (int i = 0; i < count; i++) {
+    uint64_t v = 0;
+    if (cfg_devvals_get(&cfg->limit, i, &v) || cfg_devvals_get(&cfg->fraction, i, &v)) {
+      capped |= UINT64_C(1) << i;
+    }
+  }
+  uint64_t all = (UINT64_C(1) << count) - 1;
+  char missing[256], bare[256];
+  ordinals(named & ~all, missing, sizeof missing);
+  ordinals(all & ~capped, bare, sizeof bare);
+  const char *from = s->from[CFG_OPT_MEMORY_LIMIT] != NULL      ? origin(s, CFG_OPT_MEMORY_LIMIT)
+                     : s->from[CFG_OPT_MEMORY_FRACTION] != NULL ? origin(s, CFG_OPT_MEMORY_FRACTION)
+                                                                : "the environment";
+  if (capped == all) {
+    cli_warn("run: the per-device caps (from %s) name device %s, which the program does not "
+             "see (it sees %d); that part is ignored",
+             from, missing, count);
+    return 0;
+  }
+  if (s->allow_uncapped) {
+    cli_warn("run: the per-device caps (from %s) name device %s, which the program does not "
+             "see; device %s runs uncapped (--allow-uncapped)",
+             from, missing, bare);
+    return 0;
+  }
+  cli_error("run: the per-device caps (from %s) name device %s, but the program sees %d "
+            "device%s (ordinals from 0, after CUDA_VISIBLE_DEVICES) and device %s would get no "
+            "cap; nothing was started. Name the devices as the program sees them, or add "
+            "--allow-uncapped",
+            from, missing, count, count == 1 ? "" : "s", bare);
+  return -1;
+}
+
+/* Finds and proves the library, and composes LD_PRELOAD with it into preload[len]. */
+static int prepare_library(char *lib, size_t liblen, char *preload, size_t len) {
+  preload_source_t src;
+  char why[1024];
+  if (preload_find(getenv("GPUCAP_LIB"), NULL, lib, liblen, &src) != 0) {
+    cli_error("run: %s", lib);
+    return -1;
+  }
+  if (preload_probe(lib, why, sizeof why) != 0) {
+    cli_error("run: the library cannot be loaded on this system, so the command would run "
+              "uncapped; nothing was started. The loader says: %s. (A library built against a "
+              "newer glibc than this system's? See docs/cluster.md.)",
+              why);
+    return -1;
+  }
+  if (preload_compose(lib, getenv("LD_PRELOAD"), preload, len) != 0) {
+    cli_error("run: %s", preload);
+    return -1;
+  }
+  return 0;
+}
+
+/* Sets the variables the options gave (an empty one unset) and LD_PRELOAD. */
+static int set_environment(const settings_t *s, const char *preload) {
+  for (int i = 0; i < CFG_OPT_COUNT; i++) {
+    const char *name = cfg_option((cfg_opt_t)i)->name;
+    const char *v = s->value[i];
+    if (v != NULL && (blank(v) ? unsetenv(name) : setenv(name, v, 1)) != 0) {
+      cli_error("run: cannot set %s: %s", name, strerror(errno));
+      return -1;
+    }
+  }
+  if (setenv("LD_PRELOAD", preload, 1) != 0) {
+    cli_error("run: cannot set LD_PRELOAD: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* Says why `name` (found at `path` when found) cannot run, and returns the exit status. */
+static int cannot_run(const char *name, int err, bool found) {
+  if (err == ENOENT && !found) {
+    if (strchr(name, '/') == NULL) {
+      cli_error("run: '%s': command not found in PATH; check its name or give its path", name);
+    } else {
+      cli_error("run: cannot run '%s': No such file or directory", name);
+    }
+    return CLI_NOT_FOUND;
+  }
+  if (err == ENOENT) {
+    cli_error("run: cannot run '%s': its interpreter (the #! line) or loader was not found", name);
+    return CLI_NOT_FOUND;
+  }
+  if (err == EACCES) {
+    cli_error("run: '%s': permission denied; is it an executable file?", name);
+  } else {
+    cli_error("run: cannot run '%s': %s", name, strerror(err));
+  }
+  return CLI_CANNOT_RUN;
+}
+
 int run_main(int argc, char **argv) {
   static settings_t s; /* large; static keeps it off the stack */
   static cfg_t cfg;
+  static char lib[PATH_MAX + 256];
+  static char preload[PRELOAD_MAX];
+  static char path[PATH_MAX];
   int command = 0;
   int status = parse_or_answer(argc, argv, &s, &command, run_usage);
   if (status >= 0) {
     return status;
   }
-  if (load_settings(&s, &cfg, false) != 0) {
-    return CLI_USAGE;
+  if (refuse_unknown() != 0 || load_settings(&s, &cfg, false) != 0 ||
+      prepare_library(lib, sizeof lib, preload, sizeof preload) != 0 ||
+      check_outputs(&s, &cfg) != 0) {
+    return CLI_ERROR;
   }
-
-  static char lib[PATH_MAX + 256];
-  static char preload[PRELOAD_MAX];
-  preload_source_t src;
-  if (preload_find(getenv("GPUCAP_LIB"), NULL, lib, sizeof lib, &src) != 0) {
-    cli_error("run: %s", lib);
-    return CLI_USAGE;
+  const char *name = argv[command];
+  int found = target_find(name, path, sizeof path);
+  if (found != 0) {
+    return cannot_run(name, -found, false);
   }
-  if (preload_compose(lib, getenv("LD_PRELOAD"), preload, sizeof preload) != 0) {
-    cli_error("run: %s", preload);
-    return CLI_USAGE;
-  }
-  for (int i = 0; i < CFG_OPT_COUNT; i++) {
-    if (s.value[i] != NULL && setenv(cfg_option((cfg_opt_t)i)->name, s.value[i], 1) != 0) {
-      cli_error("run: cannot set %s: %s", cfg_option((cfg_opt_t)i)->name, strerror(errno));
-      return CLI_USAGE;
-    }
-  }
-  if (setenv("LD_PRELOAD", preload, 1) != 0) {
-    cli_error("run: cannot set LD_PRELOAD: %s", strerror(errno));
-    return CLI_USAGE;
+  if (check_target(&s, path, lib) != 0 || check_devices(&s, &cfg) != 0 ||
+      set_environment(&s, preload) != 0) {
+    return CLI_ERROR;
   }
   fflush(stdout);
-  execvp(argv[command], argv + command);
-
-  int e = errno;
-  if (e == ENOENT && strchr(argv[command], '/') == NULL) {
-    cli_error("run: '%s': command not found in PATH; check its name or give its path",
-              argv[command]);
-  } else if (e == EACCES) {
-    cli_error("run: '%s': permission denied; is it an executable file?", argv[command]);
-  } else {
-    cli_error("run: cannot run '%s': %s", argv[command], strerror(e));
-  }
-  return CLI_USAGE;
+  execvp(name, argv + command);
+  return cannot_run(name, errno, true);
 }
 
 /* Prints cfg_describe's listing with "environment" replaced by the option for the settings
- * that options gave. */
+ * that options gave, and a note on those an empty option value unset. */
 static void print_listing(const settings_t *s, const cfg_t *cfg) {
   static const char env_word[] = "environment";
   size_t n = cfg_describe(cfg, NULL, 0);
@@ -371,6 +565,8 @@ static void print_listing(const settings_t *s, const cfg_t *cfg) {
     if (i < CFG_OPT_COUNT && s->from[i] != NULL && len >= w &&
         memcmp(line + len - w, env_word, w) == 0) {
       printf("%.*soption %s\n", (int)(len - w), line, s->from[i]->name);
+    } else if (i < CFG_OPT_COUNT && s->from[i] != NULL && blank(s->value[i])) {
+      printf("%.*s (option %s unset it)\n", (int)len, line, s->from[i]->name);
     } else {
       printf("%.*s\n", (int)len, line);
     }
@@ -389,7 +585,8 @@ int run_env_main(int argc, char **argv) {
   if (status >= 0) {
     return status;
   }
-  int bad = load_settings(&s, &cfg, true);
+  int bad = refuse_unknown();
+  bad |= load_settings(&s, &cfg, true);
   print_listing(&s, &cfg);
 
   static char lib[PATH_MAX + 256];
@@ -404,5 +601,5 @@ int run_env_main(int argc, char **argv) {
     cli_warn("env: %s", lib);
   }
   fflush(stdout);
-  return bad != 0 ? CLI_USAGE : CLI_OK;
+  return bad != 0 ? CLI_ERROR : CLI_OK;
 }

@@ -7,7 +7,7 @@
 # here, while recipes (expanded when run) use the variables.
 
 CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts/rjson.c \
-            scripts/tracecsv.c scripts/plot.c
+            scripts/tracecsv.c scripts/plot.c scripts/target.c scripts/outpath.c scripts/driver.c
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)
@@ -16,7 +16,7 @@ $(GPUCAP_CLI): $(BUILD)/obj/scripts/gpucap.o $(CLI_OBJS) $(CONFIG_OBJS) $(REPORT
                $(CORE_OBJS)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm -ldl
 
 # ---- Tests: C unit tests of the modules, then bats tests of the installed-looking command.
 # test_cli_json builds its reports from real pools, so it links the pool too.
@@ -29,7 +29,7 @@ $(CLI_TEST_BINS): $(BUILD)/tests/test_cli_%: $(BUILD)/obj/tests/cli/test_%.o $(C
                   $(CONFIG_OBJS) $(REPORT_OBJS) $(CORE_OBJS)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm -ldl
 
 # bats prints TAP when its output is not a terminal, as under prove. Without bats the CLI tests
 # cannot run: one TAP script reports them skipped, with the fix (CI installs bats first).
@@ -46,8 +46,7 @@ BINDIR := $(PREFIX)/bin
 LIBDIR := $(PREFIX)/lib/gpucap
 DOCDIR := $(PREFIX)/share/doc/gpucap
 MAN1DIR := $(PREFIX)/share/man/man1
-INSTALL_DOCS := docs/configuration.md docs/report.md docs/design.md docs/cluster.md \
-                docs/benchmarks.md
+INSTALL_DOCS := $(sort $(wildcard docs/*.md))
 
 install: $(GPUCAP_CLI) $(BUILD)/libgpucap.so
 	$(Q)install -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(DOCDIR)/docs' \

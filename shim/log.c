@@ -4,6 +4,8 @@
  */
 #include "shim/log.h"
 
+#include "config/parse.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -40,32 +42,11 @@ void log_write_raw(const char *text, size_t len) {
   log_write_fd(STDERR_FILENO, text, len);
 }
 
-/* Copies path into out with every "%p" replaced by the process id; false if it does not fit. */
-static bool expand_pid(const char *path, char *out, size_t cap) {
-  size_t n = 0;
-  for (const char *p = path; *p; p++) {
-    if (p[0] == '%' && p[1] == 'p') {
-      int m = snprintf(out + n, cap - n, "%ld", (long)getpid());
-      if (m < 0 || (size_t)m >= cap - n) {
-        return false;
-      }
-      n += (size_t)m;
-      p++;
-    } else if (n + 1 < cap) {
-      out[n++] = *p;
-    } else {
-      return false;
-    }
-  }
-  out[n] = '\0';
-  return true;
-}
-
 int log_create(const char *setting, const char *path) {
   int saved = errno;
   char full[PATH_MAX];
   int fd = -1;
-  if (!expand_pid(path, full, sizeof full)) {
+  if (cfg_expand_path(path, (long)getpid(), full, sizeof full) != 0) {
     log_msg(LOG_WARN, "%s: '%s' is too long once %%p is expanded", setting, path);
   } else {
     /* O_NONBLOCK: a FIFO planted at the path fails (ENXIO) instead of blocking forever. */

@@ -5,6 +5,7 @@
  */
 #include "shim/real.h"
 
+#include "shim/cap.h"
 #include "shim/log.h"
 
 #include <dlfcn.h>
@@ -19,6 +20,7 @@ static pthread_mutex_t adopt_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool adopted;
 static void *driver_handle;
 static void *driver_base;
+static const char *driver_name; /* the adopted driver's file, for the debug log */
 static _Thread_local bool loading;
 
 SHIM_UNINSTRUMENTED static void *no_dlsym(void *handle, const char *name) {
@@ -73,7 +75,7 @@ static bool adopt(void *handle) {
   driver_handle = handle;
   driver_base = info.dli_fbase;
   load_entry_points();
-  log_msg(LOG_DEBUG, "driver adopted: %s", info.dli_fname ? info.dli_fname : "?");
+  driver_name = info.dli_fname ? info.dli_fname : "?";
   return true;
 }
 
@@ -102,10 +104,17 @@ bool real_driver_ready(const void *addr) {
     }
     ok = h && adopt(h);
   }
+  bool newly = ok && !atomic_load_explicit(&adopted, memory_order_relaxed);
   if (ok) {
     atomic_store_explicit(&adopted, true, memory_order_release);
   }
   pthread_mutex_unlock(&adopt_lock);
+  if (newly) {
+    // The settings (GPUCAP_VERBOSE among them) are read at the first CUDA call, which is this
+    // one: read them now, so that this line obeys the verbosity asked for.
+    cap_init();
+    log_msg(LOG_DEBUG, "driver adopted: %s", driver_name);
+  }
   return ok;
 }
 

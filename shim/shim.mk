@@ -1,10 +1,13 @@
-# The shim: build/libgpucap.so. It links only libc, libdl and libpthread, exports exactly
+# The shim: build/libgpucap.so. It links only libc, libdl and libpthread (by name: glibc before
+# 2.34 defines the dl and pthread functions there; see shim/glibc.c), exports exactly
 # dlsym and the hooked names of shim/hooks.def (through a generated version script), and
 # carries its own copy of core/ and config/ objects.
 
 SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/charges.c shim/context.c shim/dlsym.c \
              shim/exit.c shim/fork.c shim/hooks.c shim/ipc.c shim/log.c shim/memory.c shim/pool.c \
              shim/procaddr.c shim/ptrquery.c shim/real.c shim/trace.c shim/vmm.c
+SHIM_SRCS += shim/glibc.c
+TEST_SCRIPTS += tests/unit/glibc_versions.sh
 SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
              $(CORE_OBJS) $(REPORT_OBJS)
 SHIM_LIB  := $(BUILD)/libgpucap.so
@@ -26,4 +29,5 @@ $(SHIM_MAP): shim/hooks.def
 $(SHIM_LIB): $(SHIM_OBJS) $(CONFIG_OBJS) $(SHIM_MAP)
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) $(CONFIG_OBJS) -Wl,--version-script=$(SHIM_MAP) \
-	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) -ldl -lpthread
+	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) \
+	  -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0 -Wl,--as-needed

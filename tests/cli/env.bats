@@ -39,8 +39,10 @@ line() {
 
 @test "values from options, which override the environment" {
   export GPUCAP_MEMORY_LIMIT=1GiB
-  run "$GPUCAP" env --limit 8GiB --quiet --json ./r.json --device-limit= 2>/dev/null
-  status_is 2
+  run "$GPUCAP" env --limit 8GiB --quiet --json ./r.json --device-limit=
+  status_is 0
+  [ "$(line GPUCAP_MEMORY_LIMIT)" = \
+    "GPUCAP_MEMORY_LIMIT (unset) default (option --device-limit unset it)" ]
   run "$GPUCAP" env --limit 8GiB --quiet --json ./r.json --preallocate
   status_is 0
   [ "$(line GPUCAP_MEMORY_LIMIT)" = "GPUCAP_MEMORY_LIMIT 8GiB option --limit" ]
@@ -70,15 +72,15 @@ line() {
   [ "$(line GPUCAP_ALLOW_GROWTH)" = "GPUCAP_ALLOW_GROWTH true default" ]
 }
 
-@test "an invalid setting: shown as (invalid), the library's message, exit 2" {
+@test "an invalid setting: shown as (invalid), the library's message, exit 125" {
   export GPUCAP_VERBOSE=4
   run --separate-stderr "$GPUCAP" env
-  status_is 2
+  status_is 125
   [ "$(line GPUCAP_VERBOSE)" = "GPUCAP_VERBOSE (invalid) environment" ]
   err_has "gpucap: error: GPUCAP_VERBOSE='4'"
   err_has "GPUCAP_VERBOSE comes from the environment"
   run --separate-stderr "$GPUCAP" env --fraction 2
-  status_is 2
+  status_is 125
   [ "$(line GPUCAP_MEMORY_FRACTION)" = "GPUCAP_MEMORY_FRACTION (invalid) option --fraction" ]
   err_has "GPUCAP_MEMORY_FRACTION comes from --fraction F"
 }
@@ -93,15 +95,23 @@ line() {
   err_has "gpucap: warning: env: GPUCAP_LIB='/nonexistent.so'"
 }
 
+@test "a misspelled GPUCAP_ variable: listed settings, the error naming the setting, exit 125" {
+  export GPUCAP_REPORTJSON=./r.json
+  run --separate-stderr "$GPUCAP" env
+  status_is 125
+  err_has "gpucap: error: GPUCAP_REPORTJSON is not a gpucap setting (did you mean GPUCAP_REPORT_JSON?)"
+  [ "$(line GPUCAP_REPORT_JSON)" = "GPUCAP_REPORT_JSON (unset) default" ]
+}
+
 @test "usage errors: arguments, '--', unknown options; --help and --version" {
   run --separate-stderr "$GPUCAP" env extra
-  status_is 2
+  status_is 125
   err_has "env: unexpected argument 'extra'; see gpucap env --help"
   run --separate-stderr "$GPUCAP" env --
-  status_is 2
+  status_is 125
   err_has "env: unknown option '--'"
   run --separate-stderr "$GPUCAP" env --bogus
-  status_is 2
+  status_is 125
   err_has "env: unknown option '--bogus'"
   run "$GPUCAP" env --help
   status_is 0

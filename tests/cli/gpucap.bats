@@ -9,7 +9,7 @@ load helpers
   status_is 0
   [ -z "$stderr" ]
   has "Usage: gpucap COMMAND [ARGS...]"
-  for c in "run [OPTIONS] -- COMMAND [ARGS...]" "report FILE.json" "plot TRACE.csv -o OUT.svg" \
+  for c in "run [OPTIONS] [--] COMMAND [ARGS...]" "report FILE.json" "plot TRACE.csv -o OUT.svg" \
       "env [OPTIONS]" "help [COMMAND]"; do
     has "  $c"
   done
@@ -49,23 +49,23 @@ load helpers
   status_is 0
   [ "$output" = "$("$GPUCAP" --help)" ]
   run --separate-stderr "$GPUCAP" help nosuch
-  status_is 2
+  status_is 125
   err_has "help: no such command; commands: run, report, plot, env"
   run --separate-stderr "$GPUCAP" help run plot
-  status_is 2
+  status_is 125
   err_has "help: one command at a time"
 }
 
-@test "no command, an unknown command, an option before the command" {
+@test "no command, an unknown command, an option before the command: 125" {
   run --separate-stderr "$GPUCAP"
-  status_is 2
+  status_is 125
   err_has "gpucap: error: no command given; try gpucap --help"
   [ -z "$output" ]
   run --separate-stderr "$GPUCAP" start
-  status_is 2
+  status_is 125
   err_has "gpucap: error: unknown command 'start'; commands: run, report, plot, env"
   run --separate-stderr "$GPUCAP" --limit 1GiB -- true
-  status_is 2
+  status_is 125
   err_has "unknown option '--limit'; options go after the command: gpucap run --limit ..."
 }
 
@@ -86,4 +86,13 @@ load helpers
   status_is 1
   run --separate-stderr sh -c '"$0" plot --help >/dev/full' "$GPUCAP"
   status_is 1
+}
+
+@test "README's example of a refused setting is what gpucap prints" {
+  cmd=$(sed -n 's/^\$ \(gpucap run --limit 8GB .*\)$/\1/p' "$TOP/README.md")
+  want=$(sed -n '/^\$ gpucap run --limit 8GB /,/^```/p' "$TOP/README.md" | sed '1d;$d')
+  [ -n "$cmd" ] && [ -n "$want" ]
+  run --separate-stderr "$GPUCAP" ${cmd#gpucap }
+  status_is 125
+  [ "$stderr" = "$want" ]
 }

@@ -27,11 +27,16 @@ installed_run() {
   [ -x "$root/bin/gpucap" ]
   [ -f "$root/lib/gpucap/libgpucap.so" ]
   [ -f "$root/share/doc/gpucap/README.md" ]
-  for d in configuration report design cluster benchmarks; do
-    [ -f "$root/share/doc/gpucap/docs/$d.md" ]
+  # Every document README.md links to is installed, so its links work in the installed tree.
+  for d in $(grep -o '(docs/[a-z]*\.md)' "$TOP/README.md" | tr -d '()' | sort -u); do
+    [ -f "$root/share/doc/gpucap/$d" ] || { echo "not installed: $d" >&2; return 1; }
+  done
+  for d in "$TOP"/docs/*.md; do
+    cmp "$d" "$root/share/doc/gpucap/docs/${d##*/}"
   done
   head -n 5 "$root/share/man/man1/gpucap.1" | grep -q '^\.TH GPUCAP 1'
-  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq 9 ]
+  ndocs=$(ls "$TOP"/docs/*.md | wc -l)
+  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((4 + ndocs)) ]
   cmp "$root/lib/gpucap/libgpucap.so" "$BUILD/libgpucap.so"
 }
 
@@ -66,7 +71,7 @@ installed_run() {
   mk install DESTDIR="$SCRATCH/stage" PREFIX=/usr
   mv "$SCRATCH/stage/usr/lib/gpucap/libgpucap.so" "$SCRATCH/elsewhere.so"
   run --separate-stderr "$SCRATCH/stage/usr/bin/gpucap" run -- true
-  status_is 2
+  status_is 125
   err_has "cannot find libgpucap.so: looked for '$SCRATCH/stage/usr/bin/../lib/gpucap/libgpucap.so'"
   err_has "set GPUCAP_LIB"
   run env GPUCAP_LIB="$SCRATCH/elsewhere.so" LD_PRELOAD="$(preload_env)" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
-# gpucap run: every option sets its variable and overrides the environment; every setting is
-# checked by the shim's parser before anything starts (exit 2, the shim's message); the command
-# is exec'ed with the library in front of LD_PRELOAD, keeping its status, signals and output.
+# gpucap run: every option sets its variable and overrides the environment, a later one winning;
+# every setting is checked by the shim's parser before anything starts (exit 125, the shim's
+# message); the command (after the options, with or without '--') is exec'ed with the library in
+# front of LD_PRELOAD, keeping its status, signals and output; 126/127 when it cannot run.
 
 load helpers
 
@@ -87,11 +88,30 @@ GPUCAP_TRACE=./t.csv" ]
   [ "$output" = "false off" ]
 }
 
-@test "--device-limit 0=SIZE,1=SIZE becomes 0:SIZE,1:SIZE; repeated, the lists join" {
-  run grun --device-limit 0=1GiB,1=2GiB -- sh -c 'echo "$GPUCAP_MEMORY_LIMIT"'
+@test "--device-limit 0=SIZE,1:SIZE becomes 0:SIZE,1:SIZE; repeated, the lists join" {
+  export FAKECUDA_DEVICES=2
+  run grun --device-limit 0=1GiB,1:2Gi -- sh -c 'echo "$GPUCAP_MEMORY_LIMIT"'
   [ "$output" = "0:1GiB,1:2GiB" ]
   run grun --device-limit 0=1GiB --device-limit '1 = 2GiB' -- sh -c 'echo "$GPUCAP_MEMORY_LIMIT"'
-  [ "$output" = "0:1GiB,1 : 2GiB" ]
+  [ "$output" = "0:1GiB,1:2GiB" ]
+  run grun --device-limit 0=1GiB,1=1GiB --device-limit 1=3GiB -- sh -c 'echo "$GPUCAP_MEMORY_LIMIT"'
+  [ "$output" = "0:1GiB,1:3GiB" ]
+}
+
+@test "Kubernetes' 8Gi, a percentage, 0:SIZE in --limit: one grammar, capping the workload" {
+  run --separate-stderr grun_leaks --limit 3Gi -- "$WORKLOAD"
+  status_is 0
+  has "total     3072 MiB"
+  run --separate-stderr grun_leaks --fraction 25% -- "$WORKLOAD"
+  status_is 0
+  has "total     4096 MiB"
+  run --separate-stderr grun_leaks --limit 0=1GiB -- "$WORKLOAD"
+  status_is 0
+  has "total     1024 MiB"
+  export GPUCAP_MEMORY_FRACTION=0=12.5%
+  run --separate-stderr grun_leaks -- "$WORKLOAD"
+  status_is 0
+  has "total     2048 MiB"
 }
 
 @test "options override the environment" {
@@ -169,7 +189,7 @@ GPUCAP_TRACE=./t.csv" ]
   mkdir other && cp "$LIB" other/libgpucap.so
   run --separate-stderr env LD_PRELOAD="$(preload_env)${SAN_PRELOAD:+:}$SCRATCH/other/libgpucap.so" \
     ASAN_OPTIONS=detect_leaks=0 "$GPUCAP" run -- true
-  status_is 2
+  status_is 125
   err_has "LD_PRELOAD already loads another gpucap library"
 }
 
@@ -183,16 +203,29 @@ GPUCAP_TRACE=./t.csv" ]
 
 @test "a GPUCAP_LIB that does not exist stops the run" {
   run --separate-stderr env GPUCAP_LIB=/nonexistent/libgpucap.so "$GPUCAP" run -- touch ran
-  status_is 2
+  status_is 125
   err_has "gpucap: error: run: GPUCAP_LIB='/nonexistent/libgpucap.so': No such file or directory"
   [ ! -e ran ]
 }
 
-# ---- Bad settings: the shim's message, exit 2, nothing started ----
+@test "a library the loader cannot load stops the run instead of running uncapped" {
+  printf 'not a library\n' >bogus.so
+  # What ld.so alone does with it: one "ignored" line, and the program runs, uncapped.
+  run env LD_PRELOAD="$SCRATCH/bogus.so" sh -c 'touch ran-without; exit 0'
+  status_is 0
+  [ -e ran-without ]
+  run --separate-stderr env GPUCAP_LIB="$SCRATCH/bogus.so" "$GPUCAP" run touch ran
+  status_is 125
+  err_has "gpucap: error: run: the library cannot be loaded on this system"
+  err_has "The loader says: $SCRATCH/bogus.so: "
+  [ ! -e ran ]
+}
 
-@test "a bad option value: the shim's message, where it came from, exit 2, nothing run" {
+# ---- Bad settings: the shim's message, exit 125, nothing started ----
+
+@test "a bad option value: the shim's message, where it came from, exit 125, nothing run" {
   run --separate-stderr grun --limit 1GB -- touch ran
-  status_is 2
+  status_is 125
   err_has "gpucap: error: GPUCAP_MEMORY_LIMIT='1GB': 'GB' is ambiguous"
   err_has "did you mean '1GiB'?"
   err_has "GPUCAP_MEMORY_LIMIT comes from --limit SIZE"
@@ -203,24 +236,41 @@ GPUCAP_TRACE=./t.csv" ]
 @test "a bad environment setting stops the run too, naming the variable" {
   export GPUCAP_POOL=of
   run --separate-stderr grun -- touch ran
-  status_is 2
+  status_is 125
   err_has "gpucap: error: GPUCAP_POOL='of'"
   err_has "GPUCAP_POOL comes from the environment: correct it or unset it"
   [ ! -e ran ]
 }
 
-@test "an empty setting in the environment is an error, not unset" {
-  export GPUCAP_MEMORY_FRACTION=
-  run --separate-stderr grun -- true
-  status_is 2
-  err_has "GPUCAP_MEMORY_FRACTION=''"
+@test "an empty setting is unset: in the environment, and from an option" {
+  export GPUCAP_MEMORY_FRACTION= GPUCAP_MEMORY_LIMIT=1GiB
+  run --separate-stderr grun_leaks -- "$WORKLOAD"
+  status_is 0
+  has "total     1024 MiB"
+  run --separate-stderr grun_leaks --limit '' -- "$WORKLOAD"
+  status_is 0
+  has "total    16384 MiB"
+  run grun --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
+  [ "$output" = "unset" ]
+}
+
+@test "a misspelled GPUCAP_ variable stops the run, naming the setting meant" {
+  export GPUCAP_MEMROY_LIMIT=1GiB
+  run --separate-stderr grun -- touch ran
+  status_is 125
+  err_has "gpucap: error: GPUCAP_MEMROY_LIMIT is not a gpucap setting (did you mean GPUCAP_MEMORY_LIMIT?)"
+  [ ! -e ran ]
+  unset GPUCAP_MEMROY_LIMIT
+  export GPUCAP_LIB="$LIB"
+  run grun -- true
+  status_is 0
 }
 
 @test "a bad option value is reported even when the environment has a good one" {
   export GPUCAP_MEMORY_FRACTION=0.5
-  run --separate-stderr grun --fraction 50% -- true
-  status_is 2
-  err_has "GPUCAP_MEMORY_FRACTION='50%'"
+  run --separate-stderr grun --fraction 150% -- true
+  status_is 125
+  err_has "GPUCAP_MEMORY_FRACTION='150%'"
   err_has "comes from --fraction F"
 }
 
@@ -231,29 +281,43 @@ GPUCAP_TRACE=./t.csv" ]
   [ "$output" = "1GiB" ]
 }
 
-@test "a report path without '/' is refused with the fix" {
-  run --separate-stderr grun --report report.txt -- true
-  status_is 2
-  err_has "write './report.txt' for a file in the current directory"
-  run --separate-stderr grun --json out.json -- true
-  status_is 2
-  err_has "GPUCAP_REPORT_JSON='out.json'"
-  run --separate-stderr grun --trace t.csv -- true
-  status_is 2
-  err_has "GPUCAP_TRACE='t.csv'"
+@test "bare file names are files in the working directory, as for gpucap plot -o" {
+  run --separate-stderr grun_leaks --limit 2GiB --json run.json --trace trace.csv \
+    --report report.txt "$WORKLOAD"
+  status_is 0
+  grep -q '"cap_bytes": 2147483648' run.json
+  [ "$(head -n 1 trace.csv)" = "Thread,Time,Action,Pointer,Size,Stream" ]
+  grep -q '^gpucap: memory report (pid ' report.txt
+}
+
+@test "a word that is not a file name is refused, with how to name such a file" {
+  run --separate-stderr grun --json - -- touch ran
+  status_is 125
+  err_has "GPUCAP_REPORT_JSON='-': '-' is taken as a word, not a file name"
+  err_has "write './-' for a file of that name"
+  run --separate-stderr grun --trace 1 -- touch ran
+  status_is 125
+  err_has "GPUCAP_TRACE='1'"
+  run --separate-stderr grun --report stdout -- touch ran
+  status_is 125
+  err_has "accepted: stderr, off or a file path"
+  [ ! -e ran ]
+  run grun --json off --trace OFF -- sh -c 'echo "$GPUCAP_REPORT_JSON $GPUCAP_TRACE"'
+  status_is 0
+  [ "$output" = "off OFF" ]
 }
 
 @test "bad --device-limit lists" {
   run --separate-stderr grun --device-limit 4GiB -- true
-  status_is 2
-  err_has "'4GiB' is not ORDINAL=SIZE"
+  status_is 125
+  err_has "--device-limit '4GiB' names no device"
   err_has "--limit SIZE for every device"
   run --separate-stderr grun --device-limit 0=1GiB,0=2GiB -- true
-  status_is 2
+  status_is 125
   err_has "device 0 is listed twice"
   run --separate-stderr grun --device-limit 64=1GiB -- true
-  status_is 2
-  err_has "GPUCAP_MEMORY_LIMIT='64:1GiB'"
+  status_is 125
+  err_has "device ordinal 64 is out of range 0..63"
 }
 
 @test "a TF_FORCE_GPU_ALLOW_GROWTH warning is left to the library" {
@@ -265,70 +329,92 @@ GPUCAP_TRACE=./t.csv" ]
 
 # ---- Usage errors ----
 
-@test "options that set one variable twice are refused" {
-  run --separate-stderr grun --limit 1GiB --device-limit 0=1GiB -- true
-  status_is 2
-  err_has "--limit and --device-limit both set GPUCAP_MEMORY_LIMIT; give only one of them"
-  run --separate-stderr grun --growth --preallocate -- true
-  status_is 2
-  err_has "--growth and --preallocate both set GPUCAP_ALLOW_GROWTH"
-  run --separate-stderr grun --quiet --report ./r.txt -- true
-  status_is 2
-  err_has "--quiet and --report both set GPUCAP_REPORT"
-  run --separate-stderr grun --limit 1GiB --limit 2GiB -- true
-  status_is 2
-  err_has "--limit is given twice; give it once"
+@test "a later option wins over an earlier one for the same variable (GNU)" {
+  run grun --growth --preallocate -- sh -c 'echo "$GPUCAP_ALLOW_GROWTH"'
+  [ "$output" = "false" ]
+  run grun --quiet --report ./r.txt -- sh -c 'echo "$GPUCAP_REPORT"'
+  [ "$output" = "./r.txt" ]
+  run grun --report ./r.txt --quiet -- sh -c 'echo "$GPUCAP_REPORT"'
+  [ "$output" = "off" ]
+  run --separate-stderr grun_leaks --limit 1GiB --limit 2GiB -- "$WORKLOAD"
+  status_is 0
+  has "total     2048 MiB"
 }
 
-@test "no '--' before the command" {
-  run --separate-stderr grun --limit 1GiB sh -c true
-  status_is 2
-  err_has "run: put '--' before the command: gpucap run [OPTIONS] -- sh ..."
+@test "--limit with --device-limit is refused: either reading would leave devices uncapped" {
+  run --separate-stderr grun --limit 1GiB --device-limit 0=1GiB -- touch ran
+  status_is 125
+  err_has "--limit and --device-limit both set GPUCAP_MEMORY_LIMIT"
+  run --separate-stderr grun --device-limit 0=1GiB --limit 1GiB -- touch ran
+  status_is 125
+  [ ! -e ran ]
+  run grun --device-limit 0=1GiB --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
+  [ "$output" = "unset" ]
+}
+
+@test "the command starts at the first word that is not an option; '--' is optional" {
+  run --separate-stderr grun_leaks --limit 1GiB "$WORKLOAD"
+  status_is 0
+  has "total     1024 MiB"
+  run grun --quiet printf '[%s]' --limit 4GiB -- x
+  status_is 0
+  [ "$output" = "[--limit][4GiB][--][x]" ]
+  run grun --quiet -- --version
+  status_is 127
 }
 
 @test "no command" {
   run --separate-stderr grun --limit 1GiB
-  status_is 2
-  err_has "run: no command; usage: gpucap run [OPTIONS] -- COMMAND [ARGS...]"
+  status_is 125
+  err_has "run: no command; usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
   run --separate-stderr grun --
-  status_is 2
+  status_is 125
   err_has "run: no command after '--'"
 }
 
-@test "a command that is not found" {
+@test "a command that is not found: 127, as env and timeout" {
   run --separate-stderr grun -- gpucap-no-such-command
-  status_is 2
+  status_is 127
   err_has "run: 'gpucap-no-such-command': command not found in PATH"
   run --separate-stderr grun -- ./nonexistent
-  status_is 2
+  status_is 127
   err_has "run: cannot run './nonexistent': No such file or directory"
+  printf '#!/nonexistent/interpreter\n' >script.sh
+  chmod +x script.sh
+  run --separate-stderr grun -- ./script.sh
+  status_is 127
+  err_has "its interpreter (the #! line) or loader was not found"
 }
 
-@test "a command that is not executable" {
+@test "a command that is not executable: 126" {
   printf 'echo hi\n' >script.sh
   run --separate-stderr grun -- ./script.sh
-  status_is 2
+  status_is 126
   err_has "run: './script.sh': permission denied"
+  mkdir dir
+  run --separate-stderr grun -- ./dir
+  status_is 126
 }
 
-@test "an unknown option, a missing value, a value for a flag" {
+@test "an unknown option, a missing value, a value for a flag: 125" {
   run --separate-stderr grun --limt 1GiB -- true
-  status_is 2
+  status_is 125
   err_has "run: unknown option '--limt'; see gpucap run --help"
   run --separate-stderr grun --limit
-  status_is 2
+  status_is 125
   err_has "--limit needs a value"
   run --separate-stderr grun --quiet=yes -- true
-  status_is 2
+  status_is 125
   err_has "run: --quiet takes no value"
 }
 
 @test "run --help lists every option and every setting; --version" {
   run "$GPUCAP" run --help
   status_is 0
-  has "Usage: gpucap run [OPTIONS] -- COMMAND [ARGS...]"
+  has "Usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
+  has "125 when gpucap refuses to start it"
   for o in --limit --fraction --device-limit --growth --preallocate --report --json --trace \
-      --quiet --help --version; do
+      --quiet --allow-uncapped --help --version; do
     has " $o"
   done
   for v in $(sed -n 's/^CFG_OPT(\([A-Z_]*\),.*/GPUCAP_\1/p' "$TOP/config/options.def"); do

@@ -147,8 +147,9 @@ static bool ref_size(span_t s, uint64_t *out) {
   static const struct {
     const char *name;
     unsigned shift;
-  } units[] = {{"k", 10}, {"kib", 10}, {"m", 20}, {"mib", 20},
-               {"g", 30}, {"gib", 30}, {"t", 40}, {"tib", 40}};
+  } units[] = {{"k", 10}, {"ki", 10}, {"kib", 10}, {"m", 20}, {"mi", 20}, {"mib", 20},
+               {"g", 30}, {"gi", 30}, {"gib", 30}, {"t", 40}, {"ti", 40}, {"tib", 40}};
+  enum { NUNITS = sizeof units / sizeof units[0] };
   num_t v;
   s = strip(s);
   if (!clean_text(s)) {
@@ -165,10 +166,10 @@ static bool ref_size(span_t s, uint64_t *out) {
   unsigned shift = 0;
   if (u.n > 0) {
     size_t i = 0;
-    while (i < 8 && !same_word(u, units[i].name)) {
+    while (i < NUNITS && !same_word(u, units[i].name)) {
       i++;
     }
-    if (i == 8) {
+    if (i == NUNITS) {
       return false;
     }
     shift = units[i].shift;
@@ -193,10 +194,20 @@ static bool ref_fraction(span_t s, uint64_t *out) {
     return false;
   }
   size_t k = number(s, &v);
-  if (k == 0 || k != s.n || !v.fine_ok) {
+  /* A percentage: the number, blanks, '%' (the whole text is already stripped). */
+  size_t pct = k;
+  while (pct < s.n && (s.p[pct] == ' ' || s.p[pct] == '\t')) {
+    pct++;
+  }
+  bool percent = k > 0 && pct + 1 == s.n && s.p[pct] == '%';
+  if (k == 0 || (k != s.n && !percent) || !v.fine_ok || v.whole > 1000) {
     return false;
   }
   u128 e18 = v.whole * CFG_FRACTION_ONE + (u128)v.frac * pow10u(18 - v.nfrac);
+  if (percent && e18 % 100 != 0) {
+    return false; /* more than 16 digits after the point */
+  }
+  e18 /= percent ? 100 : 1;
   if (e18 == 0 || e18 > CFG_FRACTION_ONE) {
     return false;
   }
@@ -234,13 +245,23 @@ static bool ref_uint(span_t s, uint64_t min, uint64_t max, uint64_t *out) {
   return true;
 }
 
+/* The first ':' or '=' (either separates an ordinal from its value), or NULL. */
+static const char *sep(span_t s) {
+  for (size_t i = 0; i < s.n; i++) {
+    if (s.p[i] == ':' || s.p[i] == '=') {
+      return s.p + i;
+    }
+  }
+  return NULL;
+}
+
 static bool ref_devvals(span_t s, cfg_devkind_t kind, cfg_devvals_t *out) {
   memset(out, 0, sizeof *out);
   s = strip(s);
   if (!clean_text(s)) {
     return false;
   }
-  if (memchr(s.p, ':', s.n) == NULL && memchr(s.p, ',', s.n) == NULL) {
+  if (sep(s) == NULL && memchr(s.p, ',', s.n) == NULL) {
     out->every = true;
     return kind == CFG_DEV_SIZE ? ref_size(s, &out->every_value)
                                 : ref_fraction(s, &out->every_value);
@@ -249,7 +270,7 @@ static bool ref_devvals(span_t s, cfg_devkind_t kind, cfg_devvals_t *out) {
   for (;;) {
     const char *comma = memchr(p, ',', (size_t)(end - p));
     span_t item = strip((span_t){p, (size_t)((comma ? comma : end) - p)});
-    const char *colon = item.n ? memchr(item.p, ':', item.n) : NULL;
+    const char *colon = sep(item);
     if (colon == NULL) {
       return false;
     }
@@ -286,10 +307,18 @@ static bool ref_devvals(span_t s, cfg_devkind_t kind, cfg_devvals_t *out) {
   }
 }
 
+/* Any text without control bytes, but not a word that a switch or stream would be. */
 static bool ref_path(span_t s, char *out, size_t outlen) {
+  static const char *const words[] = {"-",     "stdout", "stderr", "off", "none", "null", "true",
+                                      "false", "yes",    "no",     "on",  "0",    "1"};
   s = strip(s);
-  if (s.n == 0 || memchr(s.p, '/', s.n) == NULL || s.n >= outlen) {
+  if (s.n == 0 || s.n >= outlen) {
     return false;
+  }
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+    if (same_word(s, words[i])) {
+      return false;
+    }
   }
   for (size_t i = 0; i < s.n; i++) {
     if ((unsigned char)s.p[i] < 0x20 || s.p[i] == 0x7f) {
@@ -497,7 +526,7 @@ static bool var_ok(int i, const char *v) {
            ref_path(s, path, sizeof path);
   case 5:
   case 6:
-    return ref_path(s, path, sizeof path);
+    return same_word(strip(s), "off") || ref_path(s, path, sizeof path);
   default:
     return ref_uint(s, 0, 3, &u);
   }
@@ -523,6 +552,12 @@ static void fuzz_load(const uint8_t *data, size_t size) {
   static cfg_t cfg;
   char msg[CFG_MSG_MAX];
   int rc = cfg_load(&cfg, fake_getenv, &env, msg, sizeof msg);
+  /* A variable that is empty or only white space counts as unset. */
+  for (int i = 0; i < NVARS - 1; i++) {
+    if (env.value[i] != NULL && strip((span_t){env.value[i], strlen(env.value[i])}).n == 0) {
+      env.value[i] = NULL;
+    }
+  }
   int first_bad = -1;
   for (int i = 0; i < 8; i++) {
     if (env.value[i] != NULL && !var_ok(i, env.value[i]) && first_bad < 0) {

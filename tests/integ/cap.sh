@@ -54,7 +54,7 @@ out0=$(GPUCAP_MEMORY_FRACTION=1:0.5 captest 0 $((8 * GiB)))
 is "$(field "$out0" allocs)" 2 "a device missing from the list is not capped"
 unset FAKECUDA_DEVICES FAKECUDA_MEMORY
 
-for bad in 1GB 0x100 -1 010 '4 GiBs' '' 0 '0:1GiB,0:2GiB'; do
+for bad in 1GB 0x100 -1 010 '4 GiBs' 0 '0:1GiB,0:2GiB'; do
   out=$(GPUCAP_MEMORY_LIMIT="$bad" captest 0 $MiB)
   is "$(field "$out" allocs)" 0 "GPUCAP_MEMORY_LIMIT='$bad' fails closed: no memory at all"
   is "$(field "$out" before_total)" 0 "  and get-info reports nothing to use"
@@ -63,6 +63,10 @@ for bad in 1GB 0x100 -1 010 '4 GiBs' '' 0 '0:1GiB,0:2GiB'; do
     "  one message names the variable, the value and the accepted forms"
   is "$lines" 1 "  exactly one error line (the exit report shows the refusals)"
 done
+# An empty value is unset (what a template that expands an unset value means), not an error.
+out=$(GPUCAP_MEMORY_LIMIT= GPUCAP_MEMORY_FRACTION=0.25 captest 0 $GiB)
+is "$(field "$out" allocs)" 4 "GPUCAP_MEMORY_LIMIT='' is unset: the fraction alone caps"
+is "$(grep -c '^gpucap: error' "$WORK/err")" 0 "  and nothing is said"
 out=$(GPUCAP_MEMORY_FRACTION=1.5 captest 0 $MiB)
 is "$(field "$out" allocs)" 0 "GPUCAP_MEMORY_FRACTION=1.5 fails closed"
 like "$(cat "$WORK/err")" "GPUCAP_MEMORY_FRACTION='1.5'" "  and says so"

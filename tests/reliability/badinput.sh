@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The bad-input matrix, through the real shim in a real program over the fake driver.
-# 1. Settings: malformed and hostile values for every variable (garbage, empty, blanks, signs,
-#    overflow, octal and hex, exponents, huge, non-ASCII, control bytes, per-device lists with
-#    bad ordinals, paths without '/', too long or with control bytes). Each must give exactly
+# 1. Settings: malformed and hostile values for every variable (garbage, signs, overflow, octal
+#    and hex, exponents, huge, non-ASCII, control bytes, per-device lists with bad ordinals,
+#    words that are not file names, paths too long or with control bytes; an empty or blank
+#    value is unset, checked apart). Each must give exactly
 #    one clear message naming the variable, the value and the accepted forms, fail closed (no
 #    device memory at all, get-info shows none) even next to a valid limit, never crash, never
 #    write to stdout.
@@ -50,11 +51,11 @@ check_bad() {
 
 long=$(head -c 100000 /dev/zero | tr '\0' '9')
 longpath="./$(head -c 5000 /dev/zero | tr '\0' 'a')"
-sizes=(garbage '' ' ' '  ' '-1' '-0' '+1' '1GB' '1gb' '1 G B' '0x100' '0X1p3' '010' '00'
+sizes=(garbage '-1' '-0' '+1' '1GB' '1gb' '1 G B' '0x100' '0X1p3' '010' '00'
   '0' '0.0GiB' '1e9' '1E9' '1.5' '1.' '.GiB' 'nan' 'inf' '-inf' '18446744073709551616'
   '18446744073709551615GiB' '16777216TiB' '99999999999999999999999999' '1PiB' '1 EiB' '1 GiBs'
   '1GiB1' '1GiB 1' '1,5GiB' $'1\nGiB' $'1GiB\x01' $'\x7f' $'1\xc3\xa9' $'\xd9\xa1GiB' '１GiB'
-  '1 Gi' '4GiB;rm' '1.0000000000000000001GiB' "$long"
+  '1 Pi' '4GiB;rm' '1.0000000000000000001GiB' "$long"
   '0:1GiB,0:2GiB' '64:1GiB' '0:1GiB,64:1GiB' '-1:1GiB' '00:1GiB' '0x0:1GiB' '0:' ':1GiB'
   '0:1GiB,' ',0:1GiB' '0:1GiB,,1:1GiB' '0;1GiB' '0:1GiB 1:2GiB' '0:1GiB:2GiB'
   '99999999999999999999:1GiB' $'\xd9\xa0:1GiB' '0:-1' '0:0' '0:1GB' 'a:1GiB')
@@ -62,23 +63,41 @@ for v in "${sizes[@]}"; do
   shown=$(printf '%q' "$v" | cut -c1-40)
   check_bad GPUCAP_MEMORY_LIMIT "$v" "$shown"
 done
-fractions=(garbage '' '0' '0.0' '-0.5' '1.5' '1.0000000000000000001' '2' '50%' '0.5%' '1e-1'
+fractions=(garbage '0' '0.0' '-0.5' '1.5' '1.0000000000000000001' '2' '150%' '0%' '50%%' '1e-1'
   '0x0.8' '.' '0.' '00.5' '01' 'nan' '0,5' '0:0.5,0:0.25' '64:0.5' '0:1.5' '0:' '0:0'
   $'0.5\x01' $'\xc2\xbd' "$long")
 for v in "${fractions[@]}"; do
   check_bad GPUCAP_MEMORY_FRACTION "$v" "$(printf '%q' "$v" | cut -c1-40)"
 done
 for var in GPUCAP_ALLOW_GROWTH GPUCAP_POOL; do
-  for v in maybe '' '2' '-1' 'tru' 'truee' 'yes please' $'on\x01' 'ＯＮ' "$long"; do
+  for v in maybe '2' '-1' 'tru' 'truee' 'yes please' $'on\x01' 'ＯＮ' "$long"; do
     check_bad "$var" "$v" "$(printf '%q' "$v" | cut -c1-40)"
   done
 done
-for v in '' '-1' '4' '01' '1.0' '0x1' 'debug' '99999999999999999999' $'1\xc3\xa9' "$long"; do
+for v in '-1' '4' '01' '1.0' '0x1' 'debug' '99999999999999999999' $'1\xc3\xa9' "$long"; do
   check_bad GPUCAP_VERBOSE "$v" "$(printf '%q' "$v" | cut -c1-40)"
 done
 for var in GPUCAP_REPORT GPUCAP_REPORT_JSON GPUCAP_TRACE; do
-  for v in '' 'report.txt' 'stdout' '1' $'./a\nb' $'./a\x01' $'./a\tb' "$longpath"; do
+  for v in '-' 'stdout' '1' 'none' $'./a\nb' $'./a\x01' $'./a\tb' "$longpath"; do
     check_bad "$var" "$v" "$(printf '%q' "$v" | cut -c1-40)"
+  done
+done
+
+# An empty or blank value is unset (a template expanding an unset value), never "no cap": the
+# 4 MiB cap next to it holds, and no error is reported.
+for var in GPUCAP_MEMORY_LIMIT GPUCAP_MEMORY_FRACTION GPUCAP_ALLOW_GROWTH GPUCAP_POOL \
+    GPUCAP_VERBOSE GPUCAP_REPORT GPUCAP_REPORT_JSON GPUCAP_TRACE; do
+  for v in '' ' ' $'\t\n'; do
+    out=$(
+      export FAKECUDA_MEMORY=16MiB GPUCAP_REPORT=off
+      [ "$var" = GPUCAP_MEMORY_LIMIT ] && export GPUCAP_MEMORY_FRACTION=0.25
+      [ "$var" = GPUCAP_MEMORY_LIMIT ] || export GPUCAP_MEMORY_LIMIT=4MiB
+      export "$var=$v"
+      with_shim "$TESTBIN/captest" 0 "$MiB" 8 2>"$WORK/err"
+    )
+    cases=$((cases + 1))
+    [ "$(field "$out" allocs)" = 4 ] && ! grep -q '^gpucap: error' "$WORK/err"
+    ok $? "$var=$(printf '%q' "$v") is unset: the 4 MiB cap holds, no error"
   done
 done
 

@@ -161,6 +161,13 @@ static const good_t good_sizes[] = {
     {"1.0GiB", GiB},
     {"1.000000000000000000000000GiB", GiB},
     {"0.0009765625K", 1},
+    /* Kubernetes' binary suffixes, any case like every unit. */
+    {"8Gi", 8 * GiB},
+    {"512Mi", 512 * MiB},
+    {"64Ki", 64 * KiB},
+    {"1Ti", TiB},
+    {"1.5Gi", 1536 * MiB},
+    {"8 gi", 8 * GiB},
 };
 
 static const bad_t bad_sizes[] = {
@@ -186,7 +193,8 @@ static const bad_t bad_sizes[] = {
     {"3kB", -EINVAL, "did you mean '3KiB'"},
     {"1TB", -EINVAL, "did you mean '1TiB'"},
     {"1.5GB", -EINVAL, "did you mean '1.5GiB'"},
-    {"4Gi", -EINVAL, "did you mean '4GiB'"},
+    {"4GB", -EINVAL, "did you mean '4GiB'"},
+    {"4Pi", -EINVAL, "not supported"},
     {"4B", -EINVAL, "'B' suffix"},
     {"1PiB", -EINVAL, "not supported"},
     {"1P", -EINVAL, "not supported"},
@@ -278,6 +286,14 @@ static const good_t good_fractions[] = {
     {"0.5000000000000000000000", 5 * E17},
     {"0.1", E17},
     {"0.75", 75 * (E17 / 10)},
+    /* Percentages, as CuPy's CUPY_GPU_MEMORY_LIMIT writes them. */
+    {"50%", 5 * E17},
+    {"100%", CFG_FRACTION_ONE},
+    {"100.0%", CFG_FRACTION_ONE},
+    {"12.5%", 125 * (E17 / 100)},
+    {" 25 % ", CFG_FRACTION_ONE / 4},
+    {"0.0000000000000001%", 1},
+    {"33.3333333333333333%", UINT64_C(333333333333333333)},
 };
 
 static const bad_t bad_fractions[] = {
@@ -295,7 +311,13 @@ static const bad_t bad_fractions[] = {
     {"inf", -EINVAL, "infinity"},
     {"-0.5", -EINVAL, "negative"},
     {"+0.5", -EINVAL, "'+'"},
-    {"50%", -EINVAL, "'%'"},
+    {"0%", -ERANGE, "more than 0"},
+    {"101%", -ERANGE, "more than 100%"},
+    {"100.1%", -ERANGE, "more than 100%"},
+    {"0.5%%", -EINVAL, "unexpected"},
+    {"%", -EINVAL, "not a number"},
+    {"50%x", -EINVAL, "unexpected"},
+    {"0.00000000000000001%", -EINVAL, "16 digits"},
     {"0.5x", -EINVAL, "unexpected"},
     {"0.5 GiB", -EINVAL, "unexpected"},
     {"0,5", -EINVAL, "unexpected"},
@@ -358,8 +380,8 @@ static void test_fractions_bools_ints(void) {
   for (size_t i = 0; i < sizeof bad_bools / sizeof bad_bools[0]; i++) {
     bool v = true;
     int rc = cfg_parse_bool(bad_bools[i], &v, why, sizeof why);
-    tap_ok(rc == -EINVAL && v && why[0] != '\0', "boolean '%s' is rejected: %s",
-           show(bad_bools[i]), why);
+    tap_ok(rc == -EINVAL && v && why[0] != '\0', "boolean '%s' is rejected: %s", show(bad_bools[i]),
+           why);
   }
 
   static const good_t good_ints[] = {{"0", 0}, {"3", 3}, {" 2 ", 2}};
@@ -428,6 +450,19 @@ static const good_list_t good_lists[] = {
      {5 * E17, CFG_FRACTION_ONE / 4},
      "0:0.5,1:0.25"},
     {".5", CFG_DEV_FRACTION, true, 5 * E17, 0, {0, 0}, {0, 0}, "0.5"},
+    /* '=' separates an ordinal from its value as ':' does, in one list too. */
+    {"0=4GiB,1=2GiB", CFG_DEV_SIZE, false, 0, 3, {0, 1}, {4 * GiB, 2 * GiB}, "0:4GiB,1:2GiB"},
+    {"0=4GiB, 1:2Gi", CFG_DEV_SIZE, false, 0, 3, {0, 1}, {4 * GiB, 2 * GiB}, "0:4GiB,1:2GiB"},
+    {"1 = 8Gi", CFG_DEV_SIZE, false, 0, 2, {1, 1}, {8 * GiB, 8 * GiB}, "1:8GiB"},
+    {"0=50%,1:0.25",
+     CFG_DEV_FRACTION,
+     false,
+     0,
+     3,
+     {0, 1},
+     {5 * E17, CFG_FRACTION_ONE / 4},
+     "0:0.5,1:0.25"},
+    {"50%", CFG_DEV_FRACTION, true, 5 * E17, 0, {0, 0}, {0, 0}, "0.5"},
 };
 
 typedef struct bad_list {
@@ -454,6 +489,9 @@ static const bad_list_t bad_lists[] = {
     {"0:4GiB,1:1GiB, 0 :2GiB", CFG_DEV_SIZE, -EINVAL, "listed twice"},
     {"0:", CFG_DEV_SIZE, -EINVAL, "device 0: empty"},
     {":4GiB", CFG_DEV_SIZE, -EINVAL, "missing device ordinal"},
+    {"=4GiB", CFG_DEV_SIZE, -EINVAL, "missing device ordinal"},
+    {"0=4GiB,0:2GiB", CFG_DEV_SIZE, -EINVAL, "device 0 is listed twice"},
+    {"0=1=2GiB", CFG_DEV_SIZE, -EINVAL, "unexpected"},
     {"0:1GB", CFG_DEV_SIZE, -EINVAL, "device 0: 'GB' is ambiguous"},
     {"4GiB,2GiB", CFG_DEV_SIZE, -EINVAL, "'ordinal:'"},
     {"0:0", CFG_DEV_SIZE, -ERANGE, "device 0: the size comes to zero"},
@@ -536,6 +574,11 @@ static void test_paths_and_formats(void) {
     const char *want;
   } good_paths[] = {{"/tmp/x", "/tmp/x"},
                     {"./r.txt", "./r.txt"},
+                    {"r.txt", "r.txt"},
+                    {" run.json ", "run.json"},
+                    {"offline", "offline"},
+                    {"./1", "./1"},
+                    {"./stdout", "./stdout"},
                     {"  /tmp/a b  ", "/tmp/a b"},
                     {"/home/jos\xc3\xa9/r", "/home/jos\xc3\xa9/r"}};
   for (size_t i = 0; i < sizeof good_paths / sizeof good_paths[0]; i++) {
@@ -545,8 +588,16 @@ static void test_paths_and_formats(void) {
   }
   static const bad_t bad_paths[] = {{"", -EINVAL, "empty"},
                                     {"  ", -EINVAL, "empty"},
-                                    {"r.txt", -EINVAL, "write './r.txt'"},
-                                    {"1", -EINVAL, "not a path"},
+                                    {"1", -EINVAL, "write './1' for a file of that name"},
+                                    {"0", -EINVAL, "not a file name"},
+                                    {"-", -EINVAL, "write './-'"},
+                                    {"stdout", -EINVAL, "not a file name"},
+                                    {"STDERR", -EINVAL, "write './STDERR'"},
+                                    {" off ", -EINVAL, "not a file name"},
+                                    {"None", -EINVAL, "not a file name"},
+                                    {"null", -EINVAL, "not a file name"},
+                                    {"true", -EINVAL, "not a file name"},
+                                    {"No", -EINVAL, "not a file name"},
                                     {"/tmp/a\nb", -EINVAL, "control"},
                                     {"/tmp/\x1b[2J", -EINVAL, "control"}};
   for (size_t i = 0; i < sizeof bad_paths / sizeof bad_paths[0]; i++) {
@@ -567,6 +618,13 @@ static void test_paths_and_formats(void) {
   TAP_EQ(cfg_parse_path(longest, out, sizeof out, why, sizeof why), -ENAMETOOLONG,
          "a path of PATH_MAX bytes is too long");
 
+  TAP_EQ(cfg_expand_path("/tmp/r.%p.json", 4242, out, sizeof out), 0, "%%p expands");
+  tap_ok(strcmp(out, "/tmp/r.4242.json") == 0, "%%p becomes the process id: %s", out);
+  cfg_expand_path("%p%p-%x-%-100%", 7, out, sizeof out);
+  tap_ok(strcmp(out, "77-%x-%-100%") == 0, "every %%p is replaced, other bytes copied: %s", out);
+  TAP_EQ(cfg_expand_path("ab%p", 12345, out, 7), -ENAMETOOLONG, "a pid that does not fit");
+  TAP_EQ(cfg_expand_path("abcdef", 1, out, 6), -ENAMETOOLONG, "a path that does not fit");
+  TAP_EQ(cfg_expand_path("abcde", 1, out, 6), 0, "a path that just fits");
   tap_ok(cfg_parse_dest("stderr", &d, why, sizeof why) == 0 && d.kind == CFG_DEST_STDERR,
          "destination 'stderr'");
   tap_ok(cfg_parse_dest(" STDERR ", &d, why, sizeof why) == 0 && d.kind == CFG_DEST_STDERR,
@@ -576,9 +634,12 @@ static void test_paths_and_formats(void) {
   tap_ok(cfg_parse_dest("./off", &d, why, sizeof why) == 0 && d.kind == CFG_DEST_FILE &&
              strcmp(d.path, "./off") == 0,
          "destination './off' is a file");
+  tap_ok(cfg_parse_dest("report.txt", &d, why, sizeof why) == 0 && d.kind == CFG_DEST_FILE &&
+             strcmp(d.path, "report.txt") == 0,
+         "destination 'report.txt' is a file in the working directory");
   d.kind = CFG_DEST_OFF;
   tap_ok(cfg_parse_dest("stdout", &d, why, sizeof why) == -EINVAL && d.kind == CFG_DEST_OFF &&
-             has(why, "not stderr, off or a path"),
+             has(why, "accepted: stderr, off or a file path") && has(why, "'./stdout'"),
          "destination 'stdout' is rejected: %s", why);
   tap_ok(cfg_parse_dest("", &d, why, sizeof why) == -EINVAL, "destination '' is rejected");
 
@@ -675,6 +736,46 @@ static void test_caps(void) {
   TAP_EQ(cfg_device_cap(&cfg, 0, 2 * GiB), 2 * GiB, "mixed lists: fraction 1 of a small card");
 }
 
+/* Empty values are unset (a template that expands an unset value means "no setting"); `off`
+ * turns off a file setting; a bare name is a file in the working directory. */
+static void test_empty_off_and_names(void) {
+  cfg_t cfg;
+  char msg[CFG_MSG_MAX];
+  static const char *const blanks[] = {"", " ", "\t\n"};
+
+  for (size_t i = 0; i < sizeof blanks / sizeof blanks[0]; i++) {
+    for (int id = 0; id < CFG_OPT_COUNT; id++) {
+      const char *name = cfg_option((cfg_opt_t)id)->name;
+      int rc = load(&cfg, msg, name, blanks[i], NULL);
+      if (!tap_ok(rc == 0 && cfg.valid && msg[0] == '\0' &&
+                      cfg_option_source(&cfg, (cfg_opt_t)id) == CFG_SRC_DEFAULT,
+                  "%s='%s' counts as unset", name, show(blanks[i]))) {
+        tap_diag("  rc %d, msg '%s'", rc, msg);
+      }
+    }
+  }
+  TAP_EQ(cfg_device_cap(&cfg, 0, 16 * GiB) == UINT64_MAX, 1, "an empty limit caps nothing");
+  load(&cfg, msg, "GPUCAP_ALLOW_GROWTH", "", "TF_FORCE_GPU_ALLOW_GROWTH", "false", NULL);
+  tap_ok(!cfg.allow_growth && cfg_option_source(&cfg, CFG_OPT_ALLOW_GROWTH) == CFG_SRC_ALIAS,
+         "an empty GPUCAP_ALLOW_GROWTH is unset: TF_FORCE_GPU_ALLOW_GROWTH decides");
+
+  TAP_EQ(load(&cfg, msg, "GPUCAP_REPORT_JSON", "OFF", "GPUCAP_TRACE", " off ", NULL), 0,
+         "GPUCAP_REPORT_JSON=OFF and GPUCAP_TRACE=' off ' load");
+  tap_ok(cfg.report_json[0] == '\0' && cfg.trace[0] == '\0' &&
+             cfg_option_source(&cfg, CFG_OPT_TRACE) == CFG_SRC_ENV,
+         "off: no JSON file and no trace, from the environment");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_REPORT_JSON", "run.json", "GPUCAP_TRACE", "trace.csv",
+              "GPUCAP_REPORT", "report.txt", NULL),
+         0, "bare file names load");
+  tap_ok(strcmp(cfg.report_json, "run.json") == 0 && strcmp(cfg.trace, "trace.csv") == 0 &&
+             cfg.report.kind == CFG_DEST_FILE && strcmp(cfg.report.path, "report.txt") == 0,
+         "bare file names are kept as written");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_TRACE", "stdout", NULL), -EINVAL, "GPUCAP_TRACE=stdout fails");
+  tap_ok(has(msg, "write './stdout' for a file of that name") &&
+             has(msg, "accepted: a file path)") && !has(msg, "stderr, off"),
+         "and says how to name such a file: %s", msg);
+}
+
 static void test_fail_closed(void) {
   cfg_t cfg;
   char msg[CFG_MSG_MAX];
@@ -700,8 +801,6 @@ static void test_fail_closed(void) {
     const char *name;
     const char *value;
   } bads[] = {
-      {"GPUCAP_MEMORY_LIMIT", ""},
-      {"GPUCAP_MEMORY_LIMIT", "  "},
       {"GPUCAP_MEMORY_LIMIT", "0"},
       {"GPUCAP_MEMORY_LIMIT", "-1"},
       {"GPUCAP_MEMORY_LIMIT", "0x10"},
@@ -713,11 +812,10 @@ static void test_fail_closed(void) {
       {"GPUCAP_MEMORY_FRACTION", "1.0001"},
       {"GPUCAP_MEMORY_FRACTION", "nan"},
       {"GPUCAP_ALLOW_GROWTH", "maybe"},
-      {"GPUCAP_ALLOW_GROWTH", ""},
       {"GPUCAP_POOL", "of"},
       {"GPUCAP_REPORT", "stdout"},
-      {"GPUCAP_REPORT_JSON", "out.json"},
-      {"GPUCAP_TRACE", ""},
+      {"GPUCAP_REPORT_JSON", "stderr"},
+      {"GPUCAP_TRACE", "1"},
       {"GPUCAP_VERBOSE", "4"},
       {"GPUCAP_VERBOSE", "-1"},
   };
@@ -759,8 +857,7 @@ static void test_fail_closed(void) {
   memset(huge, '\xff', sizeof huge - 1);
   load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", huge, NULL);
   tap_ok(has(msg, "...'") && strlen(msg) < CFG_MSG_MAX - 1 && has(msg, "; accepted: "),
-         "a huge non-ASCII value is cut and the message fits untruncated (%zu bytes)",
-         strlen(msg));
+         "a huge non-ASCII value is cut and the message fits untruncated (%zu bytes)", strlen(msg));
   memset(huge, '9', sizeof huge - 1);
   TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", huge, NULL), -EINVAL, "a 4999-digit limit fails");
   tap_ok(has(msg, "2^64") && strlen(msg) < CFG_MSG_MAX - 1, "as an overflow, message complete");
@@ -836,8 +933,8 @@ static void test_environment(void) {
   load(&cfg, msg, "GPUCAP_REPORT", " OFF ", "GPUCAP_REPORT_JSON", "/tmp/r.json", "GPUCAP_TRACE",
        "./trace.txt", "GPUCAP_VERBOSE", "3", "GPUCAP_POOL", "off", NULL);
   tap_ok(cfg.valid && cfg.report.kind == CFG_DEST_OFF &&
-             strcmp(cfg.report_json, "/tmp/r.json") == 0 &&
-             strcmp(cfg.trace, "./trace.txt") == 0 && cfg.verbose == 3 && !cfg.pool,
+             strcmp(cfg.report_json, "/tmp/r.json") == 0 && strcmp(cfg.trace, "./trace.txt") == 0 &&
+             cfg.verbose == 3 && !cfg.pool,
          "report, JSON, trace, verbose and pool settings are read");
 
   // The process environment, through the default lookup.
@@ -861,7 +958,7 @@ static void test_environment(void) {
 static void test_unknown(void) {
   char msg[CFG_MSG_MAX];
   const char *clean[] = {"PATH=/bin", "GPUCAP_MEMORY_LIMIT=1GiB", "GPUCAP_LIB=/x/libgpucap.so",
-                         "GPUCAP_=1", "XGPUCAP_MEMROY_LIMIT=1", "TF_FORCE_GPU_ALLOW_GROWTH=true",
+                         "GPUCAP_=1", "XGPUCAP_MEMROY_LIMIT=1",   "TF_FORCE_GPU_ALLOW_GROWTH=true",
                          NULL};
   TAP_EQ(cfg_unknown(clean, msg, sizeof msg), 0, "settings, GPUCAP_LIB and others are known");
   tap_ok(msg[0] == '\0', "... and nothing is said");
@@ -869,11 +966,20 @@ static void test_unknown(void) {
                          "GPUCAP_REPORTJSON", NULL};
   TAP_EQ(cfg_unknown(typos, msg, sizeof msg), 3, "three unknown GPUCAP_ names");
   int same = strcmp(msg, "gpucap: warning: GPUCAP_MEMROY_LIMIT is not a gpucap setting and is "
-                     "ignored (did you mean GPUCAP_MEMORY_LIMIT?)\n"
-                     "gpucap: warning: GPUCAP_FOO is not a gpucap setting and is ignored\n"
-                     "gpucap: warning: GPUCAP_REPORTJSON is not a gpucap setting and is "
-                     "ignored (did you mean GPUCAP_REPORT_JSON?)\n") == 0;
+                         "ignored (did you mean GPUCAP_MEMORY_LIMIT?)\n"
+                         "gpucap: warning: GPUCAP_FOO is not a gpucap setting and is ignored\n"
+                         "gpucap: warning: GPUCAP_REPORTJSON is not a gpucap setting and is "
+                         "ignored (did you mean GPUCAP_REPORT_JSON?)\n") == 0;
   if (!tap_ok(same, "one line each, with the nearest setting when one is close")) {
+    tap_diag("got: %s", msg);
+  }
+  TAP_EQ(cfg_unknown_check(typos, true, msg, sizeof msg), 3, "refused: the same three names");
+  same = strcmp(msg, "gpucap: error: GPUCAP_MEMROY_LIMIT is not a gpucap setting (did you mean "
+                     "GPUCAP_MEMORY_LIMIT?)\n"
+                     "gpucap: error: GPUCAP_FOO is not a gpucap setting\n"
+                     "gpucap: error: GPUCAP_REPORTJSON is not a gpucap setting (did you mean "
+                     "GPUCAP_REPORT_JSON?)\n") == 0;
+  if (!tap_ok(same, "refused: one error line each, naming the setting meant")) {
     tap_diag("got: %s", msg);
   }
   char small[20];
@@ -959,13 +1065,11 @@ static void test_table(void) {
   tap_ok(right, "every default is written in canonical form");
 
   char msg[CFG_MSG_MAX];
-  load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1.5GiB", "GPUCAP_MEMORY_FRACTION", " 1:.25 , 0:1 ",
-       NULL);
+  load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1.5GiB", "GPUCAP_MEMORY_FRACTION", " 1:.25 , 0:1 ", NULL);
   cfg_option_value(&cfg, CFG_OPT_MEMORY_LIMIT, value, sizeof value);
   tap_ok(strcmp(value, "1536MiB") == 0, "a limit shows in canonical form ('%s')", value);
   cfg_option_value(&cfg, CFG_OPT_MEMORY_FRACTION, value, sizeof value);
-  tap_ok(strcmp(value, "0:1,1:0.25") == 0, "a fraction list shows in canonical form ('%s')",
-         value);
+  tap_ok(strcmp(value, "0:1,1:0.25") == 0, "a fraction list shows in canonical form ('%s')", value);
   TAP_EQ(cfg_option_value(&cfg, CFG_OPT_COUNT, value, sizeof value), 0, "bad id: no value");
   tap_ok(value[0] == '\0', "bad id: empty text");
 }
@@ -1123,6 +1227,7 @@ int main(void) {
   test_paths_and_formats();
   test_defaults();
   test_caps();
+  test_empty_off_and_names();
   test_fail_closed();
   test_growth();
   test_environment();

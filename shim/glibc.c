@@ -1,0 +1,81 @@
+/* The library runs on glibc 2.28 and later (RHEL/Rocky 8, the oldest distribution the CUDA 13
+ * toolkit supports), whichever glibc builds it. A build on glibc 2.33+ would otherwise import
+ * fstat and lstat at GLIBC_2.33 (before, they were inline wrappers of __fxstat), and on 2.34+
+ * the dl* and pthread_* functions at GLIBC_2.34 (when they moved from libdl and libpthread into
+ * libc): the loader then refuses the library on an older system, and with LD_PRELOAD that means
+ * "ignored" and a program running uncapped.
+ *
+ * So this file gives the library its own hidden definitions of those names, which the linker
+ * binds every call in the library to: the dl and pthread ones call the oldest version of the
+ * function (`.symver`), which every glibc since still exports; the stat ones make the system
+ * call. The library links libdl.so.2 and libpthread.so.0 by name, where glibc before 2.34
+ * defines them. tests/unit/glibc_versions.sh checks the GLIBC_ versions the library needs.
+ * Nothing here is exported (the version script), and nothing holds state.
+ */
+#include <features.h>
+
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#define GLIBC_BASE "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define GLIBC_BASE "GLIBC_2.17"
+#else
+#error "gpucap supports x86-64 and AArch64 only"
+#endif
+
+// GCC checks these definitions against the declarations of the headers, which is the point.
+// Uninstrumented: a sanitizer runtime calls dlsym, and so dlvsym here, before it is ready.
+#define HIDDEN __attribute__((visibility("hidden"), no_sanitize("address", "undefined", "thread")))
+
+int fstat(int fd, struct stat *st) HIDDEN;
+int lstat(const char *restrict path, struct stat *restrict st) HIDDEN;
+int stat(const char *restrict path, struct stat *restrict st) HIDDEN;
+
+int fstat(int fd, struct stat *st) {
+  return (int)syscall(SYS_fstat, fd, st);
+}
+
+int lstat(const char *restrict path, struct stat *restrict st) {
+  return (int)syscall(SYS_newfstatat, AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW);
+}
+
+int stat(const char *restrict path, struct stat *restrict st) {
+  return (int)syscall(SYS_newfstatat, AT_FDCWD, path, st, 0);
+}
+
+#if __GLIBC_PREREQ(2, 34)
+
+/* OLD(ret, name, params, args): `name` calling name@GLIBC_BASE through the alias old_name. */
+#define OLD(ret, name, params, args)                                                               \
+  ret old_##name params;                                                                           \
+  __asm__(".symver old_" #name ", " #name "@" GLIBC_BASE);                                         \
+  ret name params HIDDEN;                                                                          \
+  ret name params {                                                                                \
+    return old_##name args;                                                                        \
+  }
+
+OLD(void *, dlopen, (const char *file, int mode), (file, mode))
+OLD(int, dlclose, (void *handle), (handle))
+OLD(void *, dlvsym, (void *restrict handle, const char *restrict name, const char *restrict v),
+    (handle, name, v))
+OLD(int, dladdr, (const void *addr, Dl_info *info), (addr, info))
+OLD(char *, dlerror, (void), ())
+OLD(int, pthread_once, (pthread_once_t * once, void (*init)(void)), (once, init))
+OLD(int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))
+OLD(int, pthread_key_create, (pthread_key_t * key, void (*dtor)(void *)), (key, dtor))
+OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))
+OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))
+OLD(int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))
+
+#endif
+#else
+typedef int glibc_compat_unused; /* an empty file is not valid ISO C */
+#endif
