@@ -113,8 +113,11 @@ struct CUctx_st {
   uint64_t peers;      /* devices whose memory it may access (cuCtxEnablePeerAccess) */
 };
 
+struct fk_capture;
+
 struct CUstream_st {
   struct CUctx_st *ctx;
+  struct fk_capture *cap; /* the capture sequence it takes part in (fk_graph.c), or NULL */
   int kind; /* FK_S_* */
   int live;
   unsigned flags;
@@ -132,6 +135,8 @@ struct CUevent_st {
   struct CUstream_st *stream; /* where it was recorded */
   uint64_t seq;               /* ... and the position in that stream */
   int polls;
+  struct fk_capture *cap; /* last recorded inside this capture sequence, or NULL */
+  double ms;              /* when it was recorded (CLOCK_MONOTONIC, milliseconds) */
 };
 
 struct fk_device {
@@ -255,7 +260,8 @@ CUresult fk_cls_get(void **value, CUcontext ctx, void *key);
 
 /* ---- Streams, events and the pending-work engine (fk_stream.c). ---- */
 
-enum { FK_W_COPY, FK_W_SET, FK_W_HOOK, FK_W_FREE, FK_W_WAIT };
+enum { FK_W_COPY, FK_W_SET, FK_W_HOOK, FK_W_FREE, FK_W_WAIT, FK_W_HOST, FK_W_GRAPH_ALLOC,
+       FK_W_GRAPH_FREE };
 
 struct fk_range {
   uintptr_t addr;
@@ -275,7 +281,17 @@ struct fk_work {
   size_t count;                    /* FK_W_SET: elements; FK_W_COPY: bytes */
   struct CUstream_st *wait_stream; /* FK_W_WAIT: work to wait for */
   uint64_t wait_seq;
+  void (*host_fn)(void *);                      /* FK_W_HOST: cuLaunchHostFunc's function */
+  void (*callback)(CUstream, CUresult, void *); /* ... or cuStreamAddCallback's */
+  CUstream callback_stream;
+  void *host_arg;
 };
+
+/* Runs w's effect now (it is complete) and frees it. */
+void fk_work_execute(struct fk_work *w);
+
+/* A copy of w for another queue (its staging buffer duplicated). */
+struct fk_work *fk_work_clone(const struct fk_work *w);
 
 /* Creates a stream of `kind` in c (never fails but for ENOMEM, which aborts). */
 struct CUstream_st *fk_stream_new(struct CUctx_st *c, int kind, unsigned flags, int priority);
@@ -312,7 +328,16 @@ void fk_stream_kill_ctx(struct CUctx_st *c);
 
 /* ---- Memory (fk_mem.c, fk_vmm.c, fk_copy.c). ---- */
 
-enum { FK_K_DEVICE = 1, FK_K_ASYNC, FK_K_MANAGED, FK_K_HOST, FK_K_RESERVE, FK_K_IPC, FK_K_MODULE };
+enum {
+  FK_K_DEVICE = 1,
+  FK_K_ASYNC,
+  FK_K_MANAGED,
+  FK_K_HOST,
+  FK_K_RESERVE,
+  FK_K_IPC,
+  FK_K_MODULE,
+  FK_K_GRAPH /* a graph memory node's allocation: address fixed at capture, memory at launch */
+};
 
 struct fk_phys {
   CUmemGenericAllocationHandle handle;
@@ -339,6 +364,8 @@ struct fk_alloc {
   int kind;    /* FK_K_* */
   int dev;
   int freeing; /* cuMemFreeAsync enqueued: gone for the API, alive for pending work */
+  int graph_phys; /* FK_K_GRAPH: its memory is held (counted in used) */
+  int graph_live; /* FK_K_GRAPH: allocated by a launch and not freed since */
   struct CUctx_st *ctx;
   unsigned long long id;
   unsigned flags;      /* cuMemHostAlloc / cuMemAllocManaged flags */
@@ -351,6 +378,10 @@ struct fk_alloc {
   unsigned long long ipc_id;
   int ipc_refs;
 };
+
+/* A graph allocation takes (take=1) or gives back (take=0) its device memory: counted as the
+ * program's like any allocation. Fails with CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult fk_mem_graph_memory(struct fk_alloc *a, int take);
 
 /* Device memory of dev not held by the program or the driver. */
 size_t fk_dev_free(int dev);
@@ -509,6 +540,42 @@ void fk_image_free(struct fk_image *img);
 /* The kernel / variable of that name, or NULL. */
 struct fk_ksym *fk_image_kernel(struct fk_image *img, const char *name);
 struct fk_gsym *fk_image_global(struct fk_image *img, const char *name);
+
+/* ---- Stream capture and graphs (fk_graph.c). ---- */
+
+/* Called by fk_work_enqueue for a stream that takes part in a capture: records w as a node of
+ * the capture's graph (or drops it when the capture is invalidated). */
+void fk_capture_record(struct CUstream_st *s, struct fk_work *w);
+
+/* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when the calling thread may not make a "potentially
+ * unsafe" call (allocation, free, synchronous copy, context synchronize) now, per its capture
+ * mode (cuThreadExchangeStreamCaptureMode): the captures it would disturb are invalidated.
+ * CUDA_SUCCESS otherwise. */
+CUresult fk_capture_unsafe(void);
+
+/* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the capture invalidated) when s is capturing:
+ * it cannot be waited for. */
+CUresult fk_capture_sync_check(struct CUstream_st *s);
+
+/* s waits for an event last recorded in capture cap (NULL: outside any capture): s joins cap,
+ * or the dependency stays inside the graph; waiting across the capture boundary is refused
+ * (CUDA_ERROR_STREAM_CAPTURE_ISOLATION, or _MERGE between two captures) unless external. */
+CUresult fk_capture_wait(struct CUstream_st *s, struct fk_capture *cap, int external);
+
+/* Whether any stream of c takes part in a capture. */
+int fk_capture_active(const struct CUctx_st *c);
+
+/* A captured cuMemAllocAsync on s: an allocation node whose address is fixed now and whose
+ * memory is taken when the graph is launched. */
+CUresult fk_graph_alloc(struct CUstream_st *s, int dev, size_t size, CUdeviceptr *out);
+
+/* The program frees a graph allocation (cuMemFreeAsync on s, or cuMemFree_v2 with s NULL):
+ * its memory goes back to the device's graph pool, still held until cuDeviceGraphMemTrim. */
+CUresult fk_graph_free(struct fk_alloc *a, struct CUstream_st *s);
+
+/* Drops the graphs and executable graphs of c and the capture state of its streams. */
+void fk_graph_free_ctx(struct CUctx_st *c);
+void fk_graph_teardown(void);
 
 /* ---- Modules, libraries, functions and launches (fk_module.c). ---- */
 

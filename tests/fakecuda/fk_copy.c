@@ -69,8 +69,8 @@ static int still_there(const struct fk_range *r, int dev, int write, int *stale,
   }
   int ok = a->kind == FK_K_RESERVE ? fk_vmm_covered(a, r->addr, r->n, dev, write)
                                    : r->addr + r->n <= a->base + a->size;
-  *visible = fk_mem_host_visible(
-      a->kind == FK_K_HOST || a->kind == FK_K_MANAGED ? FK_AT_PINNED : FK_AT_DEVICE);
+  *visible = fk_mem_host_visible(a->kind == FK_K_HOST || a->kind == FK_K_MANAGED ? FK_AT_PINNED
+                                                                                 : FK_AT_DEVICE);
   return ok;
 }
 
@@ -121,6 +121,9 @@ static CUresult op_stream(int async, CUstream h, int pt, struct CUstream_st **s)
   }
   struct CUctx_st *c;
   CUresult rc = fk_ctx_current(&c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe(); /* a synchronous copy or memset waits for the device */
+  }
   if (rc == CUDA_SUCCESS) {
     *s = pt ? fk_stream_thread(c) : c->legacy;
   }

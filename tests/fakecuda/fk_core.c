@@ -361,6 +361,7 @@ __attribute__((destructor)) static void fk_unload(void) {
   }
   /* Like a real driver at exit: release everything; later calls get DEINITIALIZED. This also
    * lets a dlclose()d fake leave nothing behind. */
+  fk_graph_teardown();
   fk_stream_teardown();
   fk_module_teardown();
   fk_vmm_teardown();

@@ -84,6 +84,7 @@ static void cls_destroy(struct CUctx_st *c) {
 
 static void deactivate(struct CUctx_st *c) {
   cls_destroy(c);
+  fk_graph_free_ctx(c);
   fk_sync_ctx(c);
   fk_module_free_ctx(c);
   fk_mem_free_ctx(c, c->primary);
@@ -747,6 +748,12 @@ FK_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
 static CUresult ctx_synchronize(struct CUctx_st *h) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_or_current(h, &c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe();
+  }
+  for (size_t i = 0; rc == CUDA_SUCCESS && i < c->nstreams; i++) {
+    rc = fk_capture_sync_check(c->streams[i]); /* it would wait for a capturing stream */
+  }
   if (rc == CUDA_SUCCESS) {
     fk_sync_ctx(c);
   }

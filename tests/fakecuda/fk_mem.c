@@ -8,8 +8,9 @@
  * with host memory. With FAKECUDA_BACKING=1 the device regions are a shared mapping of one
  * memfd (so another process can map an exported allocation's bytes: fk_ipc.c), and the pages
  * of live device allocations are made read/write (and punched out of the file again when
- * freed) so copies and memsets move real bytes; without it device bytes are never touched. Managed and pinned host memory are ordinary anonymous
- * mappings, always accessible. Registry: an array of allocations sorted by base address.
+ * freed) so copies and memsets move real bytes; without it device bytes are never touched. Managed
+ * and pinned host memory are ordinary anonymous mappings, always accessible. Registry: an array of
+ * allocations sorted by base address.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -80,11 +81,10 @@ CUresult fk_mem_init(void) {
 int fk_mem_map_pages(uintptr_t addr, size_t len, int fd, uint64_t off) {
   void *p = fd >= 0 ? mmap((void *)addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                            (off_t)off)
-            : fk.dev_fd >= 0
-                ? mmap((void *)addr, len, PROT_NONE, MAP_SHARED | MAP_FIXED, fk.dev_fd,
-                       (off_t)(addr - fk.va_base))
-                : mmap((void *)addr, len, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+            : fk.dev_fd >= 0 ? mmap((void *)addr, len, PROT_NONE, MAP_SHARED | MAP_FIXED, fk.dev_fd,
+                                    (off_t)(addr - fk.va_base))
+                             : mmap((void *)addr, len, PROT_NONE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   return p == MAP_FAILED ? -1 : 0;
 }
 
@@ -219,6 +219,15 @@ void fk_mem_release(struct fk_alloc *a) {
       fk_mem_map_pages(a->base - a->lead, a->lead + a->span, -1, 0);
     }
     break;
+  case FK_K_GRAPH:
+    if (a->graph_phys) {
+      fk.dev[a->dev].used -= a->span;
+      fk.dev[a->dev].free_calls++;
+      if (fk.cfg.backing) {
+        pages_release(a);
+      }
+    }
+    break;
   default:
     break;
   }
@@ -238,6 +247,31 @@ void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
       i++;
     }
   }
+}
+
+CUresult fk_mem_graph_memory(struct fk_alloc *a, int take) {
+  struct fk_device *d = &fk.dev[a->dev];
+  if (take && !a->graph_phys) {
+    uintptr_t lo = round_down(a->base, PAGE), hi = round_up(a->base + a->span, PAGE);
+    if (a->span > fk_dev_free(a->dev) ||
+        (fk.cfg.backing && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    d->used += a->span;
+    d->peak = d->used > d->peak ? d->used : d->peak;
+    d->alloc_calls++;
+    a->graph_phys = 1;
+  } else if (!take && a->graph_phys) {
+    d->used -= a->span;
+    d->free_calls++;
+    a->graph_phys = 0;
+    if (fk.cfg.backing) {
+      registry_remove(a);
+      pages_release(a);
+      fk_mem_insert(a);
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 size_t fk_dev_free(int dev) {
@@ -299,6 +333,9 @@ static CUresult host_alloc(int kind, size_t size, unsigned flags, struct CUctx_s
 static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_current(&c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe();
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
@@ -321,6 +358,9 @@ static CUresult mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, 
                                 unsigned elem) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_current(&c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe();
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
@@ -352,6 +392,9 @@ FK_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 static CUresult mem_free(CUdeviceptr dptr) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_current(&c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe();
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
@@ -359,6 +402,10 @@ static CUresult mem_free(CUdeviceptr dptr) {
     return CUDA_SUCCESS; /* free(NULL) semantics, as the real driver */
   }
   struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
+  if (a != NULL && a->kind == FK_K_GRAPH && a->base == (uintptr_t)dptr) {
+    fk_sync_device(a->dev);
+    return fk_graph_free(a, NULL); /* back to the graph pool */
+  }
   if (a == NULL || a->base != (uintptr_t)dptr || a->freeing ||
       (a->kind != FK_K_DEVICE && a->kind != FK_K_ASYNC && a->kind != FK_K_MANAGED)) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -413,6 +460,9 @@ FK_API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
 static CUresult mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_current(&c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe();
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
@@ -434,6 +484,9 @@ FK_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
 static CUresult mem_host_alloc(void **pp, size_t size, unsigned flags) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_current(&c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_unsafe();
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
@@ -465,6 +518,10 @@ static CUresult mem_free_host(void *p) {
   struct fk_alloc *a = fk_mem_find((uintptr_t)p);
   if (a == NULL || a->kind != FK_K_HOST || a->base != (uintptr_t)p) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult rc = fk_capture_unsafe();
+  if (rc != CUDA_SUCCESS) {
+    return rc;
   }
   fk_sync_all(); /* pinned memory may be the target of pending copies on any device */
   fk_mem_release(a);
@@ -539,6 +596,9 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, struct CUmemPoolHand
   if (dptr == NULL || size == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (s->cap != NULL) {
+    return fk_graph_alloc(s, dev, size, dptr); /* a graph memory node */
+  }
   struct fk_alloc *a;
   rc = fk_mem_device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
   struct fk_work *w;
@@ -581,12 +641,17 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, int ptsz) {
     return rc;
   }
   struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
+  if (a != NULL && a->kind == FK_K_GRAPH && a->base == (uintptr_t)dptr && s->cap == NULL) {
+    return fk_graph_free(a, s);
+  }
   if (a == NULL || a->base != (uintptr_t)dptr || a->freeing ||
-      (a->kind != FK_K_ASYNC && a->kind != FK_K_DEVICE)) {
+      (a->kind != FK_K_ASYNC && a->kind != FK_K_DEVICE && a->kind != FK_K_GRAPH)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  a->freeing = 1;
-  fk.dev[a->dev].free_calls++;
+  if (s->cap == NULL) {
+    a->freeing = 1; /* a captured free takes effect when a launch of the graph reaches it */
+    fk.dev[a->dev].free_calls++;
+  }
   struct fk_work *w = fk_work_new(FK_W_FREE);
   w->dst.addr = a->base;
   w->dst.alloc_id = a->id;
@@ -677,8 +742,7 @@ static void put_ptr(void *data, const void *v) {
 static CUresult attribute(void *data, int attr, uintptr_t p, struct fk_alloc *a) {
   struct fk_map *m = a->kind == FK_K_RESERVE ? fk_vmm_map_at(a, p) : NULL;
   int device_mem = a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC || a->kind == FK_K_IPC ||
-                   a->kind == FK_K_MODULE ||
-                   m != NULL;
+                   a->kind == FK_K_MODULE || m != NULL;
   if (a->kind == FK_K_RESERVE && m == NULL && attr != CU_POINTER_ATTRIBUTE_MAPPED &&
       attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE) {
     return CUDA_ERROR_INVALID_VALUE; /* reserved but unmapped */

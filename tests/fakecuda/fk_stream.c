@@ -11,6 +11,8 @@
  * it on the FK_POLLS_TO_COMPLETE-th poll, so polling loops end.
  */
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "tests/fakecuda/fk.h"
 
@@ -91,7 +93,26 @@ struct fk_work *fk_work_new(int kind) {
   return w;
 }
 
+struct fk_work *fk_work_clone(const struct fk_work *w) {
+  struct fk_work *c = fk_work_new(w->kind);
+  *c = *w;
+  c->next = NULL;
+  if (w->staging != NULL) {
+    c->staging = malloc(w->count);
+    if (c->staging == NULL) {
+      fk_log("error: out of host memory");
+      abort();
+    }
+    memcpy(c->staging, w->staging, w->count);
+  }
+  return c;
+}
+
 void fk_work_enqueue(struct CUstream_st *s, struct fk_work *w) {
+  if (s->cap != NULL) {
+    fk_capture_record(s, w); /* a capturing stream records instead of executing */
+    return;
+  }
   w->seq = ++fk.seq;
   w->next = NULL;
   if (s->tail != NULL) {
@@ -118,7 +139,7 @@ static void barrier(struct CUstream_st *s, uint64_t seq) {
   }
 }
 
-static void execute(struct fk_work *w) {
+void fk_work_execute(struct fk_work *w) {
   switch (w->kind) {
   case FK_W_COPY:
   case FK_W_SET:
@@ -127,6 +148,22 @@ static void execute(struct fk_work *w) {
   case FK_W_FREE:
     fk_mem_free_effect(w);
     break;
+  case FK_W_HOST:
+    /* Host functions run in stream order, at the sync point that completes them (a real
+     * driver runs them on its own thread as soon as the stream reaches them). */
+    if (w->host_fn != NULL) {
+      w->host_fn(w->host_arg);
+    } else {
+      w->callback(w->callback_stream, CUDA_SUCCESS, w->host_arg);
+    }
+    break;
+  case FK_W_GRAPH_FREE: {
+    struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
+    if (a != NULL) {
+      a->graph_live = 0;
+    }
+    break;
+  }
   default:
     break;
   }
@@ -147,7 +184,7 @@ static void complete(struct CUstream_st *s, uint64_t upto) {
     if (s->head == NULL) {
       s->tail = NULL;
     }
-    execute(w);
+    fk_work_execute(w);
   }
   if (s->head == NULL) {
     s->polls = 0;
@@ -303,6 +340,9 @@ static CUresult stream_sync(CUstream h, int ptsz) {
   struct CUstream_st *s;
   CUresult rc = fk_stream_resolve(h, ptsz, &s);
   if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_sync_check(s);
+  }
+  if (rc == CUDA_SUCCESS) {
     fk_stream_reach(s, fk.seq);
   }
   return rc;
@@ -319,6 +359,9 @@ FK_API CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
 static CUresult stream_query(CUstream h, int ptsz) {
   struct CUstream_st *s;
   CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_capture_sync_check(s);
+  }
   return rc != CUDA_SUCCESS ? rc : poll(s, fk.seq, &s->polls);
 }
 
@@ -340,8 +383,8 @@ static struct CUevent_st *event_find(CUevent h) {
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent he, unsigned flags, int ptsz) {
-  if (flags != CU_EVENT_WAIT_DEFAULT) {
-    return CUDA_ERROR_INVALID_VALUE; /* WAIT_EXTERNAL is only valid during stream capture */
+  if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUstream_st *s;
   CUresult rc = fk_stream_resolve(h, ptsz, &s);
@@ -351,6 +394,12 @@ static CUresult stream_wait_event(CUstream h, CUevent he, unsigned flags, int pt
   struct CUevent_st *e = event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (e->cap != NULL || s->cap != NULL) {
+    return fk_capture_wait(s, e->cap, flags & CU_EVENT_WAIT_EXTERNAL);
+  }
+  if (flags != CU_EVENT_WAIT_DEFAULT) {
+    return CUDA_ERROR_INVALID_VALUE; /* WAIT_EXTERNAL is only valid during stream capture */
   }
   if (e->recorded && pending_upto(e->stream, e->seq)) {
     struct fk_work *w = fk_work_new(FK_W_WAIT);
@@ -457,10 +506,19 @@ FK_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   FK_BODY(FK_NEED_INIT, event_create(phEvent, Flags));
 }
 
-static CUresult event_record(CUevent he, CUstream h, int ptsz) {
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static CUresult event_record(CUevent he, CUstream h, int ptsz, unsigned flags) {
   struct CUevent_st *e = event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUstream_st *s;
   CUresult rc = fk_stream_resolve(h, ptsz, &s);
@@ -470,25 +528,41 @@ static CUresult event_record(CUevent he, CUstream h, int ptsz) {
   if (s->ctx != e->ctx) {
     return CUDA_ERROR_INVALID_HANDLE; /* event and stream must share a context */
   }
-  e->recorded = 1;
+  if ((flags & CU_EVENT_RECORD_EXTERNAL) && s->cap == NULL) {
+    return CUDA_ERROR_INVALID_VALUE; /* "invalid outside of stream capture" */
+  }
+  e->cap = s->cap; /* recorded into a capture: a dependency inside the graph */
+  e->recorded = s->cap == NULL;
   e->stream = s;
   e->seq = fk.seq;
   e->polls = 0;
+  e->ms = now_ms();
   return CUDA_SUCCESS;
 }
 
 FK_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, event_record(hEvent, hStream, 0));
+  FK_BODY(FK_NEED_INIT, event_record(hEvent, hStream, 0, 0));
 }
 
 FK_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, event_record(hEvent, hStream, 1));
+  FK_BODY(FK_NEED_INIT, event_record(hEvent, hStream, 1, 0));
+}
+
+FK_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  FK_BODY(FK_NEED_INIT, event_record(hEvent, hStream, 0, flags));
+}
+
+FK_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  FK_BODY(FK_NEED_INIT, event_record(hEvent, hStream, 1, flags));
 }
 
 static CUresult event_query(CUevent he) {
   struct CUevent_st *e = event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (e->cap != NULL) {
+    return CUDA_ERROR_CAPTURED_EVENT;
   }
   return e->recorded ? poll(e->stream, e->seq, &e->polls) : CUDA_SUCCESS;
 }
@@ -501,6 +575,9 @@ static CUresult event_sync(CUevent he) {
   struct CUevent_st *e = event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (e->cap != NULL) {
+    return CUDA_ERROR_CAPTURED_EVENT;
   }
   if (e->recorded) {
     fk_stream_reach(e->stream, e->seq);
@@ -524,6 +601,95 @@ static CUresult event_destroy(CUevent he) {
 
 FK_API CUresult cuEventDestroy_v2(CUevent hEvent) {
   FK_BODY(FK_NEED_INIT, event_destroy(hEvent));
+}
+
+/* Both events recorded and complete, timing enabled: the time between their records (the
+ * fake's work takes no time, so this is host time between the two cuEventRecord calls). */
+static CUresult elapsed(float *ms, CUevent hs, CUevent he) {
+  if (ms == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUevent_st *a = event_find(hs), *b = event_find(he);
+  if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
+      ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (pending_upto(a->stream, a->seq) || pending_upto(b->stream, b->seq)) {
+    return CUDA_ERROR_NOT_READY;
+  }
+  *ms = (float)(b->ms - a->ms);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  FK_BODY(FK_NEED_INIT, elapsed(pMilliseconds, hStart, hEnd));
+}
+
+FK_API CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  FK_BODY(FK_NEED_INIT, elapsed(pMilliseconds, hStart, hEnd));
+}
+
+/* ---- Host functions and callbacks: work items that run host code in stream order. ---- */
+
+static CUresult launch_host(CUstream h, int ptsz, void (*fn)(void *),
+                            void (*cb)(CUstream, CUresult, void *), unsigned flags, void *arg) {
+  if ((fn == NULL && cb == NULL) || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (cb != NULL && s->cap != NULL) {
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* callbacks cannot be captured */
+  }
+  struct fk_work *w = fk_work_new(FK_W_HOST);
+  w->dev = s->ctx->dev;
+  w->host_fn = fn;
+  w->callback = cb;
+  w->callback_stream = h;
+  w->host_arg = arg;
+  fk_work_enqueue(s, w);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData) {
+  FK_BODY(FK_NEED_INIT, launch_host(hStream, 0, fn, NULL, 0, userData));
+}
+
+FK_API CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData) {
+  FK_BODY(FK_NEED_INIT, launch_host(hStream, 1, fn, NULL, 0, userData));
+}
+
+FK_API CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,
+                                    unsigned int flags) {
+  FK_BODY(FK_NEED_INIT, launch_host(hStream, 0, NULL, callback, flags, userData));
+}
+
+FK_API CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
+                                         void *userData, unsigned int flags) {
+  FK_BODY(FK_NEED_INIT, launch_host(hStream, 1, NULL, callback, flags, userData));
+}
+
+static CUresult stream_get_id(CUstream h, unsigned long long *id, int ptsz) {
+  if (id == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc == CUDA_SUCCESS) {
+    *id = s->id;
+  }
+  return rc;
+}
+
+FK_API CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId) {
+  FK_BODY(FK_NEED_INIT, stream_get_id(hStream, streamId, 0));
+}
+
+FK_API CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId) {
+  FK_BODY(FK_NEED_INIT, stream_get_id(hStream, streamId, 1));
 }
 
 /* ---- Test hooks. ---- */

@@ -1,0 +1,865 @@
+/* Stream capture and graphs.
+ *
+ * A capture sequence starts on one stream (cuStreamBeginCapture) and grows to every stream that
+ * waits for an event recorded inside it. While a stream takes part, the work its operations
+ * would queue (kernels, copies, memsets, host functions, stream-ordered allocations and frees)
+ * becomes nodes of the sequence's graph instead; cuStreamEndCapture on the origin stream ends
+ * the sequence for all its streams and hands out the graph. A graph is replayed in capture order:
+ * cuGraphLaunch queues a copy of each node's work on the launch stream (more serial than the
+ * dependencies require, never less), so sync points, hazards and data effects behave as for the
+ * same work queued directly.
+ *
+ * Graph memory: a captured cuMemAllocAsync gets its address at once (reserved in the device's
+ * address space, no memory held), and its memory is taken at the first launch that reaches the
+ * node (counted in the device's used and peak bytes, like any program allocation). A free node
+ * (or the program's later cuMemFreeAsync / cuMemFree) gives the allocation back to the device's
+ * graph pool, which keeps the memory until cuDeviceGraphMemTrim, as the driver does.
+ *
+ * Rules the driver enforces and the fake models: waiting for a capturing stream (stream sync or
+ * query, a captured event's query or sync, context synchronize) fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture; "potentially unsafe" calls
+ * (allocation, free, synchronous copies, context synchronize) are refused per the calling
+ * thread's capture mode; the legacy stream cannot capture; a capture is ended on its origin
+ * stream (THREAD_LOCAL/GLOBAL: by the thread that began it). Not modelled: the explicit node
+ * API (cuGraphAdd*Node), graph update, child-graph nodes other than a launch into a capturing
+ * stream, and the UNJOINED check of streams that forked from a capture and never joined back.
+ *
+ * Locking: under fk.lock (entry points). The capture mode is per thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/fakecuda/fk.h"
+
+enum { N_WORK, N_ALLOC };
+
+struct fk_node {
+  int kind;
+  struct fk_work *work;   /* N_WORK: the item to replay */
+  struct fk_alloc *alloc; /* N_ALLOC: the graph allocation it makes */
+};
+
+struct CUgraph_st {
+  struct CUctx_st *ctx;
+  int live;
+  struct fk_node *nodes;
+  size_t n, cap;
+  unsigned long long id;
+};
+
+struct CUgraphExec_st {
+  struct CUgraph_st *graph; /* an instantiated copy */
+  int live;
+};
+
+struct fk_capture {
+  struct CUgraph_st *graph;
+  struct CUstream_st *origin;
+  unsigned long long id;
+  int mode; /* CU_STREAM_CAPTURE_MODE_* */
+  int invalid;
+  pthread_t thread;
+};
+
+static _Thread_local int thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static struct CUgraph_st **graphs;
+static size_t ngraphs, capgraphs;
+static struct CUgraphExec_st **execs;
+static size_t nexecs, capexecs;
+static struct fk_capture **captures; /* live capture sequences */
+static size_t ncaptures, capcaptures;
+
+static void *xcalloc(size_t size) {
+  void *p = calloc(1, size);
+  if (p == NULL) {
+    fk_log("error: out of host memory");
+    abort();
+  }
+  return p;
+}
+
+static struct CUgraph_st *graph_new(struct CUctx_st *c) {
+  struct CUgraph_st *g = xcalloc(sizeof *g);
+  g->ctx = c;
+  g->live = 1;
+  g->id = fk_new_id();
+  fk_push((void ***)&graphs, &ngraphs, &capgraphs, g);
+  return g;
+}
+
+static void graph_add(struct CUgraph_st *g, struct fk_node node) {
+  if (g->n == g->cap) {
+    size_t ncap = g->cap ? g->cap * 2 : 16;
+    struct fk_node *n = realloc(g->nodes, ncap * sizeof *n);
+    if (n == NULL) {
+      fk_log("error: out of host memory");
+      abort();
+    }
+    g->nodes = n;
+    g->cap = ncap;
+  }
+  g->nodes[g->n++] = node;
+}
+
+static void graph_clear(struct CUgraph_st *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    if (g->nodes[i].work != NULL) {
+      free(g->nodes[i].work->staging);
+      free(g->nodes[i].work);
+    }
+  }
+  free(g->nodes);
+  g->nodes = NULL;
+  g->n = g->cap = 0;
+}
+
+static int graph_known(const struct CUgraph_st *g) {
+  for (size_t i = 0; i < ngraphs; i++) {
+    if (graphs[i] == g) {
+      return g->live;
+    }
+  }
+  return 0;
+}
+
+static int exec_known(const struct CUgraphExec_st *e) {
+  for (size_t i = 0; i < nexecs; i++) {
+    if (execs[i] == e) {
+      return e->live;
+    }
+  }
+  return 0;
+}
+
+/* ---- Capture sequences. ---- */
+
+static void capture_invalidate(struct fk_capture *cap) {
+  cap->invalid = 1;
+}
+
+void fk_capture_record(struct CUstream_st *s, struct fk_work *w) {
+  if (s->cap->invalid) {
+    free(w->staging);
+    free(w);
+    return;
+  }
+  graph_add(s->cap->graph, (struct fk_node){.kind = N_WORK, .work = w});
+}
+
+static void detach_streams(struct fk_capture *cap) {
+  for (size_t i = 0; i < fk.nctxs; i++) {
+    struct CUctx_st *c = fk.ctxs[i];
+    for (size_t j = 0; j < c->nstreams; j++) {
+      if (c->streams[j]->cap == cap) {
+        c->streams[j]->cap = NULL;
+      }
+    }
+  }
+  for (size_t i = 0; i < fk.nevents; i++) {
+    if (fk.events[i]->cap == cap) {
+      fk.events[i]->cap = NULL; /* it names a node of an ended capture: never recorded */
+    }
+  }
+  for (size_t i = 0; i < ncaptures; i++) {
+    if (captures[i] == cap) {
+      captures[i] = captures[--ncaptures];
+      break;
+    }
+  }
+}
+
+CUresult fk_capture_unsafe(void) {
+  pthread_t me = pthread_self();
+  int refused = 0;
+  for (size_t i = 0; i < ncaptures; i++) {
+    struct fk_capture *cap = captures[i];
+    int mine = pthread_equal(cap->thread, me);
+    int prohibits = cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+                    ((mine && thread_mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+                     (!mine && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                      cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL));
+    if (prohibits) {
+      capture_invalidate(cap);
+      refused = 1;
+    }
+  }
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult fk_capture_sync_check(struct CUstream_st *s) {
+  if (s->cap == NULL) {
+    return CUDA_SUCCESS;
+  }
+  capture_invalidate(s->cap);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+int fk_capture_active(const struct CUctx_st *c) {
+  for (size_t i = 0; i < c->nstreams; i++) {
+    if (c->streams[i]->cap != NULL) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+CUresult fk_capture_wait(struct CUstream_st *s, struct fk_capture *cap, int external) {
+  if (cap == NULL) {
+    if (external) {
+      return CUDA_SUCCESS; /* an external event node: the graph waits for it when launched */
+    }
+    capture_invalidate(s->cap);
+    return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  }
+  if (s->cap == NULL) {
+    if (s->kind == FK_S_LEGACY) {
+      capture_invalidate(cap);
+      return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    }
+    s->cap = cap; /* fork: s joins the capture */
+    return cap->invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+  }
+  if (s->cap != cap) {
+    capture_invalidate(s->cap);
+    capture_invalidate(cap);
+    return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+  }
+  return s->cap->invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+static CUresult begin_capture(CUstream h, int ptsz, int mode) {
+  if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (s->kind == FK_S_LEGACY) {
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+  }
+  if (s->cap != NULL) {
+    return CUDA_ERROR_ILLEGAL_STATE; /* already capturing */
+  }
+  struct fk_capture *cap = xcalloc(sizeof *cap);
+  cap->graph = graph_new(s->ctx);
+  cap->origin = s;
+  cap->id = fk_new_id();
+  cap->mode = mode;
+  cap->thread = pthread_self();
+  fk_push((void ***)&captures, &ncaptures, &capcaptures, cap);
+  s->cap = cap;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuStreamBeginCapture(CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+}
+
+FK_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+}
+
+FK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, (int)mode));
+}
+
+FK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, (int)mode));
+}
+
+static CUresult end_capture(CUstream h, int ptsz, CUgraph *out) {
+  if (out == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_capture *cap = s->cap;
+  if (cap == NULL) {
+    return CUDA_ERROR_ILLEGAL_STATE; /* not capturing */
+  }
+  if (cap->origin != s) {
+    capture_invalidate(cap);
+    return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  }
+  if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(cap->thread, pthread_self())) {
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  }
+  detach_streams(cap);
+  struct CUgraph_st *g = cap->graph;
+  int invalid = cap->invalid;
+  free(cap);
+  if (invalid) {
+    graph_clear(g);
+    g->live = 0;
+    *out = NULL;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  *out = g;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  FK_BODY(FK_NEED_INIT, end_capture(hStream, 0, phGraph));
+}
+
+FK_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+  FK_BODY(FK_NEED_INIT, end_capture(hStream, 1, phGraph));
+}
+
+static CUstreamCaptureStatus status_of(const struct CUstream_st *s) {
+  return s->cap == NULL    ? CU_STREAM_CAPTURE_STATUS_NONE
+         : s->cap->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                           : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+static CUresult is_capturing(CUstream h, int ptsz, CUstreamCaptureStatus *status) {
+  if (status == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (s->kind == FK_S_LEGACY && fk_capture_active(s->ctx)) {
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT; /* asking makes it depend on capturing work */
+  }
+  *status = status_of(s);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+  FK_BODY(FK_NEED_INIT, is_capturing(hStream, 0, captureStatus));
+}
+
+FK_API CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+  FK_BODY(FK_NEED_INIT, is_capturing(hStream, 1, captureStatus));
+}
+
+/* The last node of the capture (the stream's dependency set as the fake linearises it). */
+static const CUgraphNode *capture_deps(const struct fk_capture *cap, size_t *n) {
+  static _Thread_local CUgraphNode last;
+  if (cap == NULL || cap->graph->n == 0) {
+    *n = 0;
+    return NULL;
+  }
+  last = (CUgraphNode)&cap->graph->nodes[cap->graph->n - 1];
+  *n = 1;
+  return &last;
+}
+
+static CUresult capture_info(CUstream h, int ptsz, CUstreamCaptureStatus *status, cuuint64_t *id,
+                             CUgraph *graph, const CUgraphNode **deps,
+                             const CUgraphEdgeData **edges, size_t *ndeps) {
+  struct CUstream_st *s;
+  CUresult rc = is_capturing(h, ptsz, status);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  fk_stream_resolve(h, ptsz, &s);
+  struct fk_capture *cap = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? s->cap : NULL;
+  if (id != NULL && cap != NULL) {
+    *id = cap->id;
+  }
+  if (graph != NULL) {
+    *graph = cap != NULL ? cap->graph : NULL;
+  }
+  size_t n = 0;
+  const CUgraphNode *d = capture_deps(cap, &n);
+  if (deps != NULL) {
+    *deps = d;
+  }
+  if (edges != NULL) {
+    *edges = NULL; /* all default edges */
+  }
+  if (ndeps != NULL) {
+    *ndeps = n;
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                       cuuint64_t *id_out) {
+  FK_BODY(FK_NEED_INIT,
+          capture_info(hStream, 0, captureStatus_out, id_out, NULL, NULL, NULL, NULL));
+}
+
+FK_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream,
+                                            CUstreamCaptureStatus *captureStatus_out,
+                                            cuuint64_t *id_out) {
+  FK_BODY(FK_NEED_INIT,
+          capture_info(hStream, 1, captureStatus_out, id_out, NULL, NULL, NULL, NULL));
+}
+
+FK_API CUresult cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                          CUstreamCaptureStatus *captureStatus_out,
+                                          cuuint64_t *id_out, CUgraph *graph_out,
+                                          const CUgraphNode **dependencies_out,
+                                          size_t *numDependencies_out) {
+  FK_BODY(FK_NEED_INIT, capture_info(hStream, 0, captureStatus_out, id_out, graph_out,
+                                     dependencies_out, NULL, numDependencies_out));
+}
+
+FK_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                               CUstreamCaptureStatus *captureStatus_out,
+                                               cuuint64_t *id_out, CUgraph *graph_out,
+                                               const CUgraphNode **dependencies_out,
+                                               size_t *numDependencies_out) {
+  FK_BODY(FK_NEED_INIT, capture_info(hStream, 1, captureStatus_out, id_out, graph_out,
+                                     dependencies_out, NULL, numDependencies_out));
+}
+
+FK_API CUresult cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                          CUstreamCaptureStatus *captureStatus_out,
+                                          cuuint64_t *id_out, CUgraph *graph_out,
+                                          const CUgraphNode **dependencies_out,
+                                          const CUgraphEdgeData **edgeData_out,
+                                          size_t *numDependencies_out) {
+  FK_BODY(FK_NEED_INIT, capture_info(hStream, 0, captureStatus_out, id_out, graph_out,
+                                     dependencies_out, edgeData_out, numDependencies_out));
+}
+
+FK_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                               CUstreamCaptureStatus *captureStatus_out,
+                                               cuuint64_t *id_out, CUgraph *graph_out,
+                                               const CUgraphNode **dependencies_out,
+                                               const CUgraphEdgeData **edgeData_out,
+                                               size_t *numDependencies_out) {
+  FK_BODY(FK_NEED_INIT, capture_info(hStream, 1, captureStatus_out, id_out, graph_out,
+                                     dependencies_out, edgeData_out, numDependencies_out));
+}
+
+static CUresult exchange_mode(CUstreamCaptureMode *mode) {
+  if (mode == NULL || (int)*mode < CU_STREAM_CAPTURE_MODE_GLOBAL ||
+      (int)*mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int old = thread_mode;
+  thread_mode = (int)*mode;
+  *mode = (CUstreamCaptureMode)old;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  FK_BODY(FK_NEED_INIT, exchange_mode(mode));
+}
+
+/* ---- Graph memory. ---- */
+
+CUresult fk_graph_alloc(struct CUstream_st *s, int dev, size_t size, CUdeviceptr *out) {
+  if (s->cap->invalid) {
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  size_t span = (size + FK_ALLOC_ALIGN - 1) / FK_ALLOC_ALIGN * FK_ALLOC_ALIGN;
+  if (span < size || span > fk.dev[dev].total) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  uintptr_t base = fk_mem_carve(fk.dev[dev].va_base, fk.dev[dev].va_base + fk.dev[dev].va_size,
+                                span, FK_ALLOC_ALIGN);
+  if (base == 0) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  struct fk_alloc *a = fk_mem_new(FK_K_GRAPH, base, size, span, dev);
+  graph_add(s->cap->graph, (struct fk_node){.kind = N_ALLOC, .alloc = a});
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+/* A launch reaches an allocation node: the allocation takes its memory (once; it stays in the
+ * graph pool) and is live. */
+static CUresult graph_alloc_take(struct fk_alloc *a) {
+  if (a->graph_live) {
+    return CUDA_ERROR_INVALID_VALUE; /* allocated again before being freed */
+  }
+  CUresult rc = fk_mem_graph_memory(a, 1);
+  if (rc == CUDA_SUCCESS) {
+    a->graph_live = 1;
+  }
+  return rc;
+}
+
+CUresult fk_graph_free(struct fk_alloc *a, struct CUstream_st *s) {
+  if (!a->graph_live) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_work *w = fk_work_new(FK_W_GRAPH_FREE);
+  w->dst.addr = a->base;
+  w->dst.alloc_id = a->id;
+  if (s == NULL) {
+    fk_work_execute(w);
+    return CUDA_SUCCESS;
+  }
+  w->dev = s->ctx->dev;
+  fk_work_enqueue(s, w);
+  return CUDA_SUCCESS;
+}
+
+/* Releases the memory of graph allocations of dev that are not live (cuDeviceGraphMemTrim). */
+static void trim(int dev) {
+  for (size_t i = 0; i < fk_nallocs; i++) {
+    struct fk_alloc *a = fk_allocs[i];
+    if (a->kind == FK_K_GRAPH && a->dev == dev && a->graph_phys && !a->graph_live) {
+      fk_mem_graph_memory(a, 0);
+    }
+  }
+}
+
+static CUresult graph_mem_trim(CUdevice dev) {
+  if (dev < 0 || dev >= fk.ndev) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  fk_sync_device(dev);
+  trim(dev);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  FK_BODY(FK_NEED_INIT, graph_mem_trim(device));
+}
+
+static CUresult graph_mem_attr(CUdevice dev, int attr, void *value, int set) {
+  if (dev < 0 || dev >= fk.ndev) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  if (value == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  cuuint64_t used = 0, reserved = 0;
+  for (size_t i = 0; i < fk_nallocs; i++) {
+    const struct fk_alloc *a = fk_allocs[i];
+    if (a->kind == FK_K_GRAPH && a->dev == dev) {
+      used += a->graph_live ? a->span : 0;
+      reserved += a->graph_phys ? a->span : 0;
+    }
+  }
+  static cuuint64_t high_used[FK_MAX_DEVICES], high_reserved[FK_MAX_DEVICES];
+  high_used[dev] = used > high_used[dev] ? used : high_used[dev];
+  high_reserved[dev] = reserved > high_reserved[dev] ? reserved : high_reserved[dev];
+  switch (attr) {
+  case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+  case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+    if (set) {
+      return CUDA_ERROR_INVALID_VALUE; /* only the high watermarks can be reset */
+    }
+    *(cuuint64_t *)value = attr == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT ? used : reserved;
+    return CUDA_SUCCESS;
+  case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+  case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: {
+    cuuint64_t *high = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH ? high_used : high_reserved;
+    if (set) {
+      if (*(cuuint64_t *)value != 0) {
+        return CUDA_ERROR_INVALID_VALUE; /* "may only be set to 0" */
+      }
+      high[dev] = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH ? used : reserved;
+    } else {
+      *(cuuint64_t *)value = high[dev];
+    }
+    return CUDA_SUCCESS;
+  }
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+FK_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                             void *value) {
+  FK_BODY(FK_NEED_INIT, graph_mem_attr(device, (int)attr, value, 0));
+}
+
+FK_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                             void *value) {
+  FK_BODY(FK_NEED_INIT, graph_mem_attr(device, (int)attr, value, 1));
+}
+
+/* ---- Graphs and executable graphs. ---- */
+
+static CUresult graph_create(CUgraph *out, unsigned flags) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_current(&c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (out == NULL || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *out = graph_new(c);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+  FK_BODY(FK_NEED_INIT, graph_create(phGraph, flags));
+}
+
+/* Allocations of graph g that the program no longer uses (never allocated or freed since) go
+ * when the last graph naming them goes. */
+static void release_allocs(struct CUgraph_st *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    struct fk_alloc *a = g->nodes[i].alloc;
+    if (a == NULL || a->graph_live) {
+      continue;
+    }
+    int named = 0;
+    for (size_t j = 0; j < ngraphs && !named; j++) {
+      struct CUgraph_st *o = graphs[j];
+      for (size_t k = 0; o != g && o->live && k < o->n && !named; k++) {
+        named = o->nodes[k].alloc == a;
+      }
+    }
+    if (!named) {
+      fk_mem_release(a);
+    }
+  }
+}
+
+static void graph_drop(struct CUgraph_st *g) {
+  g->live = 0;
+  release_allocs(g);
+  graph_clear(g);
+}
+
+static CUresult graph_destroy(CUgraph g) {
+  if (!graph_known(g)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  graph_drop(g);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphDestroy(CUgraph hGraph) {
+  FK_BODY(FK_NEED_INIT, graph_destroy(hGraph));
+}
+
+static CUresult graph_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
+  if (n == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!graph_known(g)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (nodes != NULL) {
+    for (size_t i = 0; i < *n && i < g->n; i++) {
+      nodes[i] = (CUgraphNode)&g->nodes[i];
+    }
+    if (*n > g->n) {
+      for (size_t i = g->n; i < *n; i++) {
+        nodes[i] = NULL;
+      }
+    }
+  }
+  *n = g->n;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
+  FK_BODY(FK_NEED_INIT, graph_nodes(hGraph, nodes, numNodes));
+}
+
+static CUresult instantiate(CUgraphExec *out, CUgraph g, unsigned long long flags) {
+  if (out == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!graph_known(g)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  unsigned long long known =
+      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (flags & ~known) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUgraph_st *copy = graph_new(g->ctx);
+  for (size_t i = 0; i < g->n; i++) {
+    struct fk_node node = g->nodes[i];
+    if (node.work != NULL) {
+      node.work = fk_work_clone(node.work);
+    }
+    graph_add(copy, node);
+  }
+  struct CUgraphExec_st *e = xcalloc(sizeof *e);
+  e->graph = copy;
+  e->live = 1;
+  fk_push((void ***)&execs, &nexecs, &capexecs, e);
+  *out = e;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                            unsigned long long flags) {
+  FK_BODY(FK_NEED_INIT, instantiate(phGraphExec, hGraph, flags));
+}
+
+static CUresult instantiate_v1(CUgraphExec *out, CUgraph g, CUgraphNode *err_node, char *log,
+                               size_t log_size) {
+  if (err_node != NULL) {
+    *err_node = NULL;
+  }
+  if (log != NULL && log_size > 0) {
+    log[0] = '\0';
+  }
+  return instantiate(out, g, 0);
+}
+
+FK_API CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
+  FK_BODY(FK_NEED_INIT, instantiate_v1(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
+}
+
+FK_API CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                      CUgraphNode *phErrorNode, char *logBuffer,
+                                      size_t bufferSize) {
+  FK_BODY(FK_NEED_INIT, instantiate_v1(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
+}
+
+static CUresult instantiate_params(CUgraphExec *out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+  if (p == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  p->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+  p->hErrNode_out = NULL;
+  CUresult rc = instantiate(out, g, p->flags);
+  if (rc == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) &&
+      p->hUploadStream != NULL) {
+    struct CUstream_st *s;
+    rc = fk_stream_resolve(p->hUploadStream, 0, &s);
+  }
+  if (rc != CUDA_SUCCESS) {
+    p->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+  }
+  return rc;
+}
+
+FK_API CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  FK_BODY(FK_NEED_INIT, instantiate_params(phGraphExec, hGraph, instantiateParams));
+}
+
+FK_API CUresult cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  FK_BODY(FK_NEED_INIT, instantiate_params(phGraphExec, hGraph, instantiateParams));
+}
+
+static CUresult exec_destroy(CUgraphExec e) {
+  if (!exec_known(e)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  e->live = 0;
+  graph_drop(e->graph);
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  FK_BODY(FK_NEED_INIT, exec_destroy(hGraphExec));
+}
+
+static CUresult graph_launch(CUgraphExec e, CUstream h, int ptsz) {
+  if (!exec_known(e)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (s->ctx != e->graph->ctx) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  struct CUgraph_st *g = e->graph;
+  for (size_t i = 0; i < g->n; i++) {
+    if (g->nodes[i].kind == N_ALLOC) {
+      if (s->cap != NULL) {
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* memory nodes in a child graph */
+      }
+      rc = graph_alloc_take(g->nodes[i].alloc);
+      if (rc != CUDA_SUCCESS) {
+        return rc;
+      }
+    } else {
+      struct fk_work *w = fk_work_clone(g->nodes[i].work);
+      if (w->kind == FK_W_FREE) {
+        struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
+        if (a != NULL && a->kind == FK_K_GRAPH) {
+          w->kind = FK_W_GRAPH_FREE; /* a free node of a graph allocation */
+        } else if (a != NULL) {
+          a->freeing = 1;
+        }
+      }
+      fk_work_enqueue(s, w);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, graph_launch(hGraphExec, hStream, 0));
+}
+
+FK_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, graph_launch(hGraphExec, hStream, 1));
+}
+
+static CUresult graph_upload(CUgraphExec e, CUstream h, int ptsz) {
+  if (!exec_known(e)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUstream_st *s;
+  return fk_stream_resolve(h, ptsz, &s); /* nothing to stage on a device that runs nothing */
+}
+
+FK_API CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, graph_upload(hGraphExec, hStream, 0));
+}
+
+FK_API CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, graph_upload(hGraphExec, hStream, 1));
+}
+
+/* ---- Teardown. ---- */
+
+void fk_graph_free_ctx(struct CUctx_st *c) {
+  for (size_t i = 0; i < ncaptures;) {
+    if (captures[i]->origin->ctx == c) {
+      struct fk_capture *cap = captures[i];
+      detach_streams(cap); /* removes it from captures */
+      graph_drop(cap->graph);
+      free(cap);
+    } else {
+      i++;
+    }
+  }
+  for (size_t i = 0; i < nexecs; i++) {
+    if (execs[i]->live && execs[i]->graph->ctx == c) {
+      exec_destroy(execs[i]);
+    }
+  }
+  for (size_t i = 0; i < ngraphs; i++) {
+    if (graphs[i]->live && graphs[i]->ctx == c) {
+      graph_drop(graphs[i]);
+    }
+  }
+}
+
+void fk_graph_teardown(void) {
+  for (size_t i = 0; i < ncaptures; i++) {
+    free(captures[i]);
+  }
+  for (size_t i = 0; i < ngraphs; i++) {
+    graph_clear(graphs[i]);
+    free(graphs[i]);
+  }
+  for (size_t i = 0; i < nexecs; i++) {
+    free(execs[i]);
+  }
+  free(captures);
+  free(graphs);
+  free(execs);
+  captures = NULL;
+  graphs = NULL;
+  execs = NULL;
+  ncaptures = ngraphs = nexecs = capcaptures = capgraphs = capexecs = 0;
+}
