@@ -65,6 +65,13 @@ $(addprefix $(BUILD)/tests/,$(FAKECUDA_LINKED_TESTS)): $(BUILD)/tests/test_fakec
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
 
+# Loaded by test_module.sh with device code nvcc builds at test time.
+$(BUILD)/tests/fakecuda_module_check: $(BUILD)/obj/$(FAKECUDA_DIR)/module_check.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+PROGRAMS += $(BUILD)/tests/fakecuda_module_check
+
 # The handshake's MD2 on its own, against RFC 1319's suite.
 $(BUILD)/tests/test_fakecuda_md2: $(BUILD)/obj/$(FAKECUDA_DIR)/test_md2.o \
                                   $(BUILD)/obj/$(FAKECUDA_DIR)/fk_integrity.o
@@ -86,7 +93,8 @@ $(FAKECUDA_CALLER): $(BUILD)/obj/$(FAKECUDA_DIR)/caller.o
 # build so `make` and `make check` build them.
 PROGRAMS += $(FAKECUDA_PROBE)
 TEST_PROGRAMS += $(FAKECUDA_TESTS)
-TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh
+TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh \
+                $(FAKECUDA_DIR)/test_module.sh
 THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads
 
 .PHONY: fakecuda-regen

@@ -508,6 +508,7 @@ struct fk_ksym { /* a kernel (entry function) of an image */
   char *name;
   size_t symidx; /* its ELF symbol */
   int regs, max_threads, static_shared, const_bytes, local_bytes, param_bytes;
+  int reserved_smem; /* its shared section includes the device's reserved shared memory */
   int nparams;
   struct fk_kparam params[FK_MAX_PARAMS];
 };

@@ -38,6 +38,7 @@ enum {
   EIATTR_KPARAM_INFO = 0x17,
   EIATTR_CBANK_PARAM_SIZE = 0x19,
   EIATTR_REGCOUNT = 0x2f,
+  EIATTR_RESERVED_SMEM_USED = 0x4c, /* the kernel's shared section includes the reserved 1 KiB */
 };
 enum { EIFMT_NVAL = 1, EIFMT_BVAL = 2, EIFMT_HVAL = 3, EIFMT_SVAL = 4 };
 
@@ -301,7 +302,9 @@ static void read_nv_info(struct fk_image *img, const unsigned char *p, size_t n,
       }
       continue;
     }
-    if (attr == EIATTR_CBANK_PARAM_SIZE && fmt == EIFMT_HVAL) {
+    if (attr == EIATTR_RESERVED_SMEM_USED) {
+      kernel->reserved_smem = 1;
+    } else if (attr == EIATTR_CBANK_PARAM_SIZE && fmt == EIFMT_HVAL) {
       uint16_t h;
       memcpy(&h, v, 2);
       kernel->param_bytes = h;
@@ -390,6 +393,7 @@ static CUresult elf_parse(struct fk_image *img, char *err, size_t errlen) {
       }
     }
   }
+  /* .nv.info first: a kernel's shared-memory size depends on its attributes. */
   for (size_t i = 0; i < e.nsh; i++) {
     const char *sec = sec_name(&e, i);
     const unsigned char *p = img->code + e.sh[i].sh_offset;
@@ -400,10 +404,18 @@ static CUresult elf_parse(struct fk_image *img, char *err, size_t errlen) {
       if (k != NULL) {
         read_nv_info(img, p, e.sh[i].sh_size, k);
       }
-    } else if (strncmp(sec, ".nv.shared.", 11) == 0) {
+    }
+  }
+  for (size_t i = 0; i < e.nsh; i++) {
+    const char *sec = sec_name(&e, i);
+    if (strncmp(sec, ".nv.shared.", 11) == 0) {
       struct fk_ksym *k = fk_image_kernel(img, sec + 11);
       if (k != NULL) {
-        k->static_shared = (int)e.sh[i].sh_size;
+        /* The reserved shared memory (RESERVED_SHARED_MEMORY_PER_BLOCK) is the driver's, not
+         * part of the function's static size. */
+        int reserved = k->reserved_smem ? fk_dev_attr(111, 0) : 0;
+        int size = (int)e.sh[i].sh_size;
+        k->static_shared = size >= reserved ? size - reserved : size;
       }
     } else if (strncmp(sec, ".nv.constant0.", 14) == 0) {
       struct fk_ksym *k = fk_image_kernel(img, sec + 14);
@@ -613,7 +625,10 @@ CUresult fk_image_load(const void *image, int kind, int dev_sm, struct fk_image 
     }
     Elf64_Ehdr h;
     memcpy(&h, p, sizeof h);
-    int sm = (int)(h.e_flags & 0xff); /* EF_CUDA_SM: the cubin's SM */
+    /* The cubin's SM (EF_CUDA_SM): bits 8..15 of e_flags in the CUDA ELF ABI version 8 that
+     * CUDA 12.8+ writes, the low byte before. */
+    int sm =
+        h.e_ident[EI_ABIVERSION] >= 8 ? (int)((h.e_flags >> 8) & 0xff) : (int)(h.e_flags & 0xff);
     if (sm == 0 || sm / 10 != dev_sm / 10 || sm > dev_sm) {
       set_err(err, errlen, "cubin for another architecture");
       return CUDA_ERROR_NO_BINARY_FOR_GPU;
