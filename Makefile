@@ -69,6 +69,7 @@ include tests/fakecuda/fakecuda.mk
 include tests/tests.mk
 include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
+include tests/frameworks/frameworks.mk
 
 $(BUILD)/obj/%.o: %.c
 	$(call say,CC,$@)

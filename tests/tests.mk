@@ -30,6 +30,7 @@ check-threads: all
 
 # The command README.md and .ci/run name: plain, then ASan+UBSan, then TSan on threaded tests.
 test:
+	$(Q)$(MAKE) --no-print-directory frameworks
 	$(Q)$(MAKE) --no-print-directory check
 	$(Q)$(MAKE) --no-print-directory check BUILD=build/asan SANITIZER=address,undefined
 	$(Q)$(MAKE) --no-print-directory check-threads BUILD=build/tsan SANITIZER=thread

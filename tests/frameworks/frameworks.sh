@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Real frameworks from PyPI over the fake driver, each workload run without gpucap (a 4 GiB fake
+# device) and under gpucap (a cap of 256 MiB, 1 GiB for PyTorch): the framework must see the
+# device or the cap as its total, raise its own out-of-memory error for an over-size request and
+# go on (the workloads check that themselves, tests/frameworks/*_workload.py); from outside, the
+# fake driver's own per-device peak must stay within the device or the cap, with no hazards and
+# no work left pending, and gpucap's exit report must agree with the fake. The frameworks are
+# installed by `make frameworks` (make test runs it); without them every row is skipped, and
+# says why.
+. "$TOP/tests/integ/lib.sh"
+
+venv=${FRAMEWORKS_VENV:-}
+py="$venv/bin/python"
+rows="torch-caching torch-no-caching cupy-pool cupy-none numba cuda-python"
+if [ -z "$venv" ] || [ ! -f "$venv/.complete" ]; then
+  why="frameworks not installed: run 'make frameworks'"
+  [ -n "$venv" ] && [ -f "$venv.failed" ] && why="$(head -n 1 "$venv.failed")"
+  for r in $rows; do skip "framework row $r" "$why"; done
+  done_testing
+fi
+export PYTHONPATH="$TOP/tests/frameworks" PYTHONDONTWRITEBYTECODE=1
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 # Python's own allocations live to exit
+device=$((4 << 30))
+
+# run_workload with|without SCRIPT VAR=VALUE...: the workload in a subshell with those settings.
+run_workload() {
+  local shim=$1 script=$2
+  shift 2
+  (
+    for kv in "$@"; do export "${kv?}"; done
+    "${shim}_shim" "$py" "$TOP/tests/frameworks/$script"
+  )
+}
+
+# row NAME CAP EXPECT_OOM SCRIPT [VAR=VALUE...]: the workload without and with gpucap.
+row() {
+  name=$1 cap=$2 oom=$3 script=$4
+  shift 4
+  for shim in without with; do
+    stats="$WORK/$name.$shim.json"
+    report="$WORK/$name.$shim.report.json"
+    total=$device
+    [ $shim = with ] && total=$cap
+    tap_program "$name, $shim gpucap: the workload's own checks" \
+      run_workload $shim "$script" "$@" EXPECT_TOTAL=$total EXPECT_OOM=$oom FAKECUDA_MEMORY=4GiB \
+      FAKECUDA_STATS="$stats" GPUCAP_MEMORY_LIMIT=$cap GPUCAP_REPORT=off \
+      GPUCAP_REPORT_JSON="$report"
+    peak=$(grep -o '"peak_bytes": [0-9]*' "$stats" 2>/dev/null | head -n 1 | sed 's/.*: //')
+    ok "$([ -n "$peak" ] && [ "$peak" -le "$total" ]; echo $?)" \
+      "$name, $shim gpucap: the driver's peak ${peak:-?} B stays within $total B"
+    is "$(json_num "$stats" hazards)/$(json_num "$stats" pending_work)" "0/0" \
+      "$name, $shim gpucap: no hazards and no pending work at exit"
+    if [ $shim = with ]; then
+      pool=$(grep -o '"peak_pool_bytes": [0-9]*' "$report" | sed 's/.*: //' | sort -n | tail -n 1)
+      ok "$([ -n "$pool" ] && [ "$pool" -le "${peak:-0}" ]; echo $?)" \
+        "$name, with gpucap: the report's peak pool ${pool:-?} B is memory the driver held"
+    fi
+  done
+}
+
+row torch-caching $((1 << 30)) OutOfMemoryError torch_workload.py
+# Without its cache PyTorch raises the runtime's error as torch.AcceleratorError: its own rule.
+row torch-no-caching $((1 << 30)) AcceleratorError torch_workload.py \
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1
+row cupy-pool $((256 << 20)) - cupy_workload.py CUPY_MODE=pool
+row cupy-none $((256 << 20)) - cupy_workload.py CUPY_MODE=none
+row numba $((256 << 20)) - numba_workload.py FAKECUDA_BACKING=1
+row cuda-python $((256 << 20)) - cudapy_workload.py
+done_testing
