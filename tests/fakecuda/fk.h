@@ -196,6 +196,11 @@ enum { FK_ANYTIME = 0, FK_NEED_INIT = 1 };
  * CUDA_ERROR_NOT_INITIALIZED in a forked child or (need_init) before cuInit. */
 CUresult fk_enter(const char *fn, int need_init);
 
+/* Appends "fn failed: ..." to the driver's error log and tells its callbacks (fk_errors.c);
+ * nothing for CUDA_SUCCESS and CUDA_ERROR_NOT_READY. */
+void fk_log_failure(const char *fn, CUresult rc);
+void fk_logs_teardown(void);
+
 /* Releases the lock; returns rc. */
 CUresult fk_leave(CUresult rc);
 

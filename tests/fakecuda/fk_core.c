@@ -155,7 +155,9 @@ CUresult fk_enter(const char *fn, int need_init) {
 
 CUresult fk_leave(CUresult rc) {
   trace_depth--;
-  fk_trace("%s = %d", trace_depth < TRACE_DEPTH ? current_fn[trace_depth] : "?", (int)rc);
+  const char *fn = trace_depth < TRACE_DEPTH ? current_fn[trace_depth] : "?";
+  fk_trace("%s = %d", fn, (int)rc);
+  fk_log_failure(fn, rc);
   pthread_mutex_unlock(&fk.lock);
   return rc;
 }
@@ -362,6 +364,7 @@ __attribute__((destructor)) static void fk_unload(void) {
   /* Like a real driver at exit: release everything; later calls get DEINITIALIZED. This also
    * lets a dlclose()d fake leave nothing behind. */
   fk_graph_teardown();
+  fk_logs_teardown();
   fk_stream_teardown();
   fk_module_teardown();
   fk_vmm_teardown();

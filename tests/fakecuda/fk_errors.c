@@ -1,10 +1,20 @@
-/* Error names and descriptions: cuGetErrorName and cuGetErrorString.
+/* Error names and descriptions (cuGetErrorName, cuGetErrorString) and the driver's error log
+ * (cuLogs*: CUDA 12.9).
  *
  * Names are the enumerators of <cuda.h>. Descriptions are the strings the real driver returns
  * for the codes programs commonly print, and a shortened form of <cuda.h>'s documentation for
  * the rest. An unknown code answers CUDA_ERROR_INVALID_VALUE and sets the string to NULL; both
- * work before cuInit, as the driver's do. No state, no lock beyond the entry points'.
+ * work before cuInit, as the driver's do.
+ *
+ * The log: every entry point that fails (other than with CUDA_ERROR_NOT_READY, which is an
+ * answer, not a failure) appends one line "NAME failed: DESCRIPTION (CODE)" to a buffer of
+ * 25600 bytes (the driver's documented size; the oldest lines are dropped) and passes it to the
+ * registered callbacks at level error. Iterators count lines. Under fk.lock.
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "tests/fakecuda/fk.h"
 
 static const struct {
@@ -207,4 +217,172 @@ FK_API CUresult cuGetErrorName(CUresult error, const char **pStr) {
 
 FK_API CUresult cuGetErrorString(CUresult error, const char **pStr) {
   FK_BODY(FK_ANYTIME, describe(error, pStr, 1));
+}
+
+/* ---- The error log. ---- */
+
+#define LOG_BYTES 25600
+
+struct CUlogsCallbackEntry_st {
+  CUlogsCallback fn;
+  void *data;
+  struct CUlogsCallbackEntry_st *next;
+};
+
+static char log_buf[LOG_BYTES]; /* whole lines, each ending in '\n' */
+static size_t log_len;
+static unsigned log_first, log_next; /* numbers of the oldest kept and the next line */
+static struct CUlogsCallbackEntry_st *callbacks;
+
+void fk_log_failure(const char *fn, CUresult rc) {
+  if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY) {
+    return;
+  }
+  const char *text = NULL;
+  describe(rc, &text, 1);
+  char line[256];
+  int n = snprintf(line, sizeof line, "%s failed: %s (%d)\n", fn, text ? text : "unknown", (int)rc);
+  size_t len = n < 0 ? 0 : (size_t)n >= sizeof line ? sizeof line - 1 : (size_t)n;
+  while (log_len + len > LOG_BYTES && log_len > 0) { /* drop the oldest line */
+    char *eol = memchr(log_buf, '\n', log_len);
+    size_t cut = eol ? (size_t)(eol - log_buf) + 1 : log_len;
+    memmove(log_buf, log_buf + cut, log_len - cut);
+    log_len -= cut;
+    log_first++;
+  }
+  memcpy(log_buf + log_len, line, len);
+  log_len += len;
+  log_next++;
+  for (struct CUlogsCallbackEntry_st *c = callbacks; c != NULL; c = c->next) {
+    c->fn(c->data, CU_LOG_LEVEL_ERROR, line, len - 1);
+  }
+}
+
+static CUresult logs_register(CUlogsCallback fn, void *data, CUlogsCallbackHandle *out) {
+  if (fn == NULL || out == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUlogsCallbackEntry_st *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  c->fn = fn;
+  c->data = data;
+  c->next = callbacks;
+  callbacks = c;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData,
+                                       CUlogsCallbackHandle *callback_out) {
+  FK_BODY(FK_ANYTIME, logs_register(callbackFunc, userData, callback_out));
+}
+
+static CUresult logs_unregister(CUlogsCallbackHandle h) {
+  for (struct CUlogsCallbackEntry_st **p = &callbacks; *p != NULL; p = &(*p)->next) {
+    if (*p == h) {
+      *p = h->next;
+      free(h);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+FK_API CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback) {
+  FK_BODY(FK_ANYTIME, logs_unregister(callback));
+}
+
+static CUresult logs_current(CUlogIterator *it, unsigned flags) {
+  if (it == NULL || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *it = log_next;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags) {
+  FK_BODY(FK_ANYTIME, logs_current(iterator_out, flags));
+}
+
+/* The kept lines from number *it on (all with it NULL): their offset and length in log_buf. */
+static void log_span(const CUlogIterator *it, size_t *off, size_t *len) {
+  unsigned from = it != NULL && *it > log_first ? *it : log_first;
+  size_t o = 0;
+  for (unsigned n = log_first; n < from && o < log_len; n++) {
+    char *eol = memchr(log_buf + o, '\n', log_len - o);
+    o = eol ? (size_t)(eol - log_buf) + 1 : log_len;
+  }
+  *off = o;
+  *len = log_len - o;
+}
+
+static CUresult logs_to_memory(CUlogIterator *it, char *buf, size_t *size, unsigned flags) {
+  if (buf == NULL || size == NULL || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t off, len;
+  log_span(it, &off, &len);
+  if (len == 0) {
+    if (*size > 0) {
+      buf[0] = '\0';
+    }
+    *size = 0;
+    return CUDA_SUCCESS;
+  }
+  /* Keep the newest whole lines that fit with the terminating NUL. */
+  while (len + 1 > *size) {
+    char *eol = memchr(log_buf + off, '\n', len);
+    if (eol == NULL || (size_t)(eol - log_buf) + 1 >= off + len) {
+      *size = 0;
+      return CUDA_ERROR_INVALID_VALUE; /* not even the last line fits */
+    }
+    size_t cut = (size_t)(eol - log_buf) + 1 - off;
+    off += cut;
+    len -= cut;
+  }
+  memcpy(buf, log_buf + off, len);
+  buf[len] = '\0';
+  *size = len;
+  if (it != NULL) {
+    *it = log_next;
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size,
+                                   unsigned int flags) {
+  FK_BODY(FK_ANYTIME, logs_to_memory(iterator, buffer, size, flags));
+}
+
+static CUresult logs_to_file(CUlogIterator *it, const char *path, unsigned flags) {
+  if (path == NULL || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t off, len;
+  log_span(it, &off, &len);
+  int ok = fwrite(log_buf + off, 1, len, f) == len;
+  ok &= fclose(f) == 0;
+  if (it != NULL) {
+    *it = log_next;
+  }
+  return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FK_API CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile,
+                                 unsigned int flags) {
+  FK_BODY(FK_ANYTIME, logs_to_file(iterator, pathToFile, flags));
+}
+
+void fk_logs_teardown(void) {
+  while (callbacks != NULL) {
+    struct CUlogsCallbackEntry_st *c = callbacks;
+    callbacks = c->next;
+    free(c);
+  }
 }

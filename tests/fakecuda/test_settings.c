@@ -1,5 +1,6 @@
 /* TAP test of the fake driver's per-context settings (limits, cache and bank configuration, API
  * version), peer access between its two devices, and error names and strings. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,11 +86,48 @@ static void errors(void) {
   TAP_EQ(cuGetErrorString(CUDA_SUCCESS, NULL), CUDA_ERROR_INVALID_VALUE, "NULL output");
 }
 
+static int logged;
+static char last_line[256];
+static void on_log(void *data, CUlogLevel level, char *msg, size_t len) {
+  (void)data;
+  logged += level == CU_LOG_LEVEL_ERROR;
+  snprintf(last_line, sizeof last_line, "%.*s", (int)len, msg);
+}
+
+static void logs(void) {
+  CUlogIterator it = 0;
+  CK(cuLogsCurrent(&it, 0));
+  CUlogsCallbackHandle h;
+  CK(cuLogsRegisterCallback(on_log, NULL, &h));
+  CUdeviceptr p;
+  TAP_EQ(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT, "an allocation without a context");
+  TAP_EQ(logged, 1, "a failure reaches the log callback");
+  tap_ok(strcmp(last_line, "cuMemAlloc_v2 failed: invalid device context (201)") == 0,
+         "... with the call and its error: %s", last_line);
+  char buf[256];
+  size_t n = sizeof buf;
+  CK(cuLogsDumpToMemory(&it, buf, &n, 0));
+  tap_ok(n > 0 && strstr(buf, "cuMemAlloc_v2 failed") != NULL, "the log holds it: %s", buf);
+  n = sizeof buf;
+  CK(cuLogsDumpToMemory(&it, buf, &n, 0));
+  TAP_EQ(n, 0, "the iterator moved past it");
+  n = 8;
+  CUlogIterator from0 = 0;
+  TAP_EQ(cuLogsDumpToMemory(&from0, buf, &n, 0), CUDA_ERROR_INVALID_VALUE,
+         "a buffer too small for the newest line");
+  TAP_EQ(logged, 2, "... and that failed dump was logged too");
+  CK(cuLogsUnregisterCallback(h));
+  TAP_EQ(cuLogsUnregisterCallback(h), CUDA_ERROR_INVALID_VALUE, "unregistering twice");
+  TAP_EQ(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT, "another failure");
+  TAP_EQ(logged, 2, "... reaches no unregistered callback");
+}
+
 int main(void) {
   setenv("FAKECUDA_DEVICES", "2", 1); /* read at the first call */
   const char *s = NULL;
   CK(cuGetErrorName(CUDA_ERROR_NOT_INITIALIZED, &s)); /* works before cuInit */
   CK(cuInit(0));
+  logs();
   limits();
   peers();
   errors();
