@@ -11,7 +11,11 @@
 #   make bench        replay the bundled traces through the pool and print the results table
 #   DEBUG=1           -O0, assertions and invariant checks after every pool operation
 #   SANITIZER=address|undefined|thread|address,undefined
+#   WERROR=1          warnings are errors (CI builds so, with gcc and with clang)
 #   V=1               show full command lines
+#
+# Objects depend on $(BUILD)/cflags, which changes only when the compiler or the flags do, so a
+# build with other flags into the same BUILD recompiles everything.
 
 BUILD   ?= build
 PREFIX  ?= /usr/local
@@ -20,7 +24,11 @@ CC      ?= cc
 
 VERSION := 0.1.0
 
-WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wconversion -Wsign-conversion
+ifeq ($(WERROR),1)
+  WARN += -Werror
+endif
 PROJECT_CFLAGS := -std=c11 $(WARN) -fPIC -fvisibility=hidden -MMD -MP -D_GNU_SOURCE \
                   -DGPUCAP_VERSION=\"$(VERSION)\" -I.
 
@@ -50,6 +58,13 @@ else
   say = @printf '  %-7s %s\n' $(1) $(2);
 endif
 
+# The compiler and flags of this build; rewritten only when they change.
+FLAGS_STAMP := $(BUILD)/cflags
+FLAGS_NOW := $(CC) $(ALL_CFLAGS) | $(ALL_LDFLAGS)
+ifneq ($(FLAGS_NOW),$(shell cat $(FLAGS_STAMP) 2>/dev/null))
+  $(shell mkdir -p $(BUILD) && printf '%s\n' '$(subst ','\'',$(FLAGS_NOW))' > $(FLAGS_STAMP))
+endif
+
 .DEFAULT_GOAL := all
 .PHONY: all test check demo bench install uninstall clean format
 
@@ -71,7 +86,7 @@ include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
 include tests/frameworks/frameworks.mk
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
@@ -79,7 +94,7 @@ $(BUILD)/obj/%.o: %.c
 all: $(PROGRAMS) $(TEST_PROGRAMS) $(TEST_DEPS)
 
 clean:
-	rm -rf build
+	rm -rf $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

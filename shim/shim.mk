@@ -14,7 +14,7 @@ SHIM_LIB  := $(BUILD)/libgpucap.so
 SHIM_MAP  := $(BUILD)/libgpucap.map
 PROGRAMS  += $(SHIM_LIB)
 
-$(BUILD)/obj/%.o: %.S
+$(BUILD)/obj/%.o: %.S $(FLAGS_STAMP)
 	$(call say,AS,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@

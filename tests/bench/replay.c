@@ -612,7 +612,7 @@ int main(int argc, char **argv) {
          ",\"unmatched_frees\":%" PRIu64 ",\"leaked_at_end\":%" PRIu64,
          st.peak_pool_bytes, over, st.peak_bytes_in_use, st.driver_alloc_calls,
          st.driver_free_calls, st.host_metadata_bytes, failed, failed == 0 ? "true" : "false",
-         retires / o.runs, t.failures_skipped, t.unmatched_frees, t.leaked);
+         retires / (uint64_t)o.runs, t.failures_skipped, t.unmatched_frees, t.leaked);
   if (o.threads > 1) {
     /* Each run times one thread (warm, no lock) right before the threads, so the ratio is not
      * skewed by the machine's speed drifting between the two measurements. */

@@ -11,8 +11,8 @@
 static void show_info(void) {
   size_t free_b = 0, total_b = 0;
   CUresult rc = cuMemGetInfo_v2(&free_b, &total_b);
-  printf("  cuMemGetInfo -> %d: total %8.0f MiB, free %8.0f MiB\n", rc, total_b / MiB,
-         free_b / MiB);
+  printf("  cuMemGetInfo -> %d: total %8.0f MiB, free %8.0f MiB\n", rc, (double)total_b / MiB,
+         (double)free_b / MiB);
 }
 
 int main(void) {
@@ -32,7 +32,7 @@ int main(void) {
   size_t size = (size_t)(256 * MiB);
   for (; n < 16; n++, size *= 2) {
     rc = cuMemAlloc_v2(&act[n], size);
-    printf("  activations %5.0f MiB -> %s\n", size / MiB,
+    printf("  activations %5.0f MiB -> %s\n", (double)size / MiB,
            rc == CUDA_SUCCESS             ? "ok"
            : rc == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
                                             : "error");

@@ -180,7 +180,7 @@ static void alloc_block(worker_t *w, int k) {
   size_t size;
   if (rand_r(&w->seed) % 8 == 0) {
     size_t pitch = 0, width = 1 + (size_t)rand_r(&w->seed) % 2000,
-           height = 1 + rand_r(&w->seed) % 64;
+           height = 1 + (size_t)(rand_r(&w->seed) % 64);
     rc = cuMemAllocPitch_v2(&p, &pitch, width, height, 4);
     size = pitch * height;
   } else {

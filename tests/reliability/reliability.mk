@@ -44,7 +44,7 @@ $(REL_SECURE): $(BUILD)/obj/tests/reliability/secure.o $(SHIM_LIB) $(FAKECUDA_LI
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(abspath $(SHIM_LIB)) $(abspath $(FAKECUDA_LIB)) \
 	  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl
 
-$(BUILD)/obj/tests/reliability/bfc_checked.o: core/bfc.c
+$(BUILD)/obj/tests/reliability/bfc_checked.o: core/bfc.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -DGPUCAP_DEBUG=1 -c $< -o $@

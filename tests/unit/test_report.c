@@ -75,7 +75,8 @@ static void jstring(jp_t *p, char *out, size_t cap) {
       char e = p->s[++p->i];
       if (e == 'u') {
         for (int k = 1; k <= 4; k++) {
-          if (p->s[p->i + k] == '\0' || strchr("0123456789abcdefABCDEF", p->s[p->i + k]) == NULL) {
+          if (p->s[p->i + (size_t)k] == '\0' ||
+              strchr("0123456789abcdefABCDEF", p->s[p->i + (size_t)k]) == NULL) {
             p->bad = 1;
             return;
           }
