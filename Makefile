@@ -7,6 +7,7 @@
 #   make              build the shim, the fake driver and every test program
 #   make test         run every test (plain build, then ASan+UBSan build, then TSan threaded tests)
 #   make check        run the tests of the current configuration only
+#   make quick        the fast loop: the tests of this configuration but the framework rows
 #   make demo         run the bundled workload under a cap over the fake driver
 #   make bench        replay the bundled traces through the pool and print the results table
 #   DEBUG=1           -O0, assertions and invariant checks after every pool operation
@@ -66,7 +67,7 @@ ifneq ($(FLAGS_NOW),$(shell cat $(FLAGS_STAMP) 2>/dev/null))
 endif
 
 .DEFAULT_GOAL := all
-.PHONY: all test check demo bench install uninstall clean format
+.PHONY: all test check quick demo bench install uninstall clean format
 
 # Filled in by the fragments.
 PROGRAMS :=

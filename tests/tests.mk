@@ -4,8 +4,13 @@
 #
 # Scripts find built artefacts through the exported BUILD variable. In sanitizer builds
 # SAN_PRELOAD names the sanitizer runtime that must precede the shim in LD_PRELOAD.
+#
+#   make quick   the fast loop: every test but the framework rows, JOBS at a time
+#   make check   every test of this build's configuration, JOBS at a time
+#   make test    frameworks installed if needed, then check: plain, ASan+UBSan, TSan (threads)
+# JOBS defaults to the number of processors; each file's result prints as it ends.
 
-.PHONY: check check-threads
+.PHONY: check check-threads quick
 
 
 SAN_RUNTIME :=
@@ -20,10 +25,15 @@ endif
 TEST_ENV := BUILD=$(abspath $(BUILD)) SAN_PRELOAD=$(SAN_RUNTIME) TOP=$(CURDIR) \
             ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 
-PROVE := prove --exec '' --timer --merge
+JOBS ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+PROVE := prove --exec '' --timer --merge -j$(JOBS)
+QUICK_SKIP := tests/frameworks/frameworks.sh
 
 check: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(TEST_SCRIPTS)
+
+quick: all
+	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(filter-out $(QUICK_SKIP),$(TEST_SCRIPTS))
 
 check-threads: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(THREAD_TESTS)
