@@ -469,6 +469,9 @@ static CUresult ptx_parse(struct fk_image *img, char *err, size_t errlen) {
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
       p++;
     }
+    if (*p == '\0') {
+      break;
+    }
     if (p[0] == '/' && p[1] == '/') {
       while (*p != '\0' && *p != '\n') {
         p++;

@@ -804,10 +804,10 @@ static CUresult attribute(void *data, int attr, uintptr_t p, struct fk_alloc *a)
   case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: {
     unsigned flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     if (m != NULL) {
-      int who = fk_ctx_current(&cur) == CUDA_SUCCESS ? cur->dev : dev;
-      flags = (m->wmask >> who & 1)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-              : (m->rmask >> who & 1) ? CU_MEM_ACCESS_FLAGS_PROT_READ
-                                      : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+      unsigned who = (unsigned)(fk_ctx_current(&cur) == CUDA_SUCCESS ? cur->dev : dev);
+      flags = (unsigned)((m->wmask >> who & 1)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                         : (m->rmask >> who & 1) ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                                 : CU_MEM_ACCESS_FLAGS_PROT_NONE);
     }
     put_u32(data, flags);
     return CUDA_SUCCESS;

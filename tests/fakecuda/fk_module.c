@@ -41,6 +41,7 @@ struct CUmod_st {
   struct fk_alloc *data;    /* device memory of its variables, or NULL */
   size_t *var_off;          /* offset of each variable in data */
   struct CUfunc_st **funcs; /* each kernel's function, made on first request */
+  size_t nfuncs;
 };
 
 struct CUfunc_st {
@@ -190,6 +191,7 @@ static CUresult module_new(struct CUctx_st *c, struct fk_image *img, struct CUli
     }
   }
   m->funcs = xcalloc(m->img->nkernels, sizeof *m->funcs);
+  m->nfuncs = m->img->nkernels;
   m->live = 1;
   handle_add(m, H_MODULE);
   fk_push((void ***)&mods, &nmods, &capmods, m);
@@ -257,7 +259,7 @@ void fk_module_teardown(void) {
     if (mods[i]->live) {
       module_unload(mods[i]);
     }
-    for (size_t k = 0; k < mods[i]->img->nkernels && mods[i]->lib == NULL; k++) {
+    for (size_t k = 0; k < mods[i]->nfuncs; k++) {
       free(mods[i]->funcs[k]);
     }
   }

@@ -380,9 +380,10 @@ static CUresult get_access(unsigned long long *flags, const CUmemLocation *loc, 
   if (m == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  *flags = (m->wmask >> loc->id & 1)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-           : (m->rmask >> loc->id & 1) ? CU_MEM_ACCESS_FLAGS_PROT_READ
-                                       : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  unsigned dev = (unsigned)loc->id;
+  *flags = (unsigned long long)((m->wmask >> dev & 1)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                : (m->rmask >> dev & 1) ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                                        : CU_MEM_ACCESS_FLAGS_PROT_NONE);
   return CUDA_SUCCESS;
 }
 
