@@ -17,31 +17,21 @@
 #include <unistd.h>
 
 #include "tests/fakecuda/fk.h"
+#include "tests/fakecuda/fk_line.h"
 
 struct fk_global fk = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP, .dev_fd = -1};
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
-static int trace_fd = -1;                /* FAKECUDA_TRACE: where each call is logged */
+static int trace_fd = -1; /* FAKECUDA_TRACE: where each call is logged */
 #define TRACE_DEPTH 8
 static __thread const char *current_fn[TRACE_DEPTH]; /* entry points this thread is inside */
 static __thread int trace_depth;
 
 void fk_log(const char *fmt, ...) {
-  char buf[512];
-  int n = snprintf(buf, sizeof buf, "fakecuda: ");
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  fk_vline(2, "fakecuda: ", fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof buf - 2) {
-    len = sizeof buf - 2;
-  }
-  buf[len++] = '\n';
-  int saved = errno;
-  ssize_t w = write(2, buf, len);
-  (void)w;
-  errno = saved;
 }
 
 void fk_push(void ***arr, size_t *n, size_t *cap, void *p) {
@@ -60,16 +50,6 @@ void fk_push(void ***arr, size_t *n, size_t *cap, void *p) {
 
 unsigned long long fk_new_id(void) {
   return ++fk.next_id;
-}
-
-static int cmp_export(const void *key, const void *elem) {
-  return strcmp((const char *)key, ((const struct fk_export *)elem)->name);
-}
-
-int fk_export_index(const char *name) {
-  const struct fk_export *e =
-      bsearch(name, fk_exports, fk_export_count, sizeof fk_exports[0], cmp_export);
-  return e ? (int)(e - fk_exports) : -1;
 }
 
 static const char *env(const char *name) {
@@ -104,21 +84,12 @@ void fk_trace(const char *fmt, ...) {
   if (trace_fd < 0) {
     return;
   }
-  char buf[512];
-  int n = snprintf(buf, sizeof buf, "fakecuda: trace: [%d] ", (int)gettid());
+  char prefix[48];
+  snprintf(prefix, sizeof prefix, "fakecuda: trace: [%d] ", (int)gettid());
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  fk_vline(trace_fd, prefix, fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof buf - 2) {
-    len = sizeof buf - 2;
-  }
-  buf[len++] = '\n';
-  int saved = errno;
-  ssize_t w = write(trace_fd, buf, len);
-  (void)w;
-  errno = saved;
 }
 
 CUresult fk_enter(const char *fn, int need_init) {
