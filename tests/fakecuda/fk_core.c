@@ -52,11 +52,6 @@ unsigned long long fk_new_id(void) {
   return ++fk.next_id;
 }
 
-static const char *env(const char *name) {
-  const char *v = getenv(name);
-  return (v != NULL && v[0] != '\0') ? v : NULL;
-}
-
 static void parse_config(void) {
   char err[256];
   if (fk_export_count > FK_MAX_EXPORTS) {
@@ -64,31 +59,18 @@ static void parse_config(void) {
     fk.cfg_error = 1;
     return;
   }
-  if (fk_env_parse(&fk.cfg, env, err, sizeof err) != 0) {
+  if (fk_env_parse(&fk.cfg, fk_getenv, err, sizeof err) != 0) {
     fk_log("error: %s; every CUDA call will fail with CUDA_ERROR_INVALID_VALUE", err);
     fk.cfg_error = 1;
     return;
   }
-  const char *t = fk.cfg.trace_path;
-  if (strcmp(t, "1") == 0) {
-    trace_fd = 2;
-  } else if (t[0] != '\0') {
-    trace_fd = open(t, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (trace_fd < 0) {
-      fk_log("warning: cannot open FAKECUDA_TRACE file %s: %s", t, strerror(errno));
-    }
-  }
+  trace_fd = fk_trace_open(fk.cfg.trace_path, "fakecuda");
 }
 
 void fk_trace(const char *fmt, ...) {
-  if (trace_fd < 0) {
-    return;
-  }
-  char prefix[48];
-  snprintf(prefix, sizeof prefix, "fakecuda: trace: [%d] ", (int)gettid());
   va_list ap;
   va_start(ap, fmt);
-  fk_vline(trace_fd, prefix, fmt, ap);
+  fk_vtrace(trace_fd, "fakecuda", fmt, ap);
   va_end(ap);
 }
 
