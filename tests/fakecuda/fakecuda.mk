@@ -100,3 +100,6 @@ THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads
 .PHONY: fakecuda-regen
 fakecuda-regen:
 	$(FAKECUDA_DIR)/regen.sh
+
+# The fake NVML beside it.
+include tests/fakecuda/nvml/nvml.mk

@@ -168,6 +168,36 @@ FK_API unsigned long long fakecudaCalls(const char *name) {
   return n;
 }
 
+static CUresult device_usage(int dev, size_t *used, int *contexts) {
+  if (fk.deinitialized) {
+    return CUDA_ERROR_DEINITIALIZED;
+  }
+  if (fk.cfg_error || fk.forked || !fk.initialized) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (dev < 0 || dev >= fk.ndev) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  if (used == NULL || contexts == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int n = 0;
+  for (size_t i = 0; i < fk.nctxs; i++) {
+    n += fk.ctxs[i]->dev == dev && fk.ctxs[i]->active;
+  }
+  *used = fk.dev[dev].total - fk_dev_free(dev);
+  *contexts = n;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult fakecudaDeviceUsage(int dev, size_t *used, int *contexts) {
+  pthread_once(&cfg_once, parse_config);
+  pthread_mutex_lock(&fk.lock);
+  CUresult rc = device_usage(dev, used, contexts);
+  pthread_mutex_unlock(&fk.lock);
+  return rc;
+}
+
 /* A write(2)-backed buffered writer: the report allocates nothing. */
 struct out {
   int fd;

@@ -3,18 +3,19 @@
 # Usage: awk [-v api=REGEX] -f gen.awk SOURCES... exports.txt > gen.c
 # Every name in exports.txt (the last operand, sorted in the C locale) is exported. Names that the
 # hand-written sources define on a line matching api (default: "FK_API CUresult cuNAME(") keep
-# that definition; every other one gets a catch-all that returns fk_catchall(name) (fk_core.c:
-# CUDA_ERROR_NOT_SUPPORTED after cuInit; nv_core.c: NVML_ERROR_NOT_SUPPORTED after nvmlInit).
+# that definition (the name is the identifier that ends the matched text, before its "(" or ",":
+# "NV_NUMBER(nvmlNAME," names a definition made by a macro); every other one gets a catch-all that
+# returns fk_catchall(name) (fk_core.c: CUDA_ERROR_NOT_SUPPORTED after cuInit; nv_core.c:
+# NVML_ERROR_NOT_SUPPORTED after nvmlInit).
 BEGIN {
   if (api == "") {
     api = "^FK_API CUresult cu[A-Za-z0-9_]*\\("
   }
 }
 FILENAME != ARGV[ARGC - 1] {
-  if ($0 ~ api) {
-    name = $0
-    sub(/\(.*/, "", name)
-    sub(/.*[ *]/, "", name)
+  if (match($0, api)) {
+    name = substr($0, RSTART, RLENGTH - 1)
+    sub(/.*[ *(]/, "", name)
     implemented[name] = 1
   }
   next
