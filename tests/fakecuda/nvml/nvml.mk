@@ -57,6 +57,9 @@ TEST_PROGRAMS += $(NVML_TESTS)
 TEST_SCRIPTS += $(NVML_DIR)/test_nvml_lib.sh tests/unit/nvmldefs_check.sh
 THREAD_TESTS += $(BUILD)/tests/test_fakenvml_mem
 
+# NCCL (from the CUDA toolkit, when it has it) over both fakes.
+TEST_SCRIPTS += tests/integ/nccl.sh
+
 # NVIDIA's nvml.h, for tests/unit/nvmldefs_check.sh and regen.sh (never committed): the
 # nvidia-nvml-dev wheel holds only the header.
 NVML_HEADER_DIR := build/nvml
