@@ -40,6 +40,16 @@ unsigned long long fakecudaHazards(void);
 /* How many times the exported entry point `name` has been called (0 for an unknown name). */
 unsigned long long fakecudaCalls(const char *name);
 
+/* What this process holds on device `dev`, for the fake NVML (tests/fakecuda/nvml) in the same
+ * process: *used is the device memory in use as cuMemGetInfo_v2 counts it (total - free: the
+ * program's allocations, arrays, VMM and pool memory, and the driver's own module variables) and
+ * *contexts the number of live contexts on the device (created and not destroyed, or primary and
+ * retained). Returns CUDA_SUCCESS; CUDA_ERROR_NOT_INITIALIZED before cuInit (or in a forked
+ * child), CUDA_ERROR_DEINITIALIZED after unload, CUDA_ERROR_INVALID_DEVICE for a bad ordinal,
+ * CUDA_ERROR_INVALID_VALUE for a NULL pointer; nothing is written on failure. Not counted as a
+ * call. O(contexts). */
+CUresult fakecudaDeviceUsage(int dev, size_t *used, int *contexts);
+
 #ifdef __cplusplus
 }
 #endif

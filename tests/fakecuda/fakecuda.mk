@@ -8,7 +8,7 @@ FAKECUDA_DIR := tests/fakecuda
 FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx.c fk_stream.c \
                    fk_mem.c fk_vmm.c fk_copy.c fk_array.c fk_ipc.c fk_export.c \
                    fk_integrity.c fk_image.c fk_module.c fk_settings.c \
-                   fk_errors.c fk_graph.c)
+                   fk_errors.c fk_graph.c fk_line.c)
 FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
 FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
 FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
@@ -100,3 +100,6 @@ THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads
 .PHONY: fakecuda-regen
 fakecuda-regen:
 	$(FAKECUDA_DIR)/regen.sh
+
+# The fake NVML beside it.
+include tests/fakecuda/nvml/nvml.mk

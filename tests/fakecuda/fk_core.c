@@ -17,31 +17,21 @@
 #include <unistd.h>
 
 #include "tests/fakecuda/fk.h"
+#include "tests/fakecuda/fk_line.h"
 
 struct fk_global fk = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP, .dev_fd = -1};
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
-static int trace_fd = -1;                /* FAKECUDA_TRACE: where each call is logged */
+static int trace_fd = -1; /* FAKECUDA_TRACE: where each call is logged */
 #define TRACE_DEPTH 8
 static __thread const char *current_fn[TRACE_DEPTH]; /* entry points this thread is inside */
 static __thread int trace_depth;
 
 void fk_log(const char *fmt, ...) {
-  char buf[512];
-  int n = snprintf(buf, sizeof buf, "fakecuda: ");
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  fk_vline(2, "fakecuda: ", fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof buf - 2) {
-    len = sizeof buf - 2;
-  }
-  buf[len++] = '\n';
-  int saved = errno;
-  ssize_t w = write(2, buf, len);
-  (void)w;
-  errno = saved;
 }
 
 void fk_push(void ***arr, size_t *n, size_t *cap, void *p) {
@@ -62,21 +52,6 @@ unsigned long long fk_new_id(void) {
   return ++fk.next_id;
 }
 
-static int cmp_export(const void *key, const void *elem) {
-  return strcmp((const char *)key, ((const struct fk_export *)elem)->name);
-}
-
-int fk_export_index(const char *name) {
-  const struct fk_export *e =
-      bsearch(name, fk_exports, fk_export_count, sizeof fk_exports[0], cmp_export);
-  return e ? (int)(e - fk_exports) : -1;
-}
-
-static const char *env(const char *name) {
-  const char *v = getenv(name);
-  return (v != NULL && v[0] != '\0') ? v : NULL;
-}
-
 static void parse_config(void) {
   char err[256];
   if (fk_export_count > FK_MAX_EXPORTS) {
@@ -84,41 +59,19 @@ static void parse_config(void) {
     fk.cfg_error = 1;
     return;
   }
-  if (fk_env_parse(&fk.cfg, env, err, sizeof err) != 0) {
+  if (fk_env_parse(&fk.cfg, fk_getenv, err, sizeof err) != 0) {
     fk_log("error: %s; every CUDA call will fail with CUDA_ERROR_INVALID_VALUE", err);
     fk.cfg_error = 1;
     return;
   }
-  const char *t = fk.cfg.trace_path;
-  if (strcmp(t, "1") == 0) {
-    trace_fd = 2;
-  } else if (t[0] != '\0') {
-    trace_fd = open(t, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (trace_fd < 0) {
-      fk_log("warning: cannot open FAKECUDA_TRACE file %s: %s", t, strerror(errno));
-    }
-  }
+  trace_fd = fk_trace_open(fk.cfg.trace_path, "fakecuda");
 }
 
 void fk_trace(const char *fmt, ...) {
-  if (trace_fd < 0) {
-    return;
-  }
-  char buf[512];
-  int n = snprintf(buf, sizeof buf, "fakecuda: trace: [%d] ", (int)gettid());
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  fk_vtrace(trace_fd, "fakecuda", fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof buf - 2) {
-    len = sizeof buf - 2;
-  }
-  buf[len++] = '\n';
-  int saved = errno;
-  ssize_t w = write(trace_fd, buf, len);
-  (void)w;
-  errno = saved;
 }
 
 CUresult fk_enter(const char *fn, int need_init) {
@@ -213,6 +166,36 @@ FK_API unsigned long long fakecudaCalls(const char *name) {
   unsigned long long n = fk.calls[idx];
   pthread_mutex_unlock(&fk.lock);
   return n;
+}
+
+static CUresult device_usage(int dev, size_t *used, int *contexts) {
+  if (fk.deinitialized) {
+    return CUDA_ERROR_DEINITIALIZED;
+  }
+  if (fk.cfg_error || fk.forked || !fk.initialized) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (dev < 0 || dev >= fk.ndev) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  if (used == NULL || contexts == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int n = 0;
+  for (size_t i = 0; i < fk.nctxs; i++) {
+    n += fk.ctxs[i]->dev == dev && fk.ctxs[i]->active;
+  }
+  *used = fk.dev[dev].total - fk_dev_free(dev);
+  *contexts = n;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult fakecudaDeviceUsage(int dev, size_t *used, int *contexts) {
+  pthread_once(&cfg_once, parse_config);
+  pthread_mutex_lock(&fk.lock);
+  CUresult rc = device_usage(dev, used, contexts);
+  pthread_mutex_unlock(&fk.lock);
+  return rc;
 }
 
 /* A write(2)-backed buffered writer: the report allocates nothing. */
