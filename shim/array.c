@@ -194,10 +194,11 @@ static void handle_clear(enum kind k, void *out) {
 static bool remember(uint64_t handle, int dev, uint64_t bytes) {
   charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev}, stale;
   real.cuCtxGetCurrent(&e.ctx);
-  if (charges_take(&arrays, handle, &stale)) {
+  int put = charges_put(&arrays, handle, &e, &stale);
+  if (put > 0) {
     cap_credit(stale.dev, stale.bytes);
   }
-  return charges_put(&arrays, handle, &e);
+  return put >= 0;
 }
 
 /* One creation. d is the descriptor in its 3D form (NULL when the program passed none). */
@@ -250,18 +251,14 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
 }
 
 /* One destruction: the charge returns only when the driver destroyed an array gpucap charged
- * (a failed destroy keeps array and charge). */
+ * (a failed destroy keeps array and charge; of two racing destroys, the one the driver lets
+ * succeed returns it). */
 static CUresult destroy(enum kind k, uint64_t handle) {
   charge_t e;
-  bool known = handle && charges_take(&arrays, handle, &e);
+  charge_hold_t *held = handle ? charges_hold(&arrays, handle) : NULL;
   CUresult rc = driver_destroy(k, handle);
-  if (known) {
-    if (rc == CUDA_SUCCESS) {
-      cap_credit(e.dev, e.bytes);
-    } else if (!charges_put(&arrays, handle, &e)) {
-      log_msg(LOG_ERROR, "out of host memory: array %#llx is no longer tracked",
-              (unsigned long long)handle);
-    }
+  if (charges_settle(&arrays, handle, held, rc == CUDA_SUCCESS, &e)) {
+    cap_credit(e.dev, e.bytes);
   }
   return rc;
 }

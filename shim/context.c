@@ -10,6 +10,7 @@
 #include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/memory.h"
+#include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
@@ -36,13 +37,24 @@ void context_fork_child(void) {
   }
 }
 
-/* The driver freed everything the context ctx held. */
+/* The driver freed everything the context ctx held, and completed the work of its streams
+ * (stream-ordered frees included). Stream-ordered memory belongs to no context: it stays. */
 static void forget(CUcontext ctx) {
   if (ctx) {
     pool_drop_context(ctx);
     memory_drop_context(ctx);
     array_drop_context(ctx);
+    pending_drop_context(ctx);
   }
+}
+
+/* The driver destroyed device dev's primary context ctx: with it went the device's
+ * stream-ordered memory, whatever context it was allocated in (what the driver does on a
+ * device reset). */
+static void forget_primary(CUcontext ctx, int dev) {
+  forget(ctx);
+  memory_drop_ordered(dev);
+  pending_drop_device(dev);
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
@@ -86,7 +98,7 @@ static CUresult after_release(CUresult rc, CUdevice dev) {
                    ? real.cuDevicePrimaryCtxGetState(dev, &flags, &active)
                    : CUDA_ERROR_NOT_SUPPORTED;
   if (q == CUDA_SUCCESS ? !active : left == 0) {
-    forget(atomic_exchange_explicit(&primary[dev], NULL, memory_order_acq_rel));
+    forget_primary(atomic_exchange_explicit(&primary[dev], NULL, memory_order_acq_rel), dev);
   }
   return rc;
 }
@@ -108,8 +120,8 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 /* After a successful reset: the primary context's memory is gone (its handle and the
  * program's retains stay). */
 static CUresult after_reset(CUresult rc, CUdevice dev) {
-  if (rc == CUDA_SUCCESS) {
-    forget(context_primary(dev));
+  if (rc == CUDA_SUCCESS && dev_ok(dev)) {
+    forget_primary(context_primary(dev), dev);
   }
   return rc;
 }

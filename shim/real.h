@@ -27,7 +27,17 @@ struct real_fns {
   X(cuCtxPushCurrent_v2)                                                                   \
   X(cuCtxPopCurrent_v2)                                                                    \
   X(cuCtxSetCurrent)                                                                       \
-  X(cuStreamGetCtx)
+  X(cuCtxGetDevice_v2)                                                                     \
+  X(cuDeviceGetCount)                                                                      \
+  X(cuDeviceGetDefaultMemPool)                                                             \
+  X(cuDeviceGetMemPool)                                                                    \
+  X(cuStreamGetCtx)                                                                        \
+  X(cuStreamSynchronize)                                                                   \
+  X(cuEventCreate)                                                                         \
+  X(cuEventRecord)                                                                         \
+  X(cuEventQuery)                                                                          \
+  X(cuEventSynchronize)                                                                    \
+  X(cuEventDestroy_v2)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

@@ -3,8 +3,9 @@
 # carries its own copy of core/ and config/ objects.
 
 SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/charges.c shim/context.c shim/dlsym.c \
-             shim/exit.c shim/fork.c shim/hooks.c shim/ipc.c shim/log.c shim/memory.c shim/pool.c \
-             shim/procaddr.c shim/ptrquery.c shim/real.c shim/trace.c shim/vmm.c
+             shim/exit.c shim/fork.c shim/hooks.c shim/ipc.c shim/log.c shim/memory.c \
+             shim/pending.c shim/pool.c shim/procaddr.c shim/ptrquery.c shim/real.c shim/trace.c \
+             shim/vmm.c
 SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
              $(CORE_OBJS) $(REPORT_OBJS)
 SHIM_LIB  := $(BUILD)/libgpucap.so

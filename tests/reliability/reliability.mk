@@ -14,7 +14,7 @@
 REL_BIN := $(BUILD)/tests/reliability
 REL_CHECKED_SHIM := $(REL_BIN)/libgpucap-checked.so
 REL_PROGRAMS := $(REL_BIN)/faultload $(REL_BIN)/integrity $(REL_BIN)/badargs \
-                $(REL_BIN)/teardown
+                $(REL_BIN)/teardown $(REL_BIN)/capholes
 REL_SECURE := $(REL_BIN)/secure
 REL_BADPOOL := $(REL_BIN)/libbadpool.so
 
@@ -25,7 +25,8 @@ $(REL_BIN)/faultload $(REL_BIN)/badargs $(REL_BIN)/teardown: $(REL_BIN)/%: $(BUI
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
 
-$(REL_BIN)/integrity: $(BUILD)/obj/tests/reliability/integrity.o $(FAKECUDA_LIB)
+$(REL_BIN)/integrity $(REL_BIN)/capholes: $(REL_BIN)/%: $(BUILD)/obj/tests/reliability/%.o \
+    $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
@@ -60,8 +61,8 @@ $(REL_CHECKED_SHIM): $(REL_CHECKED_OBJS) $(SHIM_MAP)
 TEST_DEPS += $(REL_PROGRAMS) $(REL_CHECKED_SHIM) $(REL_BADPOOL) $(REL_SECURE)
 TEST_SCRIPTS += tests/reliability/faults.sh tests/reliability/integrity.sh \
                 tests/reliability/badinput.sh tests/reliability/security.sh \
-                tests/reliability/teardown.sh
-THREAD_TESTS += tests/reliability/integrity.sh
+                tests/reliability/teardown.sh tests/reliability/capholes.sh
+THREAD_TESTS += tests/reliability/integrity.sh tests/reliability/capholes.sh
 
 memcheck: all
 	$(Q)if [ -n "$(SANITIZER)" ]; then echo "make memcheck: use a build without SANITIZER" >&2; \
