@@ -11,6 +11,7 @@
 #include "shim/cap.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
+#include "shim/pending.h"
 #include "shim/real.h"
 #include "shim/trace.h"
 
@@ -271,12 +272,14 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
       err = bfc_alloc(p->pool, bytes, &addr);
       if (err == -ENOMEM && !trimmed_others) {
         /* Other contexts' pools on this device may hold fully free regions under the same
-         * cap: give those back and try once more. */
+         * cap, and stream-ordered frees not yet reached by their streams hold charges they are
+         * about to return: give those back and try once more. */
         trimmed_others = true;
         pthread_mutex_unlock(&p->lock);
         uint64_t released = trim_others(p);
+        bool waited = pending_wait(p->dev);
         pthread_mutex_lock(&p->lock);
-        if (!p->pool || released > 0) {
+        if (!p->pool || released > 0 || waited) {
           continue; /* retry, or (context destroyed meanwhile) let the driver answer below */
         }
       }

@@ -226,6 +226,11 @@ static void pending_free(void) {
          "40 MiB allocated and freed on the first stream");
   TAP_EQ(cuMemAllocAsync(&b, 40 * MiB, s1), CUDA_SUCCESS,
          "40 MiB again on the same stream (stream-ordered reuse)");
+  TAP_EQ(fakecudaEnqueueWork(s1, b, 40 * MiB) || cuMemFreeAsync(b, s1), CUDA_SUCCESS,
+         "work on it, and free it on that stream");
+  CUdeviceptr c = 0;
+  TAP_EQ(cuMemAlloc_v2(&c, 48 * MiB), CUDA_SUCCESS,
+         "48 MiB from gpucap's pool: served once the free has completed");
 }
 
 /* ---- GPUCAP_POOL=off: an over-cap pitch request never reaches the driver. ---- */
