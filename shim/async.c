@@ -258,11 +258,11 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
     /* A pooled block: the stream must be one the driver would accept (its error, and the
      * block kept, otherwise). The special handles need no check. */
     CUcontext owner;
-    if (stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD &&
-        (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
+    bool special = !stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+    if (!special && (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
       return rc;
     }
-    if (pool_free(dptr, &rc)) {
+    if (pool_free(dptr, special, &rc)) { /* a default stream needs a current context */
       return rc;
     }
   }

@@ -216,7 +216,7 @@ GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (!driver_ready() || !real.cuMemFree_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (dptr && pool_free(dptr, &rc)) {
+  if (dptr && pool_free(dptr, true, &rc)) {
     return rc;
   }
   return mem_untrack_free(dptr, free_v2, NULL, NULL);

@@ -88,6 +88,22 @@ $(BUILD)/tests/libnext.so: $(BUILD)/obj/tests/integ/nextlib.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
 
+# ---- A libcuda.so.1 layered over the fake that hands out addresses off a 256-byte boundary
+# (tests/integ/misalign.sh): the fake's own objects under another soname, below a wrapper. ----
+MISALIGN_DIR := $(BUILD)/tests/misalign
+$(MISALIGN_DIR)/libfakeinner.so: $(FAKECUDA_OBJS) $(FAKECUDA_GEN_OBJ)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libfakeinner.so -o $@ $^ -lpthread
+
+$(MISALIGN_DIR)/libcuda.so.1: $(BUILD)/obj/tests/integ/misalign.o $(MISALIGN_DIR)/libfakeinner.so
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -Wl,-soname,libcuda.so.1 \
+	  -Wl,--no-as-needed $(MISALIGN_DIR)/libfakeinner.so -Wl,--as-needed -Wl,-rpath,'$$ORIGIN' \
+	  -ldl -lpthread
+TEST_DEPS += $(MISALIGN_DIR)/libcuda.so.1
+TEST_SCRIPTS += tests/integ/misalign.sh
+
 # ---- Unit test of core/addrmap on its own. ----
 $(BUILD)/tests/test_addrmap: $(BUILD)/obj/tests/unit/test_addrmap.o $(BUILD)/obj/core/addrmap.o
 	$(call say,LD,$@)
