@@ -1,8 +1,9 @@
 # The shim: build/libgpucap.so. It links only libc, libdl and libpthread, exports exactly
-# dlsym and the hooked names of shim/hooks.def (through a generated version script), and
+# dlsym, dlopen and the hooked names of shim/hooks.def (through a generated version script), and
 # carries its own copy of core/ and config/ objects.
 
-SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/charges.c shim/context.c shim/dlsym.c \
+SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/charges.c shim/context.c shim/deepbind.c \
+             shim/dlsym.c \
              shim/exit.c shim/fork.c shim/hooks.c shim/ipc.c shim/log.c shim/memory.c \
              shim/pending.c shim/pool.c shim/procaddr.c shim/ptrquery.c shim/real.c shim/trace.c \
              shim/vmm.c
@@ -18,9 +19,9 @@ $(BUILD)/obj/%.o: %.S
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The exported names, generated from the hook table so the two cannot drift apart.
-$(SHIM_MAP): shim/hooks.def
+$(SHIM_MAP): shim/hooks.def shim/shim.mk
 	$(Q)mkdir -p $(@D)
-	$(Q){ echo '{ global: dlsym;'; \
+	$(Q){ echo '{ global: dlsym; dlopen;'; \
 	     sed -n 's/^HOOK([^,]*,[^,]*,[^,]*, *\([A-Za-z0-9_]*\)).*/  \1;/p' $<; \
 	     echo 'local: *; };'; } > $@
 
