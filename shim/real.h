@@ -37,7 +37,9 @@ struct real_fns {
   X(cuEventRecord)                                                                         \
   X(cuEventQuery)                                                                          \
   X(cuEventSynchronize)                                                                    \
-  X(cuEventDestroy_v2)
+  X(cuEventDestroy_v2)                                                                     \
+  X(cuArrayGetMemoryRequirements)                                                          \
+  X(cuMipmappedArrayGetMemoryRequirements)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

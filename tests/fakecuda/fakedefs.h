@@ -76,13 +76,6 @@ typedef struct CUctxCreateParams_st {
   CUctxCigParam *cigParams;
 } CUctxCreateParams;
 
-typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
-  size_t size;
-  size_t alignment;
-  unsigned int reserved[4];
-} CUDA_ARRAY_MEMORY_REQUIREMENTS_v1;
-typedef CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 CUDA_ARRAY_MEMORY_REQUIREMENTS;
-
 /* Devices. */
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev); /* PFN_..._v2000 ABI */
@@ -138,10 +131,6 @@ CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescri
                                            CUarray hArray);
 CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
                                           unsigned int level);
-CUresult CUDAAPI cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
-                                              CUarray array, CUdevice device);
-CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(
-    CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device);
 
 /* Copies and memsets: the per-thread-default-stream variants and the remaining widths. */
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
