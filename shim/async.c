@@ -156,9 +156,9 @@ static CUresult free_async(uint64_t ptr, void *arg) {
 }
 
 /* A freed block's charge stays until the stream reaches the free. */
-static void after_free(int dev, uint64_t bytes, void *arg) {
+static void after_free(const charge_t *e, void *arg) {
   const struct on *o = arg;
-  pending_add(dev, bytes, o->stream, o->ptsz);
+  pending_add(e->dev, e->bytes, e->kind == MEM_ORDERED, o->stream, o->ptsz);
 }
 
 /* Gives back a block the driver just handed out that gpucap cannot keep, and waits for the

@@ -203,7 +203,7 @@ CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg, mem_
   if (charges_settle(&live, ptr, held, rc == CUDA_SUCCESS, &e)) {
     forget_block(ptr, &e);
     if (after) {
-      after(e.dev, e.bytes, arg);
+      after(&e, arg);
     } else {
       cap_credit(e.dev, e.bytes);
     }

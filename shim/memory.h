@@ -6,6 +6,7 @@
 #define GPUCAP_SHIM_MEMORY_H
 
 #include "core/bfc.h"
+#include "shim/charges.h"
 #include "shim/cudadefs.h"
 
 #include <stdbool.h>
@@ -51,8 +52,8 @@ CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, enum mem_kind kind,
                    mem_free_fn driver_free, void *arg);
 
 /* What becomes of a freed block's charge: NULL credits it at once; a function takes it over
- * (a stream-ordered free: shim/pending.h) with the device, the bytes and `arg`. */
-typedef void (*mem_after_fn)(int dev, uint64_t bytes, void *arg);
+ * (a stream-ordered free: shim/pending.h) with the block's record and `arg`. */
+typedef void (*mem_after_fn)(const charge_t *e, void *arg);
 
 /* Frees ptr through driver_free(ptr, arg) whatever it is (an unknown pointer gets the driver's
  * own answer) and returns the driver's answer. The block's charge is returned (or handed to

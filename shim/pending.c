@@ -24,9 +24,10 @@ struct pend {
   CUcontext ctx; /* the event's */
   CUevent ev;
   int dev;
-  int waiters; /* threads querying or synchronising ev now */
-  bool done;   /* its charge was returned */
-  bool dead;   /* ev went with its context: never passed to the driver again */
+  bool ordered; /* of stream-ordered memory (a primary reset frees it) */
+  int waiters;  /* threads querying or synchronising ev now */
+  bool done;    /* its charge was returned */
+  bool dead;    /* ev went with its context: never passed to the driver again */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -152,7 +153,7 @@ static CUresult event_in(CUcontext ctx, CUevent *ev) {
   return rc;
 }
 
-void pending_add(int dev, uint64_t bytes, CUstream stream, bool ptsz) {
+void pending_add(int dev, uint64_t bytes, bool ordered, CUstream stream, bool ptsz) {
   CUcontext ctx = NULL;
   CUstream rec;
   CUevent ev = NULL;
@@ -163,7 +164,7 @@ void pending_add(int dev, uint64_t bytes, CUstream stream, bool ptsz) {
     real.cuEventDestroy_v2(ev);
   }
   if (rc == CUDA_SUCCESS) {
-    *e = (struct pend){.bytes = bytes, .ctx = ctx, .ev = ev, .dev = dev};
+    *e = (struct pend){.bytes = bytes, .ctx = ctx, .ev = ev, .dev = dev, .ordered = ordered};
     pthread_mutex_lock(&lock);
     bool room = npend < cappend;
     if (!room) {
@@ -221,8 +222,8 @@ bool pending_wait(int dev) {
   return total > 0;
 }
 
-/* Finishes the entries whose event went with ctx (marking them dead), or with ctx NULL those of
- * dev. */
+/* Finishes the entries whose event went with ctx (marking them dead), or with ctx NULL the
+ * stream-ordered ones of dev. */
 static void drop(CUcontext ctx, int dev) {
   CUevent doomed[BATCH];
   size_t ndoomed = 0;
@@ -232,7 +233,7 @@ static void drop(CUcontext ctx, int dev) {
     if (ctx && e->ctx == ctx) {
       e->dead = true;
       finish(e);
-    } else if (!ctx && e->dev == dev) {
+    } else if (!ctx && e->dev == dev && e->ordered) {
       finish(e);
     }
   }

@@ -17,10 +17,11 @@
 
 /* The driver accepted a stream-ordered free of `bytes` charged to dev on `stream` (ptsz: the
  * stream handle follows the per-thread-default-stream convention, NULL being the calling
- * thread's per-thread stream). The charge is returned once the stream reaches the free. If no
- * event can be recorded there, the stream is synchronised and the charge returned now (if
- * even that fails the charge stays: never credited early). */
-void pending_add(int dev, uint64_t bytes, CUstream stream, bool ptsz);
+ * thread's per-thread stream); ordered: the block was stream-ordered memory (freed with the
+ * device's primary context), else memory of a context. The charge is returned once the stream
+ * reaches the free. If no event can be recorded there, the stream is synchronised and the
+ * charge returned now (if even that fails the charge stays: never credited early). */
+void pending_add(int dev, uint64_t bytes, bool ordered, CUstream stream, bool ptsz);
 
 /* Credits the pending frees of dev (every device when dev < 0) whose events have completed,
  * without waiting. O(pending frees of dev) event queries. */
@@ -35,7 +36,8 @@ bool pending_wait(int dev);
 void pending_drop_context(CUcontext ctx);
 
 /* The driver freed every stream-ordered allocation of dev (a primary-context reset): the
- * frees pending there have nothing left to free; their charges return now. */
+ * frees of stream-ordered blocks pending there have nothing left to free; their charges
+ * return now (pending frees of other memory wait for their streams as before). */
 void pending_drop_device(int dev);
 
 /* fork() support: hold the mutex across fork; the child forgets everything (its parent's

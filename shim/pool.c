@@ -31,6 +31,9 @@ struct ctx_pool {
   unsigned oom_streak;     /* failures since the last success: report only the first */
   size_t pitch_align;
   bool gone; /* the driver already freed the regions: release only returns the charge */
+  /* The driver is destroying the context: it may free the regions and hand their addresses
+   * out again before gpucap learns the outcome, so other threads leave this pool alone. */
+  atomic_bool dying;
   bool driver_full; /* the driver refused a region for want of memory (this request) */
   /* Regions aligned inside a larger driver allocation (an object between gpucap and the
    * driver answered addresses not 256-byte aligned): region base -> what the driver gave. */
@@ -180,6 +183,7 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     p->dev = dev;
     p->index = dev >= 0 && dev < CAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
     p->gone = false;
+    atomic_store_explicit(&p->dying, false, memory_order_relaxed);
     p->oom_streak = 0;
     p->misaligns = false;
     p->nshifted = 0;
@@ -272,7 +276,7 @@ static uint64_t trim_others(struct ctx_pool *p) {
   for (int i = 0; i < n; i++) {
     struct ctx_pool *o = &pools[i];
     uint64_t released = 0;
-    if (o == p || o->dev != p->dev) {
+    if (o == p || o->dev != p->dev || atomic_load_explicit(&o->dying, memory_order_acquire)) {
       continue;
     }
     pthread_mutex_lock(&o->lock);
@@ -420,16 +424,28 @@ CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t
   return rc;
 }
 
-bool pool_free(CUdeviceptr ptr, bool need_context, CUresult *rc) {
+/* The pool whose region holds addr, among those whose context is not being destroyed (the
+ * driver may already have freed a dying pool's regions and handed their addresses out again:
+ * an address only such a pool owns is the driver's to answer for); NULL when none. Takes each
+ * pool's lock briefly. */
+static struct ctx_pool *owner_of(uint64_t addr) {
   int n = atomic_load_explicit(&npools, memory_order_acquire);
-  struct ctx_pool *owner = NULL;
-  for (int i = 0; i < n && !owner; i++) {
-    pthread_mutex_lock(&pools[i].lock);
-    if (pools[i].pool && bfc_owns(pools[i].pool, ptr)) {
-      owner = &pools[i];
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&pools[i].dying, memory_order_acquire)) {
+      continue;
     }
+    pthread_mutex_lock(&pools[i].lock);
+    bool owns = pools[i].pool && bfc_owns(pools[i].pool, addr);
     pthread_mutex_unlock(&pools[i].lock);
+    if (owns) {
+      return &pools[i];
+    }
   }
+  return NULL;
+}
+
+bool pool_free(CUdeviceptr ptr, bool need_context, CUresult *rc) {
+  struct ctx_pool *owner = owner_of(ptr);
   if (!owner) {
     return false;
   }
@@ -466,7 +482,7 @@ uint64_t pool_idle_bytes(int dev) {
   uint64_t idle = 0;
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    if (pools[i].dev != dev) {
+    if (pools[i].dev != dev || atomic_load_explicit(&pools[i].dying, memory_order_acquire)) {
       continue;
     }
     uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
@@ -519,17 +535,17 @@ void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const b
 }
 
 enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size) {
-  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  struct ctx_pool *p = owner_of(addr);
   enum pool_where where = POOL_OUTSIDE;
-  for (int i = 0; i < n && where == POOL_OUTSIDE; i++) {
-    pthread_mutex_lock(&pools[i].lock);
-    if (pools[i].pool && bfc_owns(pools[i].pool, addr)) {
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    if (p->pool && bfc_owns(p->pool, addr)) {
       /* The block is what the program asked for: the chunk's rounding is not part of it. */
-      where = bfc_lookup(pools[i].pool, addr, base, NULL, size) == 0 && addr - *base < *size
+      where = bfc_lookup(p->pool, addr, base, NULL, size) == 0 && addr - *base < *size
                   ? POOL_BLOCK
                   : POOL_NOT_HELD;
     }
-    pthread_mutex_unlock(&pools[i].lock);
+    pthread_mutex_unlock(&p->lock);
   }
   return where;
 }
@@ -561,6 +577,15 @@ static void drop(struct ctx_pool *p) {
   }
   atomic_store_explicit(&p->ctx, NULL, memory_order_release);
   pthread_mutex_unlock(&p->lock);
+}
+
+void pool_dying(CUcontext ctx, bool dying) {
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; ctx && i < n; i++) {
+    if (atomic_load_explicit(&pools[i].ctx, memory_order_acquire) == ctx) {
+      atomic_store_explicit(&pools[i].dying, dying, memory_order_release);
+    }
+  }
 }
 
 void pool_drop_context(CUcontext ctx) {

@@ -46,6 +46,13 @@ enum pool_where { POOL_OUTSIDE, POOL_NOT_HELD, POOL_BLOCK };
  * memory there). Takes each pool's lock briefly; O(pools x log regions). */
 enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size);
 
+/* Marks ctx's pool as dying (the driver is about to destroy ctx) or, with dying false, alive
+ * again (the driver kept the context). While dying, the driver may free its regions and give
+ * their addresses to other allocations before gpucap hears of it: other threads never trim or
+ * synchronise it, and its addresses are the driver's to answer for (frees, pointer queries).
+ * O(pools), lock-free. */
+void pool_dying(CUcontext ctx, bool dying);
+
 /* The driver destroyed `ctx` (and freed its memory): forgets its pool and returns the pool's
  * charges, with no driver call. */
 void pool_drop_context(CUcontext ctx);

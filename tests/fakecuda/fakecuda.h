@@ -40,6 +40,11 @@ unsigned long long fakecudaHazards(void);
 /* How many times the exported entry point `name` has been called (0 for an unknown name). */
 unsigned long long fakecudaCalls(const char *name);
 
+/* Device dev's peak of device memory held (the report's peak_bytes) since the driver was
+ * initialised or the last restart; with restart non-zero the peak starts again from what the
+ * device holds now. 0 before cuInit or for a bad ordinal. */
+unsigned long long fakecudaPeakBytes(int dev, int restart);
+
 #ifdef __cplusplus
 }
 #endif
