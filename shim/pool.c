@@ -21,6 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A pool region aligned inside the driver's allocation. */
+struct shifted {
+  uint64_t base, driver, extra;
+};
+
 struct ctx_pool {
   _Atomic(CUcontext) ctx; /* set once the pool is ready */
   int dev;
@@ -38,9 +43,7 @@ struct ctx_pool {
   /* Regions aligned inside a larger driver allocation (an object between gpucap and the
    * driver answered addresses not 256-byte aligned): region base -> what the driver gave. */
   bool misaligns;
-  struct shifted {
-    uint64_t base, driver, extra;
-  } *shifted;
+  struct shifted *shifted;
   size_t nshifted, capshifted;
 };
 
@@ -95,8 +98,10 @@ static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
   if (d % BFC_MIN_ALLOC != 0 && !p->misaligns) {
     /* Not what a driver hands out, but what an object between gpucap and the driver may:
      * from now on this pool asks for 256 bytes more and aligns its regions inside. */
-    log_msg(LOG_DEBUG, "device %d: the driver answered %#llx, not 256-byte aligned; regions "
-            "are aligned inside allocations 256 bytes larger", p->dev, (unsigned long long)d);
+    log_msg(LOG_DEBUG,
+            "device %d: the driver answered %#llx, not 256-byte aligned; regions "
+            "are aligned inside allocations 256 bytes larger",
+            p->dev, (unsigned long long)d);
     real.cuMemFree_v2(d);
     cap_credit(p->dev, bytes);
     p->misaligns = true;
@@ -300,7 +305,8 @@ static void oom_hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_
     log_msg(LOG_INFO, "hint: enough memory is free but fragmented; GPUCAP_ALLOW_GROWTH=false "
             "preallocates one region and fragments less");
   } else if (driver_full) {
-    log_msg(LOG_INFO, "hint: device %d itself is out of memory (the driver refused it, below "
+    log_msg(LOG_INFO,
+            "hint: device %d itself is out of memory (the driver refused it, below "
             "the cap): other processes or allocations outside gpucap's pools hold the rest",
             dev);
   } else if (cap != CAP_NONE) {
