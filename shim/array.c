@@ -268,14 +268,10 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   measured = measured && real.cuMemGetInfo_v2(&after, &total) == CUDA_SUCCESS;
   uint64_t drop = measured && before >= after ? before - after : 0;
   uint64_t charge = plausible(drop, est, req) ? drop : admitted;
-  if (charge > admitted && !mem_admit(dev, charge - admitted)) {
+  if (!mem_recharge(dev, admitted, charge)) {
     driver_destroy(k, handle);
-    cap_credit(dev, admitted);
     handle_clear(k, out);
     return mem_refuse(dev, charge);
-  }
-  if (charge < admitted) {
-    cap_credit(dev, admitted - charge);
   }
   log_msg(LOG_DEBUG,
           "device %d: array %#llx charged %llu bytes (estimate %llu, deferred twin %llu, free "

@@ -169,6 +169,17 @@ bool mem_admit(int dev, uint64_t bytes) {
   return cap_charge(dev, bytes);
 }
 
+bool mem_recharge(int dev, uint64_t admitted, uint64_t exact) {
+  if (exact > admitted && !mem_admit(dev, exact - admitted)) {
+    cap_credit(dev, admitted);
+    return false;
+  }
+  if (exact < admitted) {
+    cap_credit(dev, admitted - exact);
+  }
+  return true;
+}
+
 CUresult mem_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes, enum mem_kind kind,
                     mem_free_fn driver_free, void *arg) {
   if (rc != CUDA_SUCCESS) {
@@ -367,14 +378,10 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
   }
   mem_free_fn driver_free = legacy ? free_v1 : free_v2;
   uint64_t exact = row * height;
-  if (exact > lower && !mem_admit(dev, exact - lower)) {
+  if (!mem_recharge(dev, lower, exact)) {
     driver_free(ptr, NULL);
-    cap_credit(dev, lower);
     pitch_clear(legacy, dptr);
     return mem_refuse(dev, exact);
-  }
-  if (exact < lower) {
-    cap_credit(dev, lower - exact);
   }
   rc = mem_track(ptr, dev, exact, MEM_CONTEXT, driver_free, NULL);
   if (rc != CUDA_SUCCESS) {

@@ -32,6 +32,12 @@ bool mem_prepare(bool args_ok, int *dev, CUresult *rc);
  * iff charged. */
 bool mem_admit(int dev, uint64_t bytes);
 
+/* Moves a charge of `admitted` bytes on dev to `exact` once the driver said what it used:
+ * admits the difference (as mem_admit) or returns it. Returns false, with the whole charge
+ * returned, iff the larger charge does not fit under the cap (the caller frees what the driver
+ * made and refuses). */
+bool mem_recharge(int dev, uint64_t admitted, uint64_t exact);
+
 /* What a tracked block belongs to: the context it was made in (freed with it), or, for
  * stream-ordered memory, no context (freed with its device's primary context). */
 enum mem_kind { MEM_CONTEXT = 0, MEM_ORDERED = 1 };

@@ -79,11 +79,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   capops_stats_t st;
   capops_finish(w, &st);
   check_peaks(op);
-  if (st.errors) {
+  if (st.n[CAPOPS_ERRORS]) {
     die("unexpected answer: %s", st.first_error);
   }
-  if (st.hazards || st.corrupt || st.over) {
-    die("hazards %llu, corrupt %llu, get-info over the cap %llu", st.hazards, st.corrupt, st.over);
+  if (st.n[CAPOPS_HAZARDS] || st.n[CAPOPS_CORRUPT] || st.n[CAPOPS_OVER]) {
+    die("hazards %llu, corrupt %llu, get-info over the cap %llu", st.n[CAPOPS_HAZARDS],
+        st.n[CAPOPS_CORRUPT], st.n[CAPOPS_OVER]);
   }
   uint64_t lowest = 0;
   if (!capops_all_free(&lowest)) {

@@ -133,29 +133,29 @@ static CUresult on_stream(CUdeviceptr *p, void *stream) {
   return cuMemAllocAsync(p, 32 * MiB, (CUstream)stream);
 }
 
-static void pool_device(void) {
-  CUmemoryPool pool1 = NULL;
+/* Allocates on device 1 with alloc (device 0 current, capped nowhere): 2 x 32 MiB fit. */
+static void on_device1(const char *how, CUresult (*alloc)(CUdeviceptr *, void *), void *arg) {
   CUresult last;
   size_t free0 = free_now();
-  TAP_EQ(cuDeviceGetDefaultMemPool(&pool1, 1), CUDA_SUCCESS, "device 1's default pool");
-  int n = count_async(from_pool, pool1, &last);
-  TAP_EQ(n, 2, "device 0 current: 2 x 32 MiB from device 1's pool fit under device 1's cap");
+  int n = count_async(alloc, arg, &last);
+  TAP_EQ(n, 2, "device 0 current: 2 x 32 MiB %s fit under device 1's cap", how);
   TAP_EQ(last, CUDA_ERROR_OUT_OF_MEMORY, "  the third: OUT_OF_MEMORY");
   TAP_EQ(free_now(), free0, "  device 0's get-info: nothing of it charged there");
+}
+
+static void pool_device(void) {
+  CUmemoryPool pool1 = NULL;
+  TAP_EQ(cuDeviceGetDefaultMemPool(&pool1, 1), CUDA_SUCCESS, "device 1's default pool");
+  on_device1("from device 1's pool", from_pool, pool1);
 }
 
 static void stream_device(void) {
   CUcontext c1 = NULL, popped = NULL;
   CUstream s1 = NULL;
-  CUresult last;
-  size_t free0 = free_now();
   TAP_EQ(cuCtxCreate_v2(&c1, 0, 1) || cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS,
          "a context on device 1 and a stream in it");
   TAP_EQ(cuCtxPopCurrent_v2(&popped), CUDA_SUCCESS, "device 0 current again");
-  int n = count_async(on_stream, s1, &last);
-  TAP_EQ(n, 2, "2 x 32 MiB on the device-1 stream fit under device 1's cap");
-  TAP_EQ(last, CUDA_ERROR_OUT_OF_MEMORY, "  the third: OUT_OF_MEMORY");
-  TAP_EQ(free_now(), free0, "  device 0's get-info: nothing of it charged there");
+  on_device1("on the device-1 stream", on_stream, s1);
 }
 
 /* A stream of another context needs no current context: never uncapped for lack of one. */

@@ -24,6 +24,27 @@
 
 enum family { POOLED, PITCH, ASYNC, ASYNC_OTHER_POOL, ASYNC_OTHER_STREAM, MANAGED, VMM, ARRAY };
 
+const char *const capops_names[CAPOPS_COUNTERS] = {"ops",
+                                                   "allocs",
+                                                   "refused",
+                                                   "frees",
+                                                   "pending_frees",
+                                                   "destroys",
+                                                   "resets",
+                                                   "checked",
+                                                   "errors",
+                                                   "corrupt",
+                                                   "hazards",
+                                                   "over",
+                                                   "pooled",
+                                                   "pitched",
+                                                   "stream-ordered",
+                                                   "other-device pool",
+                                                   "other-device stream",
+                                                   "managed",
+                                                   "VMM",
+                                                   "arrays"};
+
 struct block {
   int family, dev, slot;
   CUdeviceptr ptr; /* VMM: the mapped address */
@@ -76,7 +97,7 @@ static unsigned u16(struct reader *r) {
 
 __attribute__((format(printf, 3, 4))) static void fail(capops_worker_t *w, CUresult rc,
                                                        const char *fmt, ...) {
-  if (w->st.errors++ == 0) {
+  if (w->st.n[CAPOPS_ERRORS]++ == 0) {
     va_list ap;
     va_start(ap, fmt);
     int len = vsnprintf(w->st.first_error, sizeof w->st.first_error, fmt, ap);
@@ -208,9 +229,9 @@ static void check_pattern(capops_worker_t *w, const struct block *b) {
       return;
     }
   }
-  w->st.checked++;
+  w->st.n[CAPOPS_CHECKED]++;
   if (first != b->pattern || last != b->pattern) {
-    w->st.corrupt++;
+    w->st.n[CAPOPS_CORRUPT]++;
   }
 }
 
@@ -219,18 +240,18 @@ static void check_pattern(capops_worker_t *w, const struct block *b) {
 /* Records a block just handed out: no pending work may touch it; its pattern is written. */
 static void take(capops_worker_t *w, struct block *b) {
   if (b->family != ARRAY && b->family != MANAGED && fakecudaClaim(b->ptr, b->bytes) != 0) {
-    w->st.hazards++;
+    w->st.n[CAPOPS_HAZARDS]++;
   }
   w->b[w->n++] = *b;
-  w->st.allocs++;
-  w->st.by_family[b->family]++;
+  w->st.n[CAPOPS_ALLOCS]++;
+  w->st.n[CAPOPS_FAMILY + b->family]++;
   write_pattern(w, &w->b[w->n - 1]);
 }
 
 /* Counts an allocation's answer; true iff it succeeded. */
 static bool answered(capops_worker_t *w, CUresult rc, const char *what) {
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-    w->st.refused++;
+    w->st.n[CAPOPS_REFUSED]++;
   } else if (rc != CUDA_SUCCESS) {
     fail(w, rc, "worker %d: %s", w->id, what);
   }
@@ -361,7 +382,7 @@ static void forget(capops_worker_t *w, int i) {
  * driver's "not allocated". */
 static void freed(capops_worker_t *w, const struct block *b, CUresult rc, const char *what) {
   if (rc == CUDA_SUCCESS) {
-    w->st.frees++;
+    w->st.n[CAPOPS_FREES]++;
   } else if (!(rc == CUDA_ERROR_INVALID_VALUE && stale(b))) {
     fail(w, rc, "worker %d: %s of family %d", w->id, what, b->family);
   }
@@ -428,7 +449,7 @@ static void release(capops_worker_t *w, int i, unsigned how) {
   }
   rc = cuMemFreeAsync(b.ptr, s);
   freed(w, &b, rc, "cuMemFreeAsync");
-  w->st.pending_frees += rc == CUDA_SUCCESS;
+  w->st.n[CAPOPS_PENDING_FREES] += rc == CUDA_SUCCESS;
 }
 
 /* ---- Contexts. ---- */
@@ -459,7 +480,7 @@ static void destroy_context(capops_worker_t *w, int dev) {
     fail(w, rc, "worker %d: cuCtxDestroy_v2", w->id);
     return;
   }
-  w->st.destroys++;
+  w->st.n[CAPOPS_DESTROYS]++;
   drop_blocks(w, dev, 0, false);
   make_context(w, dev);
 }
@@ -500,7 +521,7 @@ static void reset_primary(capops_worker_t *w, int dev) {
     fail(w, rc, "worker %d: resetting device %d's primary context", w->id, dev);
     return;
   }
-  w->st.resets++;
+  w->st.n[CAPOPS_RESETS]++;
   drop_blocks(w, dev, 1, true);
   w->ctx[dev][1] = primary[dev];
   make_streams(w, dev, 1);
@@ -514,7 +535,7 @@ static void get_info(capops_worker_t *w, int dev) {
   if (rc != CUDA_SUCCESS) {
     fail(w, rc, "worker %d: cuMemGetInfo_v2", w->id);
   } else if (t > caps[dev] || f > t) {
-    w->st.over++;
+    w->st.n[CAPOPS_OVER]++;
   }
 }
 
@@ -552,7 +573,7 @@ void capops_step(capops_worker_t *w, const uint8_t *bytes, size_t n) {
   int dev = (int)(where % (unsigned)ndev);
   int slot = w->owner && (where & 0x80) ? 1 : 0;
   bool exclusive = op == 14 && w->owner;
-  w->st.ops++;
+  w->st.n[CAPOPS_OPS]++;
   if (exclusive) {
     pthread_rwlock_wrlock(&world);
   } else {

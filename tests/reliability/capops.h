@@ -29,16 +29,31 @@
 
 typedef struct capops_worker capops_worker_t;
 
-/* What a worker did and found. */
+/* What a worker did and found: counters, and the first unexpected answer. */
+enum capops_counter {
+  CAPOPS_OPS,
+  CAPOPS_ALLOCS,
+  CAPOPS_REFUSED,
+  CAPOPS_FREES,
+  CAPOPS_PENDING_FREES, /* stream-ordered frees */
+  CAPOPS_DESTROYS,
+  CAPOPS_RESETS,
+  CAPOPS_CHECKED, /* patterns read back at a free */
+  CAPOPS_ERRORS,  /* answers other than the expected ones */
+  CAPOPS_CORRUPT, /* patterns found changed at a free */
+  CAPOPS_HAZARDS, /* blocks handed out with device work still pending on them */
+  CAPOPS_OVER,    /* get-info above the cap */
+  CAPOPS_FAMILY,  /* + family: allocations of that family (8 of them) */
+  CAPOPS_COUNTERS = CAPOPS_FAMILY + 8
+};
+
 typedef struct capops_stats {
-  unsigned long long ops, allocs, refused, frees, pending_frees, resets, destroys, checked;
-  unsigned long long by_family[8];
-  unsigned long long errors;  /* answers other than the expected ones */
-  unsigned long long corrupt; /* patterns found changed at a free */
-  unsigned long long hazards; /* blocks handed out with device work still pending on them */
-  unsigned long long over;    /* get-info above the cap */
+  unsigned long long n[CAPOPS_COUNTERS];
   char first_error[200];
 } capops_stats_t;
+
+/* Each counter's name, as the invariant test prints it ("pooled", "VMM" for the families). */
+extern const char *const capops_names[CAPOPS_COUNTERS];
 
 /* Initialises the driver (cuInit) and retains every device's primary context. caps[d] is
  * device d's cap in bytes (what get-info may show at most); backing: FAKECUDA_BACKING=1 is
