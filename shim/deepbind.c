@@ -8,10 +8,11 @@
  * and read-only again). Every other dlopen leaves through a tail jump, untouched.
  * dlopen is caller-relative (the caller's RUNPATH, its namespace, $ORIGIN), so a request is
  * opened by gpucap only when the path it names is known to be the one glibc would find for
- * the caller: a path with '/', a name already loaded, or one found along the caller's own
- * search path; otherwise (a dynamic string token, another namespace, or a name gpucap's own
- * search path would find elsewhere) it goes to glibc untouched, with a warning that the
- * library may bypass the cap. Thread-safe (no state but the real dlopen, set once).
+ * the caller: a path with '/' ($ORIGIN expanded as glibc does), a name already loaded, or one
+ * found along the caller's own search path; otherwise (another dynamic string token, another
+ * namespace, or a name gpucap's own search path would find elsewhere) it goes to glibc
+ * untouched, with a warning that the library may bypass the cap when the process already uses
+ * CUDA (never to a program that does not). Thread-safe (no state but the real dlopen).
  */
 #include "shim/hooks.h"
 #include "shim/log.h"
@@ -24,6 +25,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -377,28 +379,88 @@ gpucap_dlopen_pre(const char *file, int mode, void *caller, long *handled) {
   return deepbind_open(file, mode, caller, handled);
 }
 
+/* file with $ORIGIN / ${ORIGIN} replaced by the directory of the object at map, as glibc
+ * expands it, into out; false for any other dynamic string token ($LIB, $PLATFORM: their
+ * values are glibc's own), in secure-execution mode (glibc restricts $ORIGIN there), or when
+ * the result does not fit. */
+static bool expand_origin(const char *file, void *map, char *out, size_t len) {
+  const char *name = ((const struct link_map *)map)->l_name;
+  char dir[4096];
+  if (getauxval(AT_SECURE)) {
+    return false;
+  }
+  ssize_t n;
+  if (name && name[0]) {
+    n = realpath(name, dir) ? (ssize_t)strlen(dir) : -1;
+  } else {
+    n = readlink("/proc/self/exe", dir, sizeof dir - 1); /* the main program */
+  }
+  if (n <= 0 || (size_t)n >= sizeof dir) {
+    return false;
+  }
+  dir[n] = '\0';
+  char *slash = strrchr(dir, '/');
+  if (!slash) {
+    return false;
+  }
+  *(slash == dir ? slash + 1 : slash) = '\0';
+  size_t o = 0;
+  for (const char *p = file; *p;) {
+    size_t skip = strncmp(p, "$ORIGIN", 7) == 0 ? 7 : strncmp(p, "${ORIGIN}", 9) == 0 ? 9 : 0;
+    const char *put = skip ? dir : p;
+    size_t k = skip ? strlen(dir) : 1;
+    if (!skip && *p == '$') {
+      return false;
+    }
+    if (o + k >= len) {
+      return false;
+    }
+    memcpy(out + o, put, k);
+    o += k;
+    p += skip ? skip : 1;
+  }
+  out[o] = '\0';
+  return true;
+}
+
+/* Whether the process uses CUDA already (a warning about CUDA must not reach a program that
+ * does not). */
+static bool cuda_in_use(void) {
+  void *h = gpucap_real_dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (h) {
+    dlclose(h);
+  }
+  return h != NULL;
+}
+
 static void *deepbind_open(const char *file, int mode, void *caller, long *handled) {
   Dl_info info;
   void *caller_map = NULL;
   Lmid_t ns = LM_ID_BASE;
-  char path[4096];
+  char path[4096], expanded[4096];
   enum found where = UNSURE;
-  bool ok = dladdr1(caller, &info, &caller_map, RTLD_DL_LINKMAP) && caller_map &&
-            dlinfo(caller_map, RTLD_DI_LMID, &ns) == 0 && ns == LM_ID_BASE;
-  if (!ok) {
+  bool ok;
+  if (dladdr1(caller, &info, &caller_map, RTLD_DL_LINKMAP) && caller_map) {
+    ok = dlinfo(caller_map, RTLD_DI_LMID, &ns) == 0 && ns == LM_ID_BASE;
+  } else {
     /* glibc takes the main program for a caller outside every object. */
     void *self = gpucap_real_dlopen(NULL, RTLD_LAZY);
     ok = self && dlinfo(self, RTLD_DI_LINKMAP, &caller_map) == 0 && caller_map;
-    ns = LM_ID_BASE;
   }
-  if (ok && !strchr(file, '$')) {
+  if (ok && strchr(file, '$')) {
+    ok = expand_origin(file, caller_map, expanded, sizeof expanded);
+    file = ok ? expanded : file;
+  }
+  if (ok) {
     where = strchr(file, '/') ? AS_GIVEN : locate(file, caller_map, path, sizeof path);
   }
   if (where == UNSURE) {
-    log_msg(LOG_WARN,
-            "%s is being loaded with RTLD_DEEPBIND in a way gpucap cannot reproduce "
-            "for its caller: its CUDA calls may bypass the cap",
-            file);
+    if (cuda_in_use()) {
+      log_msg(LOG_WARN,
+              "%s is being loaded with RTLD_DEEPBIND in a way gpucap cannot reproduce "
+              "for its caller: its CUDA calls may bypass the cap",
+              file);
+    }
     return NULL;
   }
   *handled = 1;

@@ -20,6 +20,9 @@ int main(int argc, char **argv) {
     *(void **)&load = loader ? dlsym(loader, "deep_load") : NULL;
     lib = load ? load(argv[1]) : NULL;
   } else {
+    if (argc > 4 && strcmp(argv[4], "after-cuda") == 0 && !dlopen("libcuda.so.1", RTLD_NOW)) {
+      return 1;
+    }
     lib = dlopen(argv[1], RTLD_NOW | RTLD_DEEPBIND);
   }
   int (*deep_alloc)(size_t, int);
