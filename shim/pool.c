@@ -185,6 +185,12 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     bfc_options_t opts = {.limit = pool_limit(dev, growth), .allow_growth = growth};
     bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
     int align = 0;
+    real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
+    if (slot == n) {
+      pthread_mutex_init(&p->lock, NULL);
+    }
+    /* A dropped context's slot is still visible to other threads (trims, look-ups). */
+    pthread_mutex_lock(&p->lock);
     p->dev = dev;
     p->index = dev >= 0 && dev < CAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
     p->gone = false;
@@ -192,12 +198,10 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     p->oom_streak = 0;
     p->misaligns = false;
     p->nshifted = 0;
-    real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
     p->pitch_align = align > 0 ? (size_t)align : 512;
-    if (slot == n) {
-      pthread_mutex_init(&p->lock, NULL);
-    }
-    if (opts.limit == 0 || bfc_create(&opts, &prim, &p->pool) != 0) {
+    int made = opts.limit == 0 ? -EINVAL : bfc_create(&opts, &prim, &p->pool);
+    pthread_mutex_unlock(&p->lock);
+    if (made != 0) {
       log_msg(LOG_ERROR, "device %d: cannot create a pool (limit %llu bytes)", dev,
               (unsigned long long)opts.limit);
       p = NULL;
@@ -281,14 +285,15 @@ static uint64_t trim_others(struct ctx_pool *p) {
   for (int i = 0; i < n; i++) {
     struct ctx_pool *o = &pools[i];
     uint64_t released = 0;
-    if (o == p || o->dev != p->dev || atomic_load_explicit(&o->dying, memory_order_acquire)) {
+    if (o == p || atomic_load_explicit(&o->dying, memory_order_acquire)) {
       continue;
     }
     pthread_mutex_lock(&o->lock);
-    if (o->pool) {
+    bool same_device = o->dev == p->dev;
+    if (o->pool && same_device) {
       settle_other(o, atomic_load_explicit(&p->ctx, memory_order_acquire));
     }
-    if (o->pool) {
+    if (o->pool && same_device) {
       bfc_trim(o->pool, &released);
     }
     pthread_mutex_unlock(&o->lock);
@@ -488,12 +493,12 @@ uint64_t pool_idle_bytes(int dev) {
   uint64_t idle = 0;
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    if (pools[i].dev != dev || atomic_load_explicit(&pools[i].dying, memory_order_acquire)) {
+    if (atomic_load_explicit(&pools[i].dying, memory_order_acquire)) {
       continue;
     }
     uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
     pthread_mutex_lock(&pools[i].lock);
-    if (pools[i].pool) {
+    if (pools[i].pool && pools[i].dev == dev) {
       bfc_usage(pools[i].pool, &in_use, &deferred, &free_b, &reserved);
     }
     pthread_mutex_unlock(&pools[i].lock);
@@ -533,9 +538,10 @@ void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const b
     if (pools[i].pool) {
       bfc_stats(pools[i].pool, &s);
     }
+    int dev = pools[i].dev, index = pools[i].index;
     pthread_mutex_unlock(&pools[i].lock);
     if (s.num_allocs > 0 || s.num_ooms > 0) {
-      fn(arg, pools[i].dev, pools[i].index, false, &s);
+      fn(arg, dev, index, false, &s);
     }
   }
 }

@@ -170,12 +170,16 @@ capops_worker_t *capops_worker(int id, bool owner) {
   }
   w->id = id;
   w->owner = owner;
-  for (int d = 0; d < ndev; d++) {
+  bool ok = true;
+  pthread_rwlock_rdlock(&world); /* the owner may be resetting a primary context */
+  for (int d = 0; d < ndev && ok; d++) {
     w->ctx[d][1] = primary[d];
-    if (!make_context(w, d) || (owner && !make_streams(w, d, 1))) {
-      free(w);
-      return NULL;
-    }
+    ok = make_context(w, d) && (!owner || make_streams(w, d, 1));
+  }
+  pthread_rwlock_unlock(&world);
+  if (!ok) {
+    free(w);
+    return NULL;
   }
   return w;
 }
