@@ -1,7 +1,8 @@
 # Reliability tests: fault injection through the fake driver, data integrity under load, the
-# bad-input matrix and the security checks (tests/reliability/*.sh, docs/reliability.md).
+# bad-input matrix, the security checks, the ways past the cap and the cap invariant
+# (tests/reliability/*.sh, docs/reliability.md).
 #
-#   make test       runs them in every pass (plain, ASan+UBSan; integrity under TSan too)
+#   make test       runs them in every pass (plain, ASan+UBSan; the threaded ones under TSan too)
 #   make memcheck   the integration suite and these workloads under valgrind memcheck
 #   make soak       the integrity workload for SOAK_SECONDS (default 600) instead of seconds
 #
