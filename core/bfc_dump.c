@@ -189,11 +189,16 @@ static void put_summary(strbuf_t *w, const bfc_stats_t *st, uint64_t request) {
     put_bytes(w, request);
     strbuf_str(w, " (");
     strbuf_u64(w, request, 0);
-    strbuf_str(w, " bytes, rounded to ");
-    strbuf_u64(w, rounded, 0);
-    strbuf_str(w, "); bin for the request: ");
-    strbuf_u64(w, tf_bin(rounded), 0);
-    strbuf_char(w, '\n');
+    if (rounded == 0) {
+      /* Rounding up to the granularity overflows: no chunk or bin can ever hold it. */
+      strbuf_str(w, " bytes: larger than any pool can hold)\n");
+    } else {
+      strbuf_str(w, " bytes, rounded to ");
+      strbuf_u64(w, rounded, 0);
+      strbuf_str(w, "); bin for the request: ");
+      strbuf_u64(w, tf_bin(rounded), 0);
+      strbuf_char(w, '\n');
+    }
   } else {
     strbuf_str(w, "gpucap: memory pool state\n");
   }

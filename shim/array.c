@@ -1,12 +1,15 @@
 /* CUDA arrays and mipmapped arrays under the cap. The driver offers no way to ask what a
- * (non-deferred) array holds, so gpucap charges what the driver was seen to use: a lower bound
- * E computed from the descriptor is admitted against the cap before the driver is asked (a
- * refusal never reaches it), the driver's free memory is read before and after the creation,
- * and the measured drop D is charged instead when E <= D <= 2E + 2 MiB (anything else means
- * another allocation or free of the process moved the figure, and E stays). If D no longer
- * fits under the cap the array is destroyed and refused. Deferred-mapping arrays are charged
- * nothing: their memory comes from cuMemCreate, charged there. The legacy 32-bit ABIs
- * (cuArrayCreate, cuArray3DCreate v1) are left alone.
+ * (non-deferred) array holds, so gpucap asks what the same array would need with deferred
+ * mapping (a twin created with CUDA_ARRAY3D_DEFERRED_MAPPING holds no memory and answers
+ * cu*GetMemoryRequirements: R) and charges what the driver was seen to use. A lower bound E
+ * computed from the descriptor, then max(E, R), is admitted against the cap before the driver
+ * is asked (a refusal never reaches it); the driver's free memory is read before and after the
+ * creation, and the measured drop D is charged instead when it is plausible: E <= D <= R (or,
+ * when the twin could not be made, E <= D <= 2E + 2 MiB). Anything else means another
+ * allocation or free of the process moved the figure: R is charged (E without a twin). If the
+ * charge no longer fits under the cap the array is destroyed and refused. Deferred-mapping
+ * arrays are charged nothing: their memory comes from cuMemCreate, charged there. The legacy
+ * 32-bit ABIs (cuArrayCreate, cuArray3DCreate v1) are left alone.
  * Locking: the map of charged arrays (shim/charges) has its own mutex, never held across a
  * driver call.
  */
@@ -150,9 +153,10 @@ static uint64_t estimate(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) 
 }
 
 /* Whether a measured drop of the driver's free memory is this creation alone: at least the
- * lower bound, at most twice it plus one page. */
-static bool plausible(uint64_t drop, uint64_t est) {
-  return drop >= est && drop - est <= add_sat(est, SLACK);
+ * lower bound, at most what the deferred twin needs (req), or without one twice the lower
+ * bound plus one page. */
+static bool plausible(uint64_t drop, uint64_t est, uint64_t req) {
+  return drop >= est && (req ? drop <= req : drop - est <= add_sat(est, SLACK));
 }
 
 static CUresult driver_create(enum kind k, void *out, const void *desc, unsigned int levels) {
@@ -171,6 +175,34 @@ static CUresult driver_destroy(enum kind k, uint64_t handle) {
     return real.cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)handle);
   }
   return real.cuArrayDestroy((CUarray)(uintptr_t)handle);
+}
+
+/* R: the memory the array described by d would need with deferred mapping on dev, from a
+ * twin that holds none; 0 when the driver cannot say (it refuses such a twin). */
+static uint64_t requirement(enum kind k, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels,
+                            int dev) {
+  CUDA_ARRAY3D_DESCRIPTOR twin = *d;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req = {0};
+  CUresult rc;
+  twin.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
+  if (k == MIPMAP) {
+    CUmipmappedArray m = NULL;
+    if (!real.cuMipmappedArrayGetMemoryRequirements ||
+        real.cuMipmappedArrayCreate(&m, &twin, levels) != CUDA_SUCCESS) {
+      return 0;
+    }
+    rc = real.cuMipmappedArrayGetMemoryRequirements(&req, m, dev);
+    real.cuMipmappedArrayDestroy(m);
+  } else {
+    CUarray a = NULL;
+    if (!real.cuArray3DCreate_v2 || !real.cuArrayGetMemoryRequirements ||
+        real.cuArray3DCreate_v2(&a, &twin) != CUDA_SUCCESS) {
+      return 0;
+    }
+    rc = real.cuArrayGetMemoryRequirements(&req, a, dev);
+    real.cuArrayDestroy(a);
+  }
+  return rc == CUDA_SUCCESS ? req.size : 0;
 }
 
 /* The handle a successful creation wrote to out, as a map key; NULL is written back on a
@@ -194,10 +226,11 @@ static void handle_clear(enum kind k, void *out) {
 static bool remember(uint64_t handle, int dev, uint64_t bytes) {
   charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev}, stale;
   real.cuCtxGetCurrent(&e.ctx);
-  if (charges_take(&arrays, handle, &stale)) {
+  int put = charges_put(&arrays, handle, &e, &stale);
+  if (put > 0) {
     cap_credit(stale.dev, stale.bytes);
   }
-  return charges_put(&arrays, handle, &e);
+  return put >= 0;
 }
 
 /* One creation. d is the descriptor in its 3D form (NULL when the program passed none). */
@@ -216,29 +249,35 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   }
   uint64_t est = estimate(d, levels);
   if (!mem_admit(dev, est)) {
-    return mem_refuse(dev, est);
+    return mem_refuse(dev, est); /* the driver is never asked, not even for a twin */
+  }
+  uint64_t req = requirement(k, d, levels, dev);
+  uint64_t admitted = req > est ? req : est;
+  if (admitted > est && !mem_admit(dev, admitted - est)) {
+    cap_credit(dev, est);
+    return mem_refuse(dev, admitted);
   }
   size_t before = 0, after = 0, total = 0;
   bool measured = real.cuMemGetInfo_v2 && real.cuMemGetInfo_v2(&before, &total) == CUDA_SUCCESS;
   rc = driver_create(k, out, desc, levels);
   if (rc != CUDA_SUCCESS) {
-    cap_credit(dev, est);
+    cap_credit(dev, admitted);
     return rc;
   }
   uint64_t handle = handle_of(k, out);
   measured = measured && real.cuMemGetInfo_v2(&after, &total) == CUDA_SUCCESS;
   uint64_t drop = measured && before >= after ? before - after : 0;
-  uint64_t charge = plausible(drop, est) ? drop : est;
-  if (charge > est && !cap_charge(dev, charge - est)) {
+  uint64_t charge = plausible(drop, est, req) ? drop : admitted;
+  if (!mem_recharge(dev, admitted, charge)) {
     driver_destroy(k, handle);
-    cap_credit(dev, est);
     handle_clear(k, out);
     return mem_refuse(dev, charge);
   }
   log_msg(LOG_DEBUG,
-          "device %d: array %#llx charged %llu bytes (estimate %llu, free memory fell %llu)", dev,
-          (unsigned long long)handle, (unsigned long long)charge, (unsigned long long)est,
-          (unsigned long long)drop);
+          "device %d: array %#llx charged %llu bytes (estimate %llu, deferred twin %llu, free "
+          "memory fell %llu)",
+          dev, (unsigned long long)handle, (unsigned long long)charge, (unsigned long long)est,
+          (unsigned long long)req, (unsigned long long)drop);
   if (!remember(handle, dev, charge)) {
     driver_destroy(k, handle);
     cap_credit(dev, charge);
@@ -250,18 +289,14 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
 }
 
 /* One destruction: the charge returns only when the driver destroyed an array gpucap charged
- * (a failed destroy keeps array and charge). */
+ * (a failed destroy keeps array and charge; of two racing destroys, the one the driver lets
+ * succeed returns it). */
 static CUresult destroy(enum kind k, uint64_t handle) {
   charge_t e;
-  bool known = handle && charges_take(&arrays, handle, &e);
+  charge_hold_t *held = handle ? charges_hold(&arrays, handle) : NULL;
   CUresult rc = driver_destroy(k, handle);
-  if (known) {
-    if (rc == CUDA_SUCCESS) {
-      cap_credit(e.dev, e.bytes);
-    } else if (!charges_put(&arrays, handle, &e)) {
-      log_msg(LOG_ERROR, "out of host memory: array %#llx is no longer tracked",
-              (unsigned long long)handle);
-    }
+  if (charges_settle(&arrays, handle, held, rc == CUDA_SUCCESS, &e)) {
+    cap_credit(e.dev, e.bytes);
   }
   return rc;
 }

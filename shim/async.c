@@ -1,18 +1,124 @@
 /* Stream-ordered allocation: cuMemAllocAsync, cuMemAllocFromPoolAsync and cuMemFreeAsync, each
- * with its per-thread-stream (_ptsz) variant. Rule: these stay with the driver's own stream-
- * ordered pools (which already give stream-ordered reuse: at once on the freeing stream, on
- * other streams after the free completes), and gpucap charges each allocation to the cap and
- * returns the charge at the free. A cuMemFreeAsync of a block from gpucap's own pool is a
- * deferred pool free, reused only after the device has synchronised.
+ * with its per-thread-stream (_ptsz) variant. These stay with the driver's own stream-ordered
+ * pools (which already give stream-ordered reuse: at once on the freeing stream, on other
+ * streams after the free completes). gpucap charges each allocation, before the driver is
+ * asked, to the device the memory comes from: the pool's device for cuMemAllocFromPoolAsync,
+ * the stream's device otherwise (never the current context's, which may be another device's or
+ * none at all). The memory belongs to no context: only a reset of its device's primary context
+ * frees it. A cuMemFreeAsync keeps the charge until the stream has reached the free
+ * (shim/pending.h). A cuMemFreeAsync of a block from gpucap's own pool is a deferred pool free,
+ * reused only after the device has synchronised.
+ * Pools: the device of each pool is learnt from cuMemPoolCreate (hooked) and, for the default
+ * and current pools, by asking the driver for each device's; a pool learnt neither way
+ * (imported from another process) is charged to the stream's device until its first block
+ * tells which device it is on. Locking: a mutex over the pool table, never held across a driver
+ * call.
  */
 #include "shim/cap.h"
+#include "shim/fork.h"
+#include "shim/log.h"
 #include "shim/memory.h"
+#include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
+#include <pthread.h>
+
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
 
-/* How one of the six allocation entry points reaches the driver. */
+#define MAX_POOLS 256
+#define HOST_POOL (-2) /* a pool of host memory: not device memory, not charged */
+#define UNKNOWN (-1)
+
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  CUmemoryPool pool;
+  int dev; /* an ordinal, or HOST_POOL */
+} pools[MAX_POOLS];
+static int npools;
+
+/* Records pool -> dev (replacing what was recorded for that handle). */
+static void learn_pool(CUmemoryPool pool, int dev) {
+  pthread_mutex_lock(&pools_lock);
+  int i = 0;
+  while (i < npools && pools[i].pool != pool) {
+    i++;
+  }
+  if (i == npools && npools < MAX_POOLS) {
+    npools++;
+  }
+  if (i < npools) {
+    pools[i].pool = pool;
+    pools[i].dev = dev;
+  } /* else: the table is full; that pool is charged as an unknown one */
+  pthread_mutex_unlock(&pools_lock);
+}
+
+static int known_pool(CUmemoryPool pool) {
+  int dev = UNKNOWN;
+  pthread_mutex_lock(&pools_lock);
+  for (int i = 0; i < npools; i++) {
+    if (pools[i].pool == pool) {
+      dev = pools[i].dev;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pools_lock);
+  return dev;
+}
+
+/* The device of pool: recorded, else found among the devices' default and current pools. */
+static int pool_device(CUmemoryPool pool) {
+  int dev = known_pool(pool), count = 0;
+  if (dev != UNKNOWN || !real.cuDeviceGetCount || real.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+    return dev;
+  }
+  for (int d = 0; d < count && d < CAP_MAX_DEVICES && dev == UNKNOWN; d++) {
+    CUmemoryPool p = NULL, q = NULL;
+    if ((real.cuDeviceGetDefaultMemPool && real.cuDeviceGetDefaultMemPool(&p, d) == CUDA_SUCCESS &&
+         p == pool) ||
+        (real.cuDeviceGetMemPool && real.cuDeviceGetMemPool(&q, d) == CUDA_SUCCESS && q == pool)) {
+      dev = d;
+    }
+  }
+  if (dev != UNKNOWN) {
+    learn_pool(pool, dev);
+  }
+  return dev;
+}
+
+/* The device of a context, without making it current where the driver can say. */
+static CUresult context_device(CUcontext ctx, int *dev) {
+  CUdevice d = 0;
+  CUresult rc = real.cuCtxGetDevice_v2 ? real.cuCtxGetDevice_v2(&d, ctx) : CUDA_ERROR_NOT_FOUND;
+  if (rc != CUDA_SUCCESS) {
+    CUcontext mine = NULL, popped;
+    if ((rc = real.cuCtxGetCurrent(&mine)) != CUDA_SUCCESS ||
+        (rc = real.cuCtxPushCurrent_v2(ctx)) != CUDA_SUCCESS) {
+      return rc;
+    }
+    rc = real.cuCtxGetDevice(&d);
+    if (real.cuCtxPopCurrent_v2(&popped) != CUDA_SUCCESS) {
+      real.cuCtxSetCurrent(mine); /* never leave the program in another context */
+    }
+  }
+  if (rc == CUDA_SUCCESS) {
+    *dev = d >= 0 && d < CAP_MAX_DEVICES ? d : -1;
+  }
+  return rc;
+}
+
+/* The device of a stream: the current context's for the default streams. */
+static CUresult stream_device(CUstream stream, int *dev) {
+  CUcontext ctx = NULL;
+  if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
+    return mem_current_device(dev);
+  }
+  CUresult rc = real.cuStreamGetCtx ? real.cuStreamGetCtx(stream, &ctx) : CUDA_ERROR_NOT_SUPPORTED;
+  return rc == CUDA_SUCCESS ? context_device(ctx, dev) : rc;
+}
+
+/* How one of the four allocation entry points reaches the driver. */
 enum which { ASYNC, ASYNC_PTSZ, FROM_POOL, FROM_POOL_PTSZ };
 
 static CUresult call(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
@@ -34,37 +140,117 @@ static CUresult call(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool
   }
 }
 
-static CUresult free_async(uint64_t ptr, void *stream) {
-  return real.cuMemFreeAsync ? real.cuMemFreeAsync(ptr, (CUstream)stream)
-                             : CUDA_ERROR_NOT_SUPPORTED;
+/* How a free of a stream-ordered block reaches the driver (arg: struct on). */
+struct on {
+  CUstream stream;
+  bool ptsz;
+};
+
+static CUresult free_async(uint64_t ptr, void *arg) {
+  const struct on *o = arg;
+  if (o->ptsz) {
+    return real.cuMemFreeAsync_ptsz ? real.cuMemFreeAsync_ptsz(ptr, o->stream)
+                                    : CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return real.cuMemFreeAsync ? real.cuMemFreeAsync(ptr, o->stream) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
-static CUresult free_async_ptsz(uint64_t ptr, void *stream) {
-  return real.cuMemFreeAsync_ptsz ? real.cuMemFreeAsync_ptsz(ptr, (CUstream)stream)
-                                  : CUDA_ERROR_NOT_SUPPORTED;
+/* A freed block's charge stays until the stream reaches the free. */
+static void after_free(const charge_t *e, void *arg) {
+  const struct on *o = arg;
+  pending_add(e->dev, e->bytes, e->kind == MEM_ORDERED, o->stream, o->ptsz);
+}
+
+/* Gives back a block the driver just handed out that gpucap cannot keep, and waits for the
+ * stream to free it. */
+static void drop_block(uint64_t ptr, struct on *o) {
+  if (free_async(ptr, o) == CUDA_SUCCESS) {
+    real.cuStreamSynchronize(o->ptsz && !o->stream ? CU_STREAM_PER_THREAD : o->stream);
+  }
+}
+
+/* The device a block lies on, from the driver (for a pool gpucap could not place). */
+static CUresult free_and_wait(uint64_t ptr, void *arg) {
+  drop_block(ptr, arg);
+  return CUDA_SUCCESS;
+}
+
+static int block_device(uint64_t ptr) {
+  int ordinal = -1;
+  if (!real.cuPointerGetAttribute ||
+      real.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) !=
+          CUDA_SUCCESS ||
+      ordinal < 0 || ordinal >= CAP_MAX_DEVICES) {
+    return -1;
+  }
+  return ordinal;
 }
 
 static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                       CUstream stream) {
-  int dev;
+  struct on o = {.stream = stream, .ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ};
   if (!real_driver_ready(NULL)) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  CUresult drc;
-  if (!mem_prepare(dptr && bytes > 0, &dev, &drc)) {
-    return drc == CUDA_SUCCESS ? call(w, dptr, bytes, pool, stream) : drc;
+  bool from_pool = w == FROM_POOL || w == FROM_POOL_PTSZ;
+  int dev = from_pool && pool ? pool_device(pool) : UNKNOWN;
+  if (dev == HOST_POOL || !dptr || bytes == 0) {
+    return call(w, dptr, bytes, pool, stream); /* host memory, or the driver's own error */
   }
-  if (!mem_admit(dev, bytes)) {
+  /* sure: dev is the device the driver will take the memory from. Otherwise the stream's device
+   * is charged meanwhile (none when the driver does not describe the stream: it will refuse
+   * it) and the block, if any, tells. */
+  bool sure = dev != UNKNOWN;
+  if (!sure) {
+    CUresult q = stream_device(stream, &dev);
+    if (q != CUDA_SUCCESS && !cap_no_context(q) && q != CUDA_ERROR_INVALID_HANDLE) {
+      return q; /* never allocate what cannot be attributed */
+    }
+    if (q != CUDA_SUCCESS) {
+      dev = UNKNOWN;
+    } else if (dev < 0) {
+      return mem_refuse(dev, bytes); /* a device beyond what gpucap can cap */
+    } else {
+      sure = !from_pool;
+    }
+  }
+  if (dev >= 0 && !mem_admit(dev, bytes)) {
     return mem_refuse(dev, bytes);
   }
   CUresult rc = call(w, dptr, bytes, pool, stream);
-  bool ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ;
-  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytes,
-                    ptsz ? free_async_ptsz : free_async, stream);
+  if (rc != CUDA_SUCCESS) {
+    if (dev >= 0) {
+      cap_credit(dev, bytes);
+    }
+    return rc;
+  }
+  int on = sure ? dev : block_device(*dptr);
+  if (on != dev) {
+    /* The charge moves to the device the block is on. */
+    bool kept = on >= 0 && mem_admit(on, bytes);
+    if (dev >= 0) {
+      cap_credit(dev, bytes);
+    }
+    if (!kept) {
+      drop_block(*dptr, &o);
+      *dptr = 0;
+      return mem_refuse(on, bytes);
+    }
+    if (from_pool && pool) {
+      log_msg(LOG_DEBUG, "stream-ordered pool %p is on device %d", (void *)pool, on);
+      learn_pool(pool, on);
+    }
+  }
+  rc = mem_track(*dptr, on, bytes, MEM_ORDERED, free_and_wait, &o);
+  if (rc != CUDA_SUCCESS) {
+    *dptr = 0;
+  }
+  return rc;
 }
 
-static CUresult free_on(CUdeviceptr dptr, CUstream stream, mem_free_fn driver_free) {
+static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   CUresult rc;
+  struct on o = {.stream = stream, .ptsz = ptsz};
   if (!real_driver_ready(NULL)) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
@@ -72,23 +258,22 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, mem_free_fn driver_fr
     /* A pooled block: the stream must be one the driver would accept (its error, and the
      * block kept, otherwise). The special handles need no check. */
     CUcontext owner;
-    if (stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD &&
-        (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
+    bool special = !stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+    if (!special && (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
       return rc;
     }
-    if (pool_free(dptr, &rc)) {
+    if (pool_free(dptr, special, &rc)) { /* a default stream needs a current context */
       return rc;
     }
   }
-  return mem_untrack_free(dptr, driver_free, stream);
+  return mem_untrack_free(dptr, free_async, &o, after_free);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
   return alloc(ASYNC, dptr, bytesize, NULL, hStream);
 }
 
-GPUCAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
-                                            CUstream hStream) {
+GPUCAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
   return alloc(ASYNC_PTSZ, dptr, bytesize, NULL, hStream);
 }
 
@@ -103,9 +288,32 @@ GPUCAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t by
 }
 
 GPUCAP_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  return free_on(dptr, hStream, free_async);
+  return free_on(dptr, hStream, false);
 }
 
 GPUCAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  return free_on(dptr, hStream, free_async_ptsz);
+  return free_on(dptr, hStream, true);
+}
+
+GPUCAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
+  if (!real_driver_ready(NULL) || !real.cuMemPoolCreate) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUresult rc = real.cuMemPoolCreate(pool, poolProps);
+  if (rc == CUDA_SUCCESS && pool && poolProps) {
+    const CUmemLocation *loc = &poolProps->location;
+    if (loc->type == CU_MEM_LOCATION_TYPE_DEVICE && loc->id >= 0 && loc->id < CAP_MAX_DEVICES) {
+      learn_pool(*pool, loc->id);
+    } else if (loc->type == CU_MEM_LOCATION_TYPE_HOST ||
+               loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+               loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+      learn_pool(*pool, HOST_POOL);
+    }
+  }
+  return rc;
+}
+
+void async_fork_child(void) {
+  pthread_mutex_init(&pools_lock, NULL);
+  npools = 0;
 }

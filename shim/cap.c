@@ -116,8 +116,9 @@ uint64_t cap_used(int dev) {
   return atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
 }
 
-void cap_view(int dev, uint64_t idle, uint64_t *free_bytes, uint64_t *total_bytes) {
-  uint64_t limit = cap_limit(dev, *total_bytes);
+void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
+              uint64_t *total_bytes) {
+  uint64_t limit = cap_limit(dev, physical);
   uint64_t charged = cap_used(dev);
   uint64_t held = charged > idle ? charged - idle : 0;
   uint64_t total = limit < *total_bytes ? limit : *total_bytes;

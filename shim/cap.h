@@ -48,9 +48,12 @@ uint64_t cap_used(int dev);
 /* Rewrites a driver's (free, total) answer for dev as the program should see it. `idle` is
  * bytes gpucap holds from the driver for dev without the program holding them (free and
  * deferred pool chunks): they count as free, since gpucap hands them out on request.
- * total = min(cap, physical); free = min(cap - (charged - idle), real free + idle), never
+ * `physical` is the device's real total from a 64-bit query, or 0 when the answer came from
+ * the legacy 32-bit ABI (clamped: the cap is then computed from cuDeviceTotalMem_v2).
+ * total = min(cap, *total_bytes); free = min(cap - (charged - idle), real free + idle), never
  * above total, never negative. Without a cap only the idle bytes are added back. */
-void cap_view(int dev, uint64_t idle, uint64_t *free_bytes, uint64_t *total_bytes);
+void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
+              uint64_t *total_bytes);
 
 /* In a fork child: nothing is charged (the parent's memory is not the child's). */
 void cap_fork_child(void);

@@ -1,6 +1,14 @@
-/* A map from a key (a block address or an allocation handle) to what it was charged: the
- * device, the bytes, and the context it was made in (NULL when it belongs to no context),
- * behind its own mutex, which is never held across a driver call.
+/* A map from a key (a block address, an allocation handle or a mapping's address) to what it
+ * was charged: the device, the bytes, the context it was made in (NULL when it belongs to no
+ * context) and a kind, behind its own mutex, which is never held across a driver call.
+ *
+ * A free races other frees of the same key (a program bug, but the driver answers it: one call
+ * succeeds, the others fail). So an entry is never taken out before the driver's answer: the
+ * freeing thread *holds* it (charges_hold), calls the driver, and *settles* (charges_settle):
+ * whichever call the driver let succeed removes the entry it held, if that entry is still the
+ * one stored, and credits it; a failed call only lets go. A key put again while an entry is
+ * stored means the driver handed the key out again, so the old entry's memory is gone: the put
+ * replaces it and hands it back to be credited.
  */
 #ifndef GPUCAP_SHIM_CHARGES_H
 #define GPUCAP_SHIM_CHARGES_H
@@ -14,29 +22,60 @@
 
 typedef struct charges {
   pthread_mutex_t lock;
-  addrmap_t map; /* slots == NULL until the first put; values are struct charge * */
+  addrmap_t map; /* slots == NULL until the first put; values are struct charge_entry * */
 } charges_t;
 
 /* One entry. */
 typedef struct charge {
   uint64_t bytes;
+  uint64_t aux; /* the owner's: a VMM mapping's handle */
   CUcontext ctx;
   int dev;
+  int kind; /* the owner's */
 } charge_t;
 
-#define CHARGES_INIT {PTHREAD_MUTEX_INITIALIZER, {0}}
+/* An entry held across a driver call (opaque). */
+typedef struct charge_entry charge_hold_t;
 
-/* Records key -> e (copied); key must not be UINT64_MAX. Returns false iff host memory ran
- * out (nothing recorded). O(1) expected. */
-bool charges_put(charges_t *c, uint64_t key, const charge_t *e);
+#define CHARGES_INIT                                                                               \
+  {                                                                                                \
+    PTHREAD_MUTEX_INITIALIZER, {                                                                   \
+      0                                                                                            \
+    }                                                                                              \
+  }
+
+/* Records key -> e (copied); key must not be UINT64_MAX. Returns -1 iff host memory ran out
+ * (nothing recorded), 1 when an entry stored under key was replaced (copied to *old, to be
+ * credited by the caller), else 0. O(1) expected. */
+int charges_put(charges_t *c, uint64_t key, const charge_t *e, charge_t *old);
 
 /* Removes key, storing its entry in *e; returns false (e untouched) when absent. O(1). */
 bool charges_take(charges_t *c, uint64_t key, charge_t *e);
 
-/* Removes every entry made in ctx (ctx not NULL) and calls fn with each key and entry,
+/* Copies key's entry to *e without removing it; false when absent. O(1). */
+bool charges_get(charges_t *c, uint64_t key, charge_t *e);
+
+/* Holds key's entry across a driver call that may free it; NULL when absent. Every non-NULL
+ * hold must be passed to charges_settle exactly once. O(1). */
+charge_hold_t *charges_hold(charges_t *c, uint64_t key);
+
+/* Ends a hold after the driver's answer. freed: the driver freed what key names. Returns true,
+ * with the entry removed and copied to *e (the caller credits it), iff freed and the held entry
+ * is still the one stored under key; false otherwise (another call freed it first, or the
+ * driver refused: the entry stays). A NULL hold returns false. O(1). */
+bool charges_settle(charges_t *c, uint64_t key, charge_hold_t *h, bool freed, charge_t *e);
+
+/* Removes every entry for which match(entry, arg) is true and calls fn with each key and entry,
  * outside the lock. O(entries). */
-void charges_drop_context(charges_t *c, CUcontext ctx,
-                          void (*fn)(uint64_t key, const charge_t *e));
+void charges_drop(charges_t *c, bool (*match)(const charge_t *e, const void *arg), const void *arg,
+                  void (*fn)(uint64_t key, const charge_t *e));
+
+/* charges_drop of the entries made in ctx (ctx not NULL). */
+void charges_drop_context(charges_t *c, CUcontext ctx, void (*fn)(uint64_t key, const charge_t *e));
+
+/* Calls fn(key, entry, arg) for every entry under the lock: fn must not call back into c or
+ * the driver. O(entries). */
+void charges_each(charges_t *c, void (*fn)(uint64_t key, const charge_t *e, void *arg), void *arg);
 
 /* fork() support: hold the lock across fork (prepare), release it in the parent, and in the
  * child forget every entry (the child holds no device memory) with a fresh lock. */

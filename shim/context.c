@@ -10,6 +10,7 @@
 #include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/memory.h"
+#include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
@@ -36,13 +37,24 @@ void context_fork_child(void) {
   }
 }
 
-/* The driver freed everything the context ctx held. */
+/* The driver freed everything the context ctx held, and completed the work of its streams
+ * (stream-ordered frees included). Stream-ordered memory belongs to no context: it stays. */
 static void forget(CUcontext ctx) {
   if (ctx) {
     pool_drop_context(ctx);
     memory_drop_context(ctx);
     array_drop_context(ctx);
+    pending_drop_context(ctx);
   }
+}
+
+/* The driver destroyed device dev's primary context ctx: with it went the device's
+ * stream-ordered memory, whatever context it was allocated in (what the driver does on a
+ * device reset). */
+static void forget_primary(CUcontext ctx, int dev) {
+  forget(ctx);
+  memory_drop_ordered(dev);
+  pending_drop_device(dev);
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
@@ -61,9 +73,12 @@ GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (!real_driver_ready(NULL) || !real.cuCtxDestroy_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  pool_dying(ctx, true);
   CUresult rc = real.cuCtxDestroy_v2(ctx);
   if (rc == CUDA_SUCCESS) {
     forget(ctx);
+  } else {
+    pool_dying(ctx, false);
   }
   return rc;
 }
@@ -73,6 +88,7 @@ GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
  * see cannot make it drop a live context: the driver's answer comes first.) */
 static CUresult after_release(CUresult rc, CUdevice dev) {
   if (rc != CUDA_SUCCESS || !dev_ok(dev)) {
+    pool_dying(context_primary(dev), false);
     return rc;
   }
   int left = atomic_fetch_sub_explicit(&retains[dev], 1, memory_order_relaxed) - 1;
@@ -86,15 +102,26 @@ static CUresult after_release(CUresult rc, CUdevice dev) {
                    ? real.cuDevicePrimaryCtxGetState(dev, &flags, &active)
                    : CUDA_ERROR_NOT_SUPPORTED;
   if (q == CUDA_SUCCESS ? !active : left == 0) {
-    forget(atomic_exchange_explicit(&primary[dev], NULL, memory_order_acq_rel));
+    forget_primary(atomic_exchange_explicit(&primary[dev], NULL, memory_order_acq_rel), dev);
+  } else {
+    pool_dying(context_primary(dev), false);
   }
   return rc;
+}
+
+/* Before a release that may be the last (the program holds no other retain gpucap saw): the
+ * pool is left alone meanwhile, as for a destroy. */
+static void release_begins(CUdevice dev) {
+  if (dev_ok(dev) && atomic_load_explicit(&retains[dev], memory_order_relaxed) <= 1) {
+    pool_dying(context_primary(dev), true);
+  }
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
   if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxRelease) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  release_begins(dev);
   return after_release(real.cuDevicePrimaryCtxRelease(dev), dev);
 }
 
@@ -102,14 +129,17 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxRelease_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  release_begins(dev);
   return after_release(real.cuDevicePrimaryCtxRelease_v2(dev), dev);
 }
 
 /* After a successful reset: the primary context's memory is gone (its handle and the
  * program's retains stay). */
 static CUresult after_reset(CUresult rc, CUdevice dev) {
-  if (rc == CUDA_SUCCESS) {
-    forget(context_primary(dev));
+  if (rc == CUDA_SUCCESS && dev_ok(dev)) {
+    forget_primary(context_primary(dev), dev);
+  } else {
+    pool_dying(context_primary(dev), false);
   }
   return rc;
 }
@@ -118,6 +148,7 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  pool_dying(context_primary(dev), true);
   return after_reset(real.cuDevicePrimaryCtxReset(dev), dev);
 }
 
@@ -125,5 +156,6 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  pool_dying(context_primary(dev), true);
   return after_reset(real.cuDevicePrimaryCtxReset_v2(dev), dev);
 }

@@ -9,6 +9,7 @@
 #include "shim/context.h"
 #include "shim/ipc.h"
 #include "shim/memory.h"
+#include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/trace.h"
 
@@ -18,6 +19,7 @@ static void prepare(void) {
   pool_fork_prepare();
   memory_fork_prepare();
   vmm_fork_prepare();
+  pending_fork_prepare();
   array_fork_prepare();
   ipc_fork_prepare();
   trace_fork_prepare();
@@ -27,6 +29,7 @@ static void parent(void) {
   trace_fork_parent();
   ipc_fork_parent();
   array_fork_parent();
+  pending_fork_parent();
   vmm_fork_parent();
   memory_fork_parent();
   pool_fork_parent();
@@ -36,6 +39,8 @@ static void child(void) {
   pool_fork_child();
   memory_fork_child();
   vmm_fork_child();
+  pending_fork_child();
+  async_fork_child();
   array_fork_child();
   ipc_fork_child();
   trace_fork_child();

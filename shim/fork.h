@@ -10,6 +10,9 @@ void vmm_fork_prepare(void);
 void vmm_fork_parent(void);
 void vmm_fork_child(void);
 
+/* The child forgets which stream-ordered pool is on which device (shim/async.c). */
+void async_fork_child(void);
+
 /* The exit report is not written by a fork child. */
 void exit_fork_child(void);
 

@@ -25,8 +25,10 @@
 
 #if defined(__x86_64__)
 #define GLIBC_BASE "GLIBC_2.2.5"
+#define GLIBC_DLINFO "GLIBC_2.3.3" /* dlinfo and dladdr1 appeared later on x86-64 */
 #elif defined(__aarch64__)
 #define GLIBC_BASE "GLIBC_2.17"
+#define GLIBC_DLINFO "GLIBC_2.17"
 #else
 #error "gpucap supports x86-64 and AArch64 only"
 #endif
@@ -53,16 +55,22 @@ int stat(const char *restrict path, struct stat *restrict st) {
 
 #if __GLIBC_PREREQ(2, 34)
 
-/* OLD(ret, name, params, args): `name` calling name@GLIBC_BASE through the alias old_name. */
-#define OLD(ret, name, params, args)                                                               \
+/* OLDV(version, ret, name, params, args): `name` calling name@version through the alias
+ * old_name. dlopen is not among them: the library exports its own (shim/deepbind.c), which
+ * reaches glibc's through dlvsym. */
+#define OLDV(version, ret, name, params, args)                                                     \
   ret old_##name params;                                                                           \
-  __asm__(".symver old_" #name ", " #name "@" GLIBC_BASE);                                         \
+  __asm__(".symver old_" #name ", " #name "@" version);                                            \
   ret name params HIDDEN;                                                                          \
   ret name params {                                                                                \
     return old_##name args;                                                                        \
   }
+#define OLD(ret, name, params, args) OLDV(GLIBC_BASE, ret, name, params, args)
 
-OLD(void *, dlopen, (const char *file, int mode), (file, mode))
+OLDV(GLIBC_DLINFO, int, dlinfo, (void *restrict handle, int request, void *restrict arg),
+     (handle, request, arg))
+OLDV(GLIBC_DLINFO, int, dladdr1, (const void *addr, Dl_info *info, void **extra, int flags),
+     (addr, info, extra, flags))
 OLD(int, dlclose, (void *handle), (handle))
 OLD(void *, dlvsym, (void *restrict handle, const char *restrict name, const char *restrict v),
     (handle, name, v))

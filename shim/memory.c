@@ -10,6 +10,7 @@
 #include "shim/charges.h"
 #include "shim/log.h"
 #include "shim/memory.h"
+#include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 #include "shim/trace.h"
@@ -53,14 +54,34 @@ static CUresult free_v1(uint64_t ptr, void *arg) {
   return real.cuMemFree((CUdeviceptr_v1)ptr);
 }
 
-CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free, void *arg) {
-  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev};
-  real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
-  if (!charges_put(&live, ptr, &e)) {
+/* Takes a block out of the counters and the trace (its charge is returned separately). */
+static void forget_block(uint64_t ptr, const charge_t *e) {
+  atomic_fetch_sub(&passthru[e->dev].in_use, e->bytes);
+  atomic_fetch_add(&passthru[e->dev].frees, 1);
+  trace_event(TRACE_FREE, ptr, e->bytes);
+}
+
+/* Returns a tracked block's charge once the driver no longer has it. */
+static void credit_block(uint64_t ptr, const charge_t *e) {
+  forget_block(ptr, e);
+  cap_credit(e->dev, e->bytes);
+}
+
+CUresult mem_track(uint64_t ptr, int dev, uint64_t bytes, enum mem_kind kind,
+                   mem_free_fn driver_free, void *arg) {
+  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev, .kind = (int)kind}, old;
+  if (kind == MEM_CONTEXT) {
+    real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
+  }
+  int put = charges_put(&live, ptr, &e, &old);
+  if (put < 0) {
     driver_free(ptr, arg);
     cap_credit(dev, bytes);
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (put > 0) {
+    credit_block(ptr, &old); /* freed in a way gpucap did not see */
   }
   count_alloc(dev, bytes);
   trace_event(TRACE_ALLOC, ptr, bytes);
@@ -118,7 +139,7 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
-  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_v2, NULL);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, MEM_CONTEXT, free_v2, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
@@ -134,46 +155,68 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
     return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc(dptr, bytesize);
-  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_v1, NULL);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, MEM_CONTEXT, free_v1, NULL);
 }
 
 bool mem_admit(int dev, uint64_t bytes) {
-  return dev >= 0 && cap_charge(dev, bytes);
+  if (dev < 0) {
+    return false;
+  }
+  if (cap_charge(dev, bytes)) {
+    return true;
+  }
+  pending_wait(dev); /* memory the stream-ordered frees are about to give back */
+  return cap_charge(dev, bytes);
 }
 
-CUresult mem_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free,
-                    void *arg) {
+bool mem_recharge(int dev, uint64_t admitted, uint64_t exact) {
+  if (exact > admitted && !mem_admit(dev, exact - admitted)) {
+    cap_credit(dev, admitted);
+    return false;
+  }
+  if (exact < admitted) {
+    cap_credit(dev, admitted - exact);
+  }
+  return true;
+}
+
+CUresult mem_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes, enum mem_kind kind,
+                    mem_free_fn driver_free, void *arg) {
   if (rc != CUDA_SUCCESS) {
     cap_credit(dev, bytes);
     return rc;
   }
-  return mem_track(ptr, dev, bytes, driver_free, arg);
+  return mem_track(ptr, dev, bytes, kind, driver_free, arg);
 }
 
-/* Returns a tracked block's charge once the driver no longer has it. */
-static void credit_block(uint64_t ptr, const charge_t *e) {
-  cap_credit(e->dev, e->bytes);
-  atomic_fetch_sub(&passthru[e->dev].in_use, e->bytes);
-  atomic_fetch_add(&passthru[e->dev].frees, 1);
-  trace_event(TRACE_FREE, ptr, e->bytes);
+static bool made_in(const charge_t *e, const void *ctx) {
+  return e->kind == MEM_CONTEXT && e->ctx == ctx;
+}
+
+static bool ordered_on(const charge_t *e, const void *dev) {
+  return e->kind == MEM_ORDERED && e->dev == *(const int *)dev;
 }
 
 void memory_drop_context(CUcontext ctx) {
   if (ctx) {
-    charges_drop_context(&live, ctx, credit_block);
+    charges_drop(&live, made_in, ctx, credit_block);
   }
 }
 
-CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg) {
-  charge_t e;
-  bool known = ptr && charges_take(&live, ptr, &e);
+void memory_drop_ordered(int dev) {
+  charges_drop(&live, ordered_on, &dev, credit_block);
+}
+
+CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg, mem_after_fn after) {
+  charge_hold_t *held = ptr ? charges_hold(&live, ptr) : NULL;
   CUresult rc = driver_free(ptr, arg);
-  if (known) {
-    if (rc == CUDA_SUCCESS) {
-      credit_block(ptr, &e);
-    } else if (!charges_put(&live, ptr, &e)) {
-      log_msg(LOG_ERROR, "out of host memory: block %#llx is no longer tracked",
-              (unsigned long long)ptr);
+  charge_t e;
+  if (charges_settle(&live, ptr, held, rc == CUDA_SUCCESS, &e)) {
+    forget_block(ptr, &e);
+    if (after) {
+      after(&e, arg);
+    } else {
+      cap_credit(e.dev, e.bytes);
     }
   }
   return rc;
@@ -184,17 +227,17 @@ GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (!driver_ready() || !real.cuMemFree_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (dptr && pool_free(dptr, &rc)) {
+  if (dptr && pool_free(dptr, true, &rc)) {
     return rc;
   }
-  return mem_untrack_free(dptr, free_v2, NULL);
+  return mem_untrack_free(dptr, free_v2, NULL, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
   if (!driver_ready() || !real.cuMemFree) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  return mem_untrack_free(dptr, free_v1, NULL);
+  return mem_untrack_free(dptr, free_v1, NULL, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
@@ -205,7 +248,8 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   CUresult rc = real.cuMemGetInfo_v2(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
-    cap_view(dev, pool_idle_bytes(dev), &f, &t);
+    pending_poll(dev);
+    cap_view(dev, pool_idle_bytes(dev), t, &f, &t);
     *freeBytes = (size_t)f;
     *totalBytes = (size_t)t;
   }
@@ -220,7 +264,9 @@ GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *total
   CUresult rc = real.cuMemGetInfo(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
-    cap_view(dev, pool_idle_bytes(dev), &f, &t);
+    pending_poll(dev);
+    /* The device's size comes from the 64-bit query, never from this clamped one. */
+    cap_view(dev, pool_idle_bytes(dev), 0, &f, &t);
     *freeBytes = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
     *totalBytes = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
   }
@@ -255,66 +301,116 @@ GPUCAP_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
   return rc;
 }
 
-/* Charges a block the driver already handed out (pitch allocations: only the driver knows
- * the pitch); gives it back if the charge would pass the cap. */
-static CUresult charge_after(uint64_t ptr, int dev, uint64_t bytes, mem_free_fn driver_free) {
-  if (!mem_admit(dev, bytes)) {
-    driver_free(ptr, NULL);
-    return mem_refuse(dev, bytes);
+/* The driver's pitched allocation through the v2 or the legacy 32-bit entry point, with the
+ * program's own pointers (so bad ones get the driver's answer); the block and pitch it wrote. */
+static CUresult pitch_call(bool legacy, void *dptr, void *pitch, size_t width, size_t height,
+                           unsigned int elem, uint64_t *ptr, uint64_t *row) {
+  CUresult rc;
+  if (legacy) {
+    rc = real.cuMemAllocPitch(dptr, pitch, (unsigned int)width, (unsigned int)height, elem);
+    if (rc == CUDA_SUCCESS) {
+      *ptr = *(CUdeviceptr_v1 *)dptr;
+      *row = *(unsigned int *)pitch;
+    }
+  } else {
+    rc = real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
+    if (rc == CUDA_SUCCESS) {
+      *ptr = *(CUdeviceptr *)dptr;
+      *row = *(size_t *)pitch;
+    }
   }
-  return mem_track(ptr, dev, bytes, driver_free, NULL);
+  return rc;
+}
+
+static void pitch_clear(bool legacy, void *dptr) {
+  if (legacy) {
+    *(CUdeviceptr_v1 *)dptr = 0;
+  } else {
+    *(CUdeviceptr *)dptr = 0;
+  }
+}
+
+/* The device's pitch alignment (CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT), cached; 1 when the
+ * driver does not say (a lower bound must stay a lower bound). */
+static uint64_t pitch_alignment(int dev) {
+  static _Atomic uint32_t cache[CAP_MAX_DEVICES];
+  uint32_t a = atomic_load_explicit(&cache[dev], memory_order_relaxed);
+  if (a == 0) {
+    int v = 0;
+    bool ok =
+        real.cuDeviceGetAttribute &&
+        real.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev) == CUDA_SUCCESS &&
+        v > 0;
+    a = ok ? (uint32_t)v : 1;
+    atomic_store_explicit(&cache[dev], a, memory_order_relaxed);
+  }
+  return a;
+}
+
+/* A pass-through pitched allocation (GPUCAP_POOL=off, or the legacy ABI). Only the driver knows
+ * the pitch, so the lower bound width rounded up to the device's pitch alignment, times the
+ * height, is admitted before the driver is asked (an over-cap request never reaches it), then
+ * the charge is settled to the driver's pitch x height. */
+static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t width, size_t height,
+                                  unsigned int elem) {
+  int dev;
+  CUresult rc;
+  uint64_t ptr = 0, row = 0;
+  bool args_ok = dptr && pitch && width > 0 && height > 0 && (elem == 4 || elem == 8 || elem == 16);
+  if (!mem_prepare(args_ok, &dev, &rc)) {
+    return rc == CUDA_SUCCESS ? pitch_call(legacy, dptr, pitch, width, height, elem, &ptr, &row)
+                              : rc;
+  }
+  if (dev < 0) {
+    return mem_refuse(dev, 0);
+  }
+  uint64_t align = pitch_alignment(dev);
+  uint64_t lower = (width + align - 1) / align * align;
+  bool huge = lower < width || lower > 2147483647u || height > UINT64_MAX / lower;
+  lower = huge ? 0 : lower * height; /* past the device's maximum pitch: the driver refuses */
+  if (!huge && !mem_admit(dev, lower)) {
+    return mem_refuse(dev, lower);
+  }
+  rc = pitch_call(legacy, dptr, pitch, width, height, elem, &ptr, &row);
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(dev, lower);
+    return rc;
+  }
+  mem_free_fn driver_free = legacy ? free_v1 : free_v2;
+  uint64_t exact = row * height;
+  if (!mem_recharge(dev, lower, exact)) {
+    driver_free(ptr, NULL);
+    pitch_clear(legacy, dptr);
+    return mem_refuse(dev, exact);
+  }
+  rc = mem_track(ptr, dev, exact, MEM_CONTEXT, driver_free, NULL);
+  if (rc != CUDA_SUCCESS) {
+    pitch_clear(legacy, dptr);
+  }
+  return rc;
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                           size_t Height, unsigned int ElementSizeBytes) {
-  int dev;
   if (!driver_ready() || !real.cuMemAllocPitch_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   if (pool_enabled()) {
     return pool_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   }
-  CUresult rc = real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
-  if ((rc = mem_current_device(&dev)) != CUDA_SUCCESS) {
-    real.cuMemFree_v2(*dptr); /* cannot be attributed to a device: never kept uncapped */
-    *dptr = 0;
-    return rc;
-  }
-  rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v2);
-  if (rc != CUDA_SUCCESS) {
-    *dptr = 0;
-  }
-  return rc;
+  return pitch_passthrough(false, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
                                        unsigned int WidthInBytes, unsigned int Height,
                                        unsigned int ElementSizeBytes) {
-  int dev;
   if (!driver_ready() || !real.cuMemAllocPitch) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  CUresult rc = real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
-  if ((rc = mem_current_device(&dev)) != CUDA_SUCCESS) {
-    real.cuMemFree((CUdeviceptr_v1)*dptr); /* cannot be attributed: never kept uncapped */
-    *dptr = 0;
-    return rc;
-  }
-  rc = charge_after(*dptr, dev, (uint64_t)*pPitch * Height, free_v1);
-  if (rc != CUDA_SUCCESS) {
-    *dptr = 0;
-  }
-  return rc;
+  return pitch_passthrough(true, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 
-void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *stats),
-                             void *arg) {
+void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *stats), void *arg) {
   for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
     struct passthru *c = &passthru[dev];
     bfc_stats_t s = {0};
@@ -323,8 +419,7 @@ void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *s
       continue;
     }
     s.bytes_in_use = s.bytes_requested_in_use = atomic_load(&c->in_use);
-    s.peak_bytes_in_use = s.peak_bytes_requested_in_use =
-        atomic_load(&c->peak);
+    s.peak_bytes_in_use = s.peak_bytes_requested_in_use = atomic_load(&c->peak);
     s.largest_alloc_size = atomic_load(&c->largest);
     s.driver_alloc_calls = s.num_allocs;
     s.driver_free_calls = atomic_load(&c->frees);

@@ -11,13 +11,20 @@
 #include "shim/cap.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
+#include "shim/pending.h"
 #include "shim/real.h"
 #include "shim/trace.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A pool region aligned inside the driver's allocation. */
+struct shifted {
+  uint64_t base, driver, extra;
+};
 
 struct ctx_pool {
   _Atomic(CUcontext) ctx; /* set once the pool is ready */
@@ -29,6 +36,15 @@ struct ctx_pool {
   unsigned oom_streak;     /* failures since the last success: report only the first */
   size_t pitch_align;
   bool gone; /* the driver already freed the regions: release only returns the charge */
+  /* The driver is destroying the context: it may free the regions and hand their addresses
+   * out again before gpucap learns the outcome, so other threads leave this pool alone. */
+  atomic_bool dying;
+  bool driver_full; /* the driver refused a region for want of memory (this request) */
+  /* Regions aligned inside a larger driver allocation (an object between gpucap and the
+   * driver answered addresses not 256-byte aligned): region base -> what the driver gave. */
+  bool misaligns;
+  struct shifted *shifted;
+  size_t nshifted, capshifted;
 };
 
 static struct ctx_pool pools[POOL_MAX];
@@ -49,31 +65,78 @@ bool pool_enabled(void) {
   return cap_init() && cap_settings()->pool;
 }
 
+/* Records that the region at base lies in the driver's allocation at driver, extra bytes
+ * larger; false when host memory ran out. Pool lock held. */
+static bool note_shift(struct ctx_pool *p, uint64_t base, uint64_t driver, uint64_t extra) {
+  if (p->nshifted == p->capshifted) {
+    size_t want = p->capshifted ? 2 * p->capshifted : 8;
+    struct shifted *bigger = realloc(p->shifted, want * sizeof *bigger);
+    if (!bigger) {
+      return false;
+    }
+    p->shifted = bigger;
+    p->capshifted = want;
+  }
+  p->shifted[p->nshifted++] = (struct shifted){.base = base, .driver = driver, .extra = extra};
+  return true;
+}
+
 static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
   struct ctx_pool *p = arg;
-  if (!cap_charge(p->dev, bytes)) {
+  uint64_t extra = p->misaligns ? BFC_MIN_ALLOC : 0;
+  if (!cap_charge(p->dev, bytes + extra)) {
     return -ENOMEM;
   }
   CUdeviceptr d = 0;
-  CUresult rc = real.cuMemAlloc_v2(&d, bytes);
+  CUresult rc = real.cuMemAlloc_v2(&d, bytes + extra);
   if (rc != CUDA_SUCCESS) {
-    cap_credit(p->dev, bytes);
+    cap_credit(p->dev, bytes + extra);
     p->last_driver_rc = rc;
+    p->driver_full |= rc == CUDA_ERROR_OUT_OF_MEMORY;
     return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
   }
-  *base = d;
+  if (d % BFC_MIN_ALLOC != 0 && !p->misaligns) {
+    /* Not what a driver hands out, but what an object between gpucap and the driver may:
+     * from now on this pool asks for 256 bytes more and aligns its regions inside. */
+    log_msg(LOG_DEBUG,
+            "device %d: the driver answered %#llx, not 256-byte aligned; regions "
+            "are aligned inside allocations 256 bytes larger",
+            p->dev, (unsigned long long)d);
+    real.cuMemFree_v2(d);
+    cap_credit(p->dev, bytes);
+    p->misaligns = true;
+    return reserve(arg, bytes, base);
+  }
+  *base = extra ? (d + BFC_MIN_ALLOC - 1) / BFC_MIN_ALLOC * BFC_MIN_ALLOC : d;
+  if (extra && !note_shift(p, *base, d, extra)) {
+    real.cuMemFree_v2(d);
+    cap_credit(p->dev, bytes + extra);
+    return -ENOMEM;
+  }
   return 0;
 }
 
 static int release(void *arg, uint64_t base, uint64_t bytes) {
   struct ctx_pool *p = arg;
-  CUresult rc = p->gone ? CUDA_SUCCESS : real.cuMemFree_v2(base);
+  uint64_t driver = base, extra = 0;
+  size_t i = 0;
+  while (i < p->nshifted && p->shifted[i].base != base) {
+    i++;
+  }
+  if (i < p->nshifted) {
+    driver = p->shifted[i].driver;
+    extra = p->shifted[i].extra;
+  }
+  CUresult rc = p->gone ? CUDA_SUCCESS : real.cuMemFree_v2(driver);
   if (rc != CUDA_SUCCESS) {
     log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)",
             p->dev, (unsigned long long)bytes, rc);
     return -EIO;
   }
-  cap_credit(p->dev, bytes);
+  if (i < p->nshifted) {
+    p->shifted[i] = p->shifted[--p->nshifted];
+  }
+  cap_credit(p->dev, bytes + extra);
   return 0;
 }
 
@@ -122,16 +185,23 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     bfc_options_t opts = {.limit = pool_limit(dev, growth), .allow_growth = growth};
     bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
     int align = 0;
-    p->dev = dev;
-    p->index = dev >= 0 && dev < CAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
-    p->gone = false;
-    p->oom_streak = 0;
     real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
-    p->pitch_align = align > 0 ? (size_t)align : 512;
     if (slot == n) {
       pthread_mutex_init(&p->lock, NULL);
     }
-    if (opts.limit == 0 || bfc_create(&opts, &prim, &p->pool) != 0) {
+    /* A dropped context's slot is still visible to other threads (trims, look-ups). */
+    pthread_mutex_lock(&p->lock);
+    p->dev = dev;
+    p->index = dev >= 0 && dev < CAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
+    p->gone = false;
+    atomic_store_explicit(&p->dying, false, memory_order_relaxed);
+    p->oom_streak = 0;
+    p->misaligns = false;
+    p->nshifted = 0;
+    p->pitch_align = align > 0 ? (size_t)align : 512;
+    int made = opts.limit == 0 ? -EINVAL : bfc_create(&opts, &prim, &p->pool);
+    pthread_mutex_unlock(&p->lock);
+    if (made != 0) {
       log_msg(LOG_ERROR, "device %d: cannot create a pool (limit %llu bytes)", dev,
               (unsigned long long)opts.limit);
       p = NULL;
@@ -215,14 +285,15 @@ static uint64_t trim_others(struct ctx_pool *p) {
   for (int i = 0; i < n; i++) {
     struct ctx_pool *o = &pools[i];
     uint64_t released = 0;
-    if (o == p || o->dev != p->dev) {
+    if (o == p || atomic_load_explicit(&o->dying, memory_order_acquire)) {
       continue;
     }
     pthread_mutex_lock(&o->lock);
-    if (o->pool) {
+    bool same_device = o->dev == p->dev;
+    if (o->pool && same_device) {
       settle_other(o, atomic_load_explicit(&p->ctx, memory_order_acquire));
     }
-    if (o->pool) {
+    if (o->pool && same_device) {
       bfc_trim(o->pool, &released);
     }
     pthread_mutex_unlock(&o->lock);
@@ -231,12 +302,18 @@ static uint64_t trim_others(struct ctx_pool *p) {
   return total;
 }
 
-/* The setting that would help, after an out-of-memory report. */
-static void oom_hint(int dev, uint64_t bytes, const bfc_stats_t *s) {
+/* The setting that would help, after an out-of-memory report. driver_full: the driver itself
+ * refused a region for want of memory (then the device is full, whatever the cap). */
+static void oom_hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_full) {
   uint64_t cap = cap_limit(dev, 0);
   if (s->free_bytes >= bytes && s->largest_free_block_bytes < bytes) {
     log_msg(LOG_INFO, "hint: enough memory is free but fragmented; GPUCAP_ALLOW_GROWTH=false "
             "preallocates one region and fragments less");
+  } else if (driver_full) {
+    log_msg(LOG_INFO,
+            "hint: device %d itself is out of memory (the driver refused it, below "
+            "the cap): other processes or allocations outside gpucap's pools hold the rest",
+            dev);
   } else if (cap != CAP_NONE) {
     log_msg(LOG_INFO, "hint: the cap on device %d is %llu bytes; raise GPUCAP_MEMORY_LIMIT or "
             "GPUCAP_MEMORY_FRACTION if the device has room", dev, (unsigned long long)cap);
@@ -254,6 +331,7 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
   uint64_t addr = 0;
   int err;
   pthread_mutex_lock(&p->lock);
+  p->driver_full = false;
   bool trimmed_others = false;
   for (int tries = 0;; tries++) {
     uint64_t in_use, deferred, free_b, reserved;
@@ -271,12 +349,14 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
       err = bfc_alloc(p->pool, bytes, &addr);
       if (err == -ENOMEM && !trimmed_others) {
         /* Other contexts' pools on this device may hold fully free regions under the same
-         * cap: give those back and try once more. */
+         * cap, and stream-ordered frees not yet reached by their streams hold charges they are
+         * about to return: give those back and try once more. */
         trimmed_others = true;
         pthread_mutex_unlock(&p->lock);
         uint64_t released = trim_others(p);
+        bool waited = pending_wait(p->dev);
         pthread_mutex_lock(&p->lock);
-        if (!p->pool || released > 0) {
+        if (!p->pool || released > 0 || waited) {
           continue; /* retry, or (context destroyed meanwhile) let the driver answer below */
         }
       }
@@ -312,6 +392,7 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
     }
   }
   CUresult driver_rc = p->last_driver_rc;
+  bool driver_full = p->driver_full;
   int dev = p->dev;
   pthread_mutex_unlock(&p->lock);
   if (err == 0) {
@@ -322,7 +403,7 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
   if (print_oom) {
     log_msg(LOG_WARN, "device %d: out of memory allocating %zu bytes under the cap", dev, bytes);
     log_write_raw(oom_text, strnlen(oom_text, sizeof oom_text));
-    oom_hint(dev, bytes, &oom_stats);
+    oom_hint(dev, bytes, &oom_stats, driver_full);
   }
   if (err == -ENOMEM || err == -EAGAIN) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -354,42 +435,70 @@ CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t
   return rc;
 }
 
-bool pool_free(CUdeviceptr ptr, CUresult *rc) {
-  ipc_forget_block(ptr); /* before the block can be handed out again */
+/* The pool whose region holds addr, among those whose context is not being destroyed (the
+ * driver may already have freed a dying pool's regions and handed their addresses out again:
+ * an address only such a pool owns is the driver's to answer for); NULL when none. Takes each
+ * pool's lock briefly. */
+static struct ctx_pool *owner_of(uint64_t addr) {
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    struct ctx_pool *p = &pools[i];
-    uint64_t requested = 0;
-    pthread_mutex_lock(&p->lock);
-    if (!p->pool) {
-      pthread_mutex_unlock(&p->lock);
+    if (atomic_load_explicit(&pools[i].dying, memory_order_acquire)) {
       continue;
     }
-    bfc_lookup(p->pool, ptr, NULL, NULL, &requested);
-    int err = bfc_free_deferred(p->pool, ptr);
-    pthread_mutex_unlock(&p->lock);
-    if (err == -ENOENT) {
-      continue;
+    pthread_mutex_lock(&pools[i].lock);
+    bool owns = pools[i].pool && bfc_owns(pools[i].pool, addr);
+    pthread_mutex_unlock(&pools[i].lock);
+    if (owns) {
+      return &pools[i];
     }
-    *rc = err == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    if (err == 0) {
-      trace_event(TRACE_FREE, ptr, requested);
-    }
-    return true;
   }
-  return false;
+  return NULL;
+}
+
+bool pool_free(CUdeviceptr ptr, bool need_context, CUresult *rc) {
+  struct ctx_pool *owner = owner_of(ptr);
+  if (!owner) {
+    return false;
+  }
+  if (need_context) {
+    /* As the driver: with no usable current context nothing is freed (the block stays). */
+    int dev;
+    CUresult q = cap_current_device(&dev);
+    if (q != CUDA_SUCCESS && cap_no_context(q)) {
+      *rc = q;
+      return true;
+    }
+  }
+  ipc_forget_block(ptr); /* before the block can be handed out again */
+  uint64_t requested = 0;
+  pthread_mutex_lock(&owner->lock);
+  if (!owner->pool) {
+    pthread_mutex_unlock(&owner->lock);
+    return false; /* its context was destroyed meanwhile: the driver answers */
+  }
+  bfc_lookup(owner->pool, ptr, NULL, NULL, &requested);
+  int err = bfc_free_deferred(owner->pool, ptr);
+  pthread_mutex_unlock(&owner->lock);
+  if (err == -ENOENT) {
+    return false;
+  }
+  *rc = err == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (err == 0) {
+    trace_event(TRACE_FREE, ptr, requested);
+  }
+  return true;
 }
 
 uint64_t pool_idle_bytes(int dev) {
   uint64_t idle = 0;
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    if (pools[i].dev != dev) {
+    if (atomic_load_explicit(&pools[i].dying, memory_order_acquire)) {
       continue;
     }
     uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
     pthread_mutex_lock(&pools[i].lock);
-    if (pools[i].pool) {
+    if (pools[i].pool && pools[i].dev == dev) {
       bfc_usage(pools[i].pool, &in_use, &deferred, &free_b, &reserved);
     }
     pthread_mutex_unlock(&pools[i].lock);
@@ -429,32 +538,46 @@ void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const b
     if (pools[i].pool) {
       bfc_stats(pools[i].pool, &s);
     }
+    int dev = pools[i].dev, index = pools[i].index;
     pthread_mutex_unlock(&pools[i].lock);
     if (s.num_allocs > 0 || s.num_ooms > 0) {
-      fn(arg, pools[i].dev, pools[i].index, false, &s);
+      fn(arg, dev, index, false, &s);
     }
   }
 }
 
 enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size) {
-  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  struct ctx_pool *p = owner_of(addr);
   enum pool_where where = POOL_OUTSIDE;
-  for (int i = 0; i < n && where == POOL_OUTSIDE; i++) {
-    pthread_mutex_lock(&pools[i].lock);
-    if (pools[i].pool && bfc_owns(pools[i].pool, addr)) {
-      where = bfc_lookup(pools[i].pool, addr, base, NULL, size) == 0 ? POOL_BLOCK : POOL_NOT_HELD;
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    if (p->pool && bfc_owns(p->pool, addr)) {
+      /* The block is what the program asked for: the chunk's rounding is not part of it. */
+      where = bfc_lookup(p->pool, addr, base, NULL, size) == 0 && addr - *base < *size
+                  ? POOL_BLOCK
+                  : POOL_NOT_HELD;
     }
-    pthread_mutex_unlock(&pools[i].lock);
+    pthread_mutex_unlock(&p->lock);
   }
   return where;
 }
 
-/* Forgets pool p: its regions went with its context, so release() only returns charges. */
-/* Forgets p's pool, keeping its figures for the exit report. Registry lock held. */
+/* A block the driver freed with its context: its `free` row in the trace. */
+static int trace_dropped(void *arg, const bfc_chunk_info_t *c) {
+  (void)arg;
+  if (c->state == BFC_IN_USE) {
+    trace_event(TRACE_FREE, c->addr, c->requested);
+  }
+  return 0;
+}
+
+/* Forgets p's pool, keeping its figures for the exit report: its regions went with its
+ * context, so release() only returns charges. Registry lock held. */
 static void drop(struct ctx_pool *p) {
   pthread_mutex_lock(&p->lock);
   if (p->pool) {
     bfc_stats_t st;
+    bfc_walk(p->pool, trace_dropped, NULL);
     bfc_stats(p->pool, &st);
     if ((st.num_allocs > 0 || st.num_ooms > 0) && nended < POOL_MAX) {
       ended[nended++] = (struct ended){.dev = p->dev, .index = p->index, .stats = st};
@@ -466,6 +589,15 @@ static void drop(struct ctx_pool *p) {
   }
   atomic_store_explicit(&p->ctx, NULL, memory_order_release);
   pthread_mutex_unlock(&p->lock);
+}
+
+void pool_dying(CUcontext ctx, bool dying) {
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; ctx && i < n; i++) {
+    if (atomic_load_explicit(&pools[i].ctx, memory_order_acquire) == ctx) {
+      atomic_store_explicit(&pools[i].dying, dying, memory_order_release);
+    }
+  }
 }
 
 void pool_drop_context(CUcontext ctx) {

@@ -32,17 +32,26 @@ CUresult pool_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t
 
 /* Frees a pooled block (deferred: reusable after the device has synchronised). Returns true
  * iff some pool owns `ptr`, with *rc set to CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for an
- * interior pointer or a double free (the pool is left intact); false when no pool owns it
- * (the caller passes it on to the driver). */
-bool pool_free(CUdeviceptr ptr, CUresult *rc);
+ * interior pointer or a double free (the pool is left intact), or, when need_context and the
+ * thread has no usable current context, the driver's error for that (the block is kept, as the
+ * driver keeps it); false when no pool owns it (the caller passes it on to the driver). */
+bool pool_free(CUdeviceptr ptr, bool need_context, CUresult *rc);
 
 /* Where an address lies: outside every pool, inside a pool region but in no block the program
  * holds, or inside a block the program holds. */
 enum pool_where { POOL_OUTSIDE, POOL_NOT_HELD, POOL_BLOCK };
 
-/* Classifies addr; for POOL_BLOCK stores the block's base and the size the program asked for.
- * Takes each pool's lock briefly; O(pools x log regions). */
+/* Classifies addr; for POOL_BLOCK stores the block's base and the size the program asked for
+ * (an address in the block's chunk past that size is POOL_NOT_HELD, as the driver knows no
+ * memory there). Takes each pool's lock briefly; O(pools x log regions). */
 enum pool_where pool_block(uint64_t addr, uint64_t *base, uint64_t *size);
+
+/* Marks ctx's pool as dying (the driver is about to destroy ctx) or, with dying false, alive
+ * again (the driver kept the context). While dying, the driver may free its regions and give
+ * their addresses to other allocations before gpucap hears of it: other threads never trim or
+ * synchronise it, and its addresses are the driver's to answer for (frees, pointer queries).
+ * O(pools), lock-free. */
+void pool_dying(CUcontext ctx, bool dying);
 
 /* The driver destroyed `ctx` (and freed its memory): forgets its pool and returns the pool's
  * charges, with no driver call. */

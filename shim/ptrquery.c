@@ -81,8 +81,13 @@ GPUCAP_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
   if (!real_driver_ready(NULL) || !real.cuPointerGetAttributes) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  CUresult rc = real.cuPointerGetAttributes(numAttributes, attributes, data, ptr);
   enum pool_where where = locate(ptr, &base, &size);
+  if (where == POOL_NOT_HELD) {
+    /* Memory nobody holds: the driver's answer for an address it knows nothing of (its
+     * defaults, unknown memory type, device ordinal -2), never the pool region's. */
+    return real.cuPointerGetAttributes(numAttributes, attributes, data, 0);
+  }
+  CUresult rc = real.cuPointerGetAttributes(numAttributes, attributes, data, ptr);
   if (rc == CUDA_SUCCESS && where != POOL_OUTSIDE && attributes && data) {
     for (unsigned int i = 0; i < numAttributes; i++) {
       if (data[i]) {

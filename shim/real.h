@@ -18,16 +18,28 @@ struct real_fns {
 #define HOOK(base, version, pt, symbol) __typeof__(&symbol) symbol;
 #include "shim/hooks.def"
 #undef HOOK
-#define REAL_EXTRA(X)                                                                      \
-  X(cuCtxGetDevice)                                                                        \
-  X(cuCtxGetCurrent)                                                                       \
-  X(cuCtxSynchronize)                                                                      \
-  X(cuDeviceGetAttribute)                                                                  \
-  X(cuDevicePrimaryCtxGetState)                                                            \
-  X(cuCtxPushCurrent_v2)                                                                   \
-  X(cuCtxPopCurrent_v2)                                                                    \
-  X(cuCtxSetCurrent)                                                                       \
-  X(cuStreamGetCtx)
+#define REAL_EXTRA(X)                                                                              \
+  X(cuCtxGetDevice)                                                                                \
+  X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxSynchronize)                                                                              \
+  X(cuDeviceGetAttribute)                                                                          \
+  X(cuDevicePrimaryCtxGetState)                                                                    \
+  X(cuCtxPushCurrent_v2)                                                                           \
+  X(cuCtxPopCurrent_v2)                                                                            \
+  X(cuCtxSetCurrent)                                                                               \
+  X(cuCtxGetDevice_v2)                                                                             \
+  X(cuDeviceGetCount)                                                                              \
+  X(cuDeviceGetDefaultMemPool)                                                                     \
+  X(cuDeviceGetMemPool)                                                                            \
+  X(cuStreamGetCtx)                                                                                \
+  X(cuStreamSynchronize)                                                                           \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventQuery)                                                                                  \
+  X(cuEventSynchronize)                                                                            \
+  X(cuEventDestroy_v2)                                                                             \
+  X(cuArrayGetMemoryRequirements)                                                                  \
+  X(cuMipmappedArrayGetMemoryRequirements)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

@@ -1,18 +1,53 @@
 /* Device memory that does not come from cuMemAlloc: managed allocations and the virtual
  * memory management API. cuMemAllocManaged is charged to the current device for its size
- * (the driver may place it there) and credited by cuMemFree. cuMemCreate charges the device
- * a physical allocation is placed on (device locations only: host and host-NUMA locations
- * are host memory and left alone); cuMemRelease credits it (shim/charges tracks handles).
+ * (the driver may place it there) and credited by cuMemFree.
+ *
+ * VMM: cuMemCreate charges the device a physical allocation is placed on (device locations
+ * only: host and host-NUMA locations are host memory and left alone). The driver frees that
+ * memory only when the handle is released AND every mapping of it is unmapped (NVIDIA's
+ * samples, PyTorch's expandable segments and NCCL release the handle right after mapping), and
+ * cuMemRetainAllocationHandle adds a handle reference. So gpucap keeps, per charged handle, the
+ * references and mappings the driver holds, and credits the charge when the last of them goes.
+ * A driver call that may add or drop one pins the record first, so a concurrent release or
+ * unmap cannot credit memory that call is about to keep alive; a retain (which names an
+ * address, not a handle) holds every record that drops to nothing meanwhile until it returns.
+ * Locking: one mutex over handles and mappings, never held across a driver call.
  */
+#include "core/addrmap.h"
 #include "shim/cap.h"
-#include "shim/charges.h"
 #include "shim/fork.h"
+#include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/real.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
 
-static charges_t handles = CHARGES_INIT; /* generic allocation handle -> (device, bytes) */
+/* A charged physical allocation. */
+struct phys {
+  uint64_t bytes;
+  int dev;
+  int refs;    /* handle references: cuMemCreate, cuMemRetainAllocationHandle */
+  int maps;    /* live mappings */
+  int pins;    /* driver calls in flight that name this handle */
+  bool stored; /* in `handles` (else credited and forgotten, freed once unpinned) */
+};
+
+/* A mapping of a charged handle. */
+struct mapping {
+  uint64_t va, size;
+  uint64_t handle;
+  int holds;   /* cuMemUnmap calls in flight over it */
+  bool stored; /* in `mappings` */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static addrmap_t handles;  /* handle -> struct phys * */
+static addrmap_t mappings; /* mapping address -> struct mapping * */
+static int retains;        /* cuMemRetainAllocationHandle calls in flight */
+static bool unswept;       /* a record dropped to nothing while a retain was in flight */
 
 static CUresult free_managed(uint64_t ptr, void *arg) {
   (void)arg;
@@ -32,7 +67,81 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
     return mem_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAllocManaged(dptr, bytesize, flags);
-  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_managed, NULL);
+  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, MEM_CONTEXT, free_managed,
+                    NULL);
+}
+
+/* Makes room for one more entry in map (created on first use); false when host memory ran out.
+ * Lock held. */
+static bool room(addrmap_t *map) {
+  return (map->slots || addrmap_init(map, 64) == 0) && addrmap_reserve(map, 1) == 0;
+}
+
+static struct phys *find(uint64_t handle) {
+  return handles.slots ? addrmap_get(&handles, handle) : NULL;
+}
+
+/* Forgets p once nothing keeps its memory: returns the bytes to credit (0 when it lives on).
+ * While a retain is in flight a record that dropped to nothing stays (the retain may be
+ * reviving it). Frees p once forgotten and unpinned. Lock held. */
+static uint64_t settle(struct phys *p, uint64_t handle) {
+  uint64_t credit = 0;
+  if (p->stored && p->refs <= 0 && p->maps <= 0 && p->pins == 0) {
+    if (retains > 0) {
+      unswept = true;
+      return 0;
+    }
+    addrmap_take(&handles, handle);
+    p->stored = false;
+    credit = p->bytes;
+  }
+  if (!p->stored && p->pins == 0) {
+    free(p);
+  }
+  return credit;
+}
+
+/* Credits what settle() released. Lock not held. */
+static void credit(int dev, uint64_t bytes) {
+  if (bytes) {
+    cap_credit(dev, bytes);
+    log_msg(LOG_TRACE, "device %d: %llu bytes of VMM memory freed", dev, (unsigned long long)bytes);
+  }
+}
+
+/* Pins handle's record across a driver call; NULL when gpucap does not charge it. */
+static struct phys *pin(uint64_t handle) {
+  pthread_mutex_lock(&lock);
+  struct phys *p = find(handle);
+  if (p) {
+    p->pins++;
+  }
+  pthread_mutex_unlock(&lock);
+  return p;
+}
+
+/* Ends a pin: applies delta_refs / delta_maps to the handle's record (if the driver's call
+ * succeeded, to the record stored under handle now) and credits it if nothing keeps it. */
+static void unpin(struct phys *p, uint64_t handle, bool done, int delta_refs, int delta_maps) {
+  if (!p) {
+    return;
+  }
+  int dev = p->dev;
+  uint64_t bytes = 0, bytes2 = 0;
+  pthread_mutex_lock(&lock);
+  p->pins--;
+  struct phys *now = done ? find(handle) : NULL;
+  if (now) {
+    now->refs += delta_refs;
+    now->maps += delta_maps;
+    if (now != p) {
+      dev = now->dev;
+      bytes2 = settle(now, handle);
+    }
+  }
+  bytes = settle(p, handle);
+  pthread_mutex_unlock(&lock);
+  credit(dev, bytes + bytes2);
 }
 
 GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
@@ -40,13 +149,13 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
   if (!real_driver_ready(NULL) || !real.cuMemCreate) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  bool on_device = handle && prop && size > 0 &&
-                   prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+  bool on_device = handle && prop && size > 0 && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   int dev = on_device ? prop->location.id : -1;
   if (!on_device || dev < 0 || dev >= CAP_MAX_DEVICES) {
-    return real.cuMemCreate(handle, size, prop, flags); /* not device memory, or the driver's error */
+    return real.cuMemCreate(handle, size, prop,
+                            flags); /* not device memory, or the driver's error */
   }
-  if (!cap_charge(dev, size)) {
+  if (!mem_admit(dev, size)) {
     /* Before cuInit the driver refuses everything: answer as it would (asking it, not calling
      * cuMemCreate, which would allocate uncapped should another thread initialise meanwhile). */
     CUcontext ctx = NULL;
@@ -59,10 +168,33 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     cap_credit(dev, size);
     return rc;
   }
-  charge_t e = {.bytes = size, .ctx = NULL, .dev = dev}; /* physical memory outlives contexts */
-  if (!charges_put(&handles, *handle, &e)) {
+  struct phys *p = malloc(sizeof *p);
+  int old_dev = 0;
+  uint64_t old_bytes = 0;
+  pthread_mutex_lock(&lock);
+  bool ok = p && room(&handles);
+  if (ok) {
+    struct phys *old = find(*handle);
+    if (old) {
+      /* The driver handed the handle out again: the memory it named is gone. */
+      addrmap_take(&handles, *handle);
+      old->stored = false;
+      old_dev = old->dev;
+      old_bytes = old->bytes;
+      if (old->pins == 0) {
+        free(old);
+      }
+    }
+    *p = (struct phys){.bytes = size, .dev = dev, .refs = 1, .stored = true};
+    addrmap_put(&handles, *handle, p);
+  }
+  pthread_mutex_unlock(&lock);
+  credit(old_dev, old_bytes);
+  if (!ok) {
+    free(p);
     real.cuMemRelease(*handle);
     cap_credit(dev, size);
+    log_msg(LOG_ERROR, "out of host memory while recording a VMM allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   return CUDA_SUCCESS;
@@ -72,27 +204,187 @@ GPUCAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!real_driver_ready(NULL) || !real.cuMemRelease) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  charge_t e;
-  bool known = charges_take(&handles, handle, &e);
+  struct phys *p = pin(handle);
   CUresult rc = real.cuMemRelease(handle);
-  if (known) {
-    if (rc == CUDA_SUCCESS) {
-      cap_credit(e.dev, e.bytes);
-    } else {
-      charges_put(&handles, handle, &e);
+  unpin(p, handle, rc == CUDA_SUCCESS, -1, 0);
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
+                                                   void *addr) {
+  if (!real_driver_ready(NULL) || !real.cuMemRetainAllocationHandle) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  pthread_mutex_lock(&lock);
+  retains++;
+  pthread_mutex_unlock(&lock);
+  CUresult rc = real.cuMemRetainAllocationHandle(handle, addr);
+  /* Credits at most a few records per call: those that dropped to nothing meanwhile. */
+  int devs[16];
+  uint64_t bytes[16];
+  int n = 0;
+  pthread_mutex_lock(&lock);
+  retains--;
+  struct phys *p = rc == CUDA_SUCCESS && handle ? find(*handle) : NULL;
+  if (p) {
+    p->refs++;
+  }
+  for (uint64_t i = 0; retains == 0 && unswept && handles.slots && i <= handles.mask; i++) {
+    addrmap_slot_t *s = &handles.slots[i];
+    struct phys *q = s->key == ADDRMAP_EMPTY ? NULL : s->val;
+    if (q && q->refs <= 0 && q->maps <= 0 && q->pins == 0) {
+      if (n == 16) {
+        break; /* the rest at the next retain; they stay charged meanwhile */
+      }
+      devs[n] = q->dev;
+      bytes[n++] = settle(q, s->key);
+      i--; /* addrmap_take shifted a later entry into this slot */
     }
+  }
+  if (retains == 0) {
+    unswept = unswept && n == 16;
+  }
+  pthread_mutex_unlock(&lock);
+  for (int k = 0; k < n; k++) {
+    credit(devs[k], bytes[k]);
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (!real_driver_ready(NULL) || !real.cuMemMap) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  struct phys *p = pin(handle);
+  struct mapping *m = p ? malloc(sizeof *m) : NULL;
+  CUresult rc = real.cuMemMap(ptr, size, offset, handle, flags);
+  if (!p) {
+    return rc;
+  }
+  bool tracked = false;
+  int stale_dev = 0;
+  uint64_t stale_bytes = 0;
+  if (rc == CUDA_SUCCESS) {
+    pthread_mutex_lock(&lock);
+    if (m && room(&mappings)) {
+      /* A mapping recorded at ptr is one whose unmap gpucap did not see (the driver maps only
+       * unmapped addresses): its handle no longer has it. */
+      struct mapping *stale = addrmap_take(&mappings, ptr);
+      if (stale) {
+        stale->stored = false;
+        struct phys *q = find(stale->handle);
+        if (q) {
+          q->maps--;
+          stale_dev = q->dev;
+          stale_bytes = settle(q, stale->handle);
+        }
+        if (stale->holds == 0) {
+          free(stale);
+        }
+      }
+      *m = (struct mapping){.va = ptr, .size = size, .handle = handle, .stored = true};
+      addrmap_put(&mappings, ptr, m);
+      tracked = true;
+    }
+    pthread_mutex_unlock(&lock);
+    credit(stale_dev, stale_bytes);
+  }
+  if (!tracked) {
+    free(m);
+  }
+  if (rc == CUDA_SUCCESS && !tracked) {
+    log_msg(LOG_ERROR, "out of host memory: a VMM mapping is not tracked; its memory stays "
+                       "charged until the process ends");
+  }
+  unpin(p, handle, rc == CUDA_SUCCESS, 0, 1); /* an untracked mapping is never dropped */
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  if (!real_driver_ready(NULL) || !real.cuMemUnmap) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  /* Hold the mappings that tile the range (the driver unmaps whole mappings only). */
+  struct mapping *held[64], **list = held;
+  size_t n = 0, cap = 64;
+  pthread_mutex_lock(&lock);
+  for (uint64_t cur = ptr; mappings.slots && cur - ptr < size;) {
+    struct mapping *m = addrmap_get(&mappings, cur);
+    if (!m || m->size == 0) {
+      break;
+    }
+    if (n == cap) {
+      struct mapping **bigger = malloc(2 * cap * sizeof *bigger);
+      if (!bigger) {
+        break; /* the rest stay recorded: their memory stays charged */
+      }
+      for (size_t i = 0; i < n; i++) {
+        bigger[i] = list[i];
+      }
+      if (list != held) {
+        free(list);
+      }
+      list = bigger;
+      cap *= 2;
+    }
+    m->holds++;
+    list[n++] = m;
+    cur += m->size;
+  }
+  pthread_mutex_unlock(&lock);
+  CUresult rc = real.cuMemUnmap(ptr, size);
+  for (size_t i = 0; i < n; i++) {
+    struct mapping *m = list[i];
+    struct phys *p = NULL;
+    pthread_mutex_lock(&lock);
+    m->holds--;
+    bool mine = rc == CUDA_SUCCESS && m->stored && addrmap_get(&mappings, m->va) == m;
+    if (mine) {
+      addrmap_take(&mappings, m->va);
+      m->stored = false;
+      p = find(m->handle);
+      if (p) {
+        p->pins++;
+      }
+    }
+    uint64_t h = m->handle;
+    if (!m->stored && m->holds == 0) {
+      free(m);
+    }
+    pthread_mutex_unlock(&lock);
+    unpin(p, h, true, 0, -1);
+  }
+  if (list != held) {
+    free(list);
   }
   return rc;
 }
 
 void vmm_fork_prepare(void) {
-  charges_fork_prepare(&handles);
+  pthread_mutex_lock(&lock);
 }
 
 void vmm_fork_parent(void) {
-  charges_fork_parent(&handles);
+  pthread_mutex_unlock(&lock);
 }
 
 void vmm_fork_child(void) {
-  charges_fork_child(&handles);
+  pthread_mutex_init(&lock, NULL);
+  for (uint64_t i = 0; handles.slots && i <= handles.mask; i++) {
+    if (handles.slots[i].key != ADDRMAP_EMPTY) {
+      free(handles.slots[i].val);
+    }
+  }
+  for (uint64_t i = 0; mappings.slots && i <= mappings.mask; i++) {
+    if (mappings.slots[i].key != ADDRMAP_EMPTY) {
+      free(mappings.slots[i].val);
+    }
+  }
+  addrmap_fini(&handles);
+  addrmap_fini(&mappings);
+  handles = (addrmap_t){0};
+  mappings = (addrmap_t){0};
+  retains = 0;
+  unswept = false;
 }

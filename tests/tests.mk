@@ -99,6 +99,56 @@ $(BUILD)/tests/libnext.so: $(BUILD)/obj/tests/integ/nextlib.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
 
+# ---- A libcuda.so.1 layered over the fake that hands out addresses off a 256-byte boundary
+# (tests/integ/misalign.sh): the fake's own objects under another soname, below a wrapper. ----
+MISALIGN_DIR := $(BUILD)/tests/misalign
+$(MISALIGN_DIR)/libfakeinner.so: $(FAKECUDA_OBJS) $(FAKECUDA_GEN_OBJ)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libfakeinner.so -o $@ $^ -lpthread
+
+$(MISALIGN_DIR)/libcuda.so.1: $(BUILD)/obj/tests/integ/misalign.o $(MISALIGN_DIR)/libfakeinner.so
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -Wl,-soname,libcuda.so.1 \
+	  -Wl,--no-as-needed $(MISALIGN_DIR)/libfakeinner.so -Wl,--as-needed -Wl,-rpath,'$$ORIGIN' \
+	  -ldl -lpthread
+TEST_DEPS += $(MISALIGN_DIR)/libcuda.so.1
+TEST_SCRIPTS += tests/integ/misalign.sh
+
+# ---- RTLD_DEEPBIND (tests/integ/deepbind.sh): a program, a loader library and the two shapes
+# of a deep-bound library, placed so that a bare name is found only through its caller's
+# RUNPATH: deep1 holds the linked shape and the loader (the program's RUNPATH), deep2 the dlsym
+# shape (the loader's RUNPATH). ----
+DEEP_BINS := $(BUILD)/tests/deeptest $(BUILD)/tests/deep1/libdeeplinked.so \
+             $(BUILD)/tests/deep1/libdeeploader.so $(BUILD)/tests/deep2/libdeepdlsym.so
+$(BUILD)/obj/tests/integ/deeplib_linked.o: tests/integ/deeplib.c
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -DDEEPLIB_LINKED -c $< -o $@
+
+$(BUILD)/tests/deep1/libdeeplinked.so: $(BUILD)/obj/tests/integ/deeplib_linked.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+
+$(BUILD)/tests/deep2/libdeepdlsym.so: $(BUILD)/obj/tests/integ/deeplib.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
+
+$(BUILD)/tests/deep1/libdeeploader.so: $(BUILD)/obj/tests/integ/deeploader.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -Wl,--enable-new-dtags \
+	  -Wl,-rpath,'$$ORIGIN/../deep2' -ldl
+
+$(BUILD)/tests/deeptest: $(BUILD)/obj/tests/integ/deeptest.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/deep1' -ldl
+TEST_DEPS += $(DEEP_BINS)
+TEST_SCRIPTS += tests/integ/deepbind.sh
+
 # ---- Unit test of core/addrmap on its own. ----
 $(BUILD)/tests/test_addrmap: $(BUILD)/obj/tests/unit/test_addrmap.o $(BUILD)/obj/core/addrmap.o
 	$(call say,LD,$@)

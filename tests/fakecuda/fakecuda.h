@@ -50,6 +50,11 @@ unsigned long long fakecudaCalls(const char *name);
  * call. O(contexts). */
 CUresult fakecudaDeviceUsage(int dev, size_t *used, int *contexts);
 
+/* Device dev's peak of device memory held (the report's peak_bytes) since the driver was
+ * initialised or the last restart; with restart non-zero the peak starts again from what the
+ * device holds now. 0 before cuInit or for a bad ordinal. */
+unsigned long long fakecudaPeakBytes(int dev, int restart);
+
 #ifdef __cplusplus
 }
 #endif

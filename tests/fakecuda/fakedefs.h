@@ -81,21 +81,12 @@ typedef struct CUctxCreateParams_st {
   CUctxCigParam *cigParams;
 } CUctxCreateParams;
 
-typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
-  size_t size;
-  size_t alignment;
-  unsigned int reserved[4];
-} CUDA_ARRAY_MEMORY_REQUIREMENTS_v1;
-typedef CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 CUDA_ARRAY_MEMORY_REQUIREMENTS;
-
 /* Devices. */
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev); /* PFN_..._v2000 ABI */
 CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
-CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
-CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 
 /* Contexts. */
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
@@ -106,7 +97,6 @@ CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArra
                                 unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                                 unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
 CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId);
@@ -139,7 +129,6 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *
                                 CUdeviceptr ptr);
 CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
                                                         CUmemGenericAllocationHandle handle);
-CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 
 /* Arrays: the queries (creation and destruction are in shim/cudadefs.h). */
 CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
@@ -147,10 +136,6 @@ CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescri
                                            CUarray hArray);
 CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
                                           unsigned int level);
-CUresult CUDAAPI cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
-                                              CUarray array, CUdevice device);
-CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(
-    CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device);
 
 /* Copies and memsets: the per-thread-default-stream variants and the remaining widths. */
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);

@@ -157,6 +157,19 @@ FK_API unsigned long long fakecudaHazards(void) {
   return h;
 }
 
+FK_API unsigned long long fakecudaPeakBytes(int dev, int restart) {
+  unsigned long long peak = 0;
+  pthread_mutex_lock(&fk.lock);
+  if (fk.initialized && dev >= 0 && dev < fk.ndev) {
+    peak = fk.dev[dev].peak;
+    if (restart) {
+      fk.dev[dev].peak = fk.dev[dev].used;
+    }
+  }
+  pthread_mutex_unlock(&fk.lock);
+  return peak;
+}
+
 FK_API unsigned long long fakecudaCalls(const char *name) {
   int idx = name ? fk_export_index(name) : -1;
   if (idx < 0) {

@@ -22,7 +22,7 @@ cmp -s "$tmp/cu" "$here/exports.txt"
 ok $? "exported CUDA names equal exports.txt"
 diff "$tmp/cu" "$here/exports.txt" | head -5 | sed 's/^/# /'
 hooks="fakecudaCalls fakecudaClaim fakecudaDeviceUsage fakecudaEnqueueWork fakecudaHazards"
-is "$(grep '^fakecuda' "$tmp/all" | tr '\n' ' ')" "$hooks fakecudaPendingWork " \
+is "$(grep '^fakecuda' "$tmp/all" | tr '\n' ' ')" "$hooks fakecudaPeakBytes fakecudaPendingWork " \
   "the only other exports are the fakecuda test hooks"
 is "$(nm -D --defined-only "$lib" | awk 'NF >= 3 && $2 != "T"' | wc -l | tr -d ' ')" 0 \
   "every export is a function (type T, as in the stub)"

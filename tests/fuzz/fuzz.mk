@@ -1,8 +1,10 @@
-# Fuzzing with libFuzzer: three targets, their committed corpora and dictionaries.
+# Fuzzing with libFuzzer: four targets, their committed corpora and dictionaries.
 #
 #   fuzz_config  the settings parsers and cfg_load, against a reference grammar
 #   fuzz_pool    core/bfc driven by an operation stream, against a reference model
 #   fuzz_router  the cuGetProcAddress routing rule, against gpa_table.inc's rule
+#   fuzz_cap     operation streams through the real shim over the fake driver, against the
+#                fake's own per-device peak (the cap invariant); links both as shared objects
 #
 #   make fuzz [FUZZ_SECONDS=60]  build with clang (-fsanitize=fuzzer,address,undefined) in
 #                                build/fuzz and run each target for FUZZ_SECONDS; fails when
@@ -16,7 +18,7 @@
 
 .PHONY: fuzz fuzz-build fuzz-toolchain fuzz-merge
 
-FUZZ_NAMES   := config pool router
+FUZZ_NAMES   := config pool router cap
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build/fuzz
@@ -35,9 +37,53 @@ $(FUZZ_BUILD)/obj/%.o: %.c | fuzz-toolchain
 # moved to the fuzz build.
 $(FUZZ_BUILD)/fuzz_config: $(patsubst $(BUILD)/obj/%,$(FUZZ_BUILD)/obj/%,$(CONFIG_OBJS))
 $(FUZZ_BUILD)/fuzz_pool: $(patsubst $(BUILD)/obj/%,$(FUZZ_BUILD)/obj/%,$(CORE_OBJS))
-$(FUZZ_BINS): $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o
+$(filter-out $(FUZZ_BUILD)/fuzz_cap,$(FUZZ_BINS)): $(FUZZ_BUILD)/fuzz_%: \
+    $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o
 	$(call say,FUZZLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_LINK) $^ -o $@
+
+# fuzz_cap: the shim (with coverage) and the fake driver as shared objects of their own, built
+# position-independent; the shim comes first, so the target's cu* calls reach it as they
+# would with LD_PRELOAD.
+FUZZ_PIC := $(FUZZ_BUILD)/pic
+$(FUZZ_PIC)/%.o: %.c | fuzz-toolchain
+	$(call say,FUZZCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_COMPILE) -fPIC -fvisibility=hidden -c $< -o $@
+$(FUZZ_PIC)/%.o: %.S | fuzz-toolchain
+	$(call say,FUZZAS,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fPIC -c $< -o $@
+$(FUZZ_PIC)/fake/%.o: %.c | fuzz-toolchain
+	$(call say,FUZZCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=address,undefined -fPIC -fvisibility=hidden -c $< \
+	  -o $@
+FUZZ_SHIM_OBJS := $(patsubst $(BUILD)/obj/%,$(FUZZ_PIC)/%,$(SHIM_OBJS) $(CONFIG_OBJS))
+FUZZ_FAKE_OBJS := $(FAKECUDA_SRCS:%.c=$(FUZZ_PIC)/fake/%.o) \
+                  $(patsubst $(BUILD)/%.c,$(FUZZ_PIC)/fake/%.o,$(FAKECUDA_GEN))
+$(FUZZ_PIC)/fake/gen/%.o: $(BUILD)/gen/%.c | fuzz-toolchain
+	$(call say,FUZZCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=address,undefined -fPIC -fvisibility=hidden -c $< \
+	  -o $@
+$(FUZZ_BUILD)/lib/libgpucap.so: $(FUZZ_SHIM_OBJS) $(SHIM_MAP)
+	$(call say,FUZZLD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) -shared -fsanitize=address,undefined -o $@ $(FUZZ_SHIM_OBJS) \
+	  -Wl,--version-script=$(SHIM_MAP) -ldl -lpthread
+$(FUZZ_BUILD)/lib/libcuda.so.1: $(FUZZ_FAKE_OBJS)
+	$(call say,FUZZLD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) -shared -fsanitize=address,undefined -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 \
+	  -o $@ $^ -lpthread
+$(FUZZ_BUILD)/fuzz_cap: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_cap.o \
+    $(FUZZ_BUILD)/obj/tests/reliability/capops.o $(FUZZ_BUILD)/lib/libgpucap.so \
+    $(FUZZ_BUILD)/lib/libcuda.so.1
+	$(call say,FUZZLD,$@)
+	$(Q)$(FUZZ_CC) $(FUZZ_LINK) $(filter %.o,$^) -o $@ -Wl,--no-as-needed \
+	  $(FUZZ_BUILD)/lib/libgpucap.so $(FUZZ_BUILD)/lib/libcuda.so.1 -Wl,--as-needed \
+	  -Wl,-rpath,'$$ORIGIN/lib' -ldl -lpthread
 
 # Fails, saying why, when the compiler cannot build a libFuzzer target.
 fuzz-toolchain:
@@ -77,10 +123,20 @@ $(BUILD)/tests/fuzz_pool_replay: $(BUILD)/obj/tests/fuzz/fuzz_pool.o \
     $(BUILD)/obj/tests/fuzz/replay.o $(CORE_OBJS)
 $(BUILD)/tests/fuzz_router_replay: $(BUILD)/obj/tests/fuzz/fuzz_router.o \
     $(BUILD)/obj/tests/fuzz/replay.o
-$(FUZZ_REPLAY_BINS):
+$(filter-out %/fuzz_cap_replay,$(FUZZ_REPLAY_BINS)):
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+# The shim in front of the fake driver, as in the fuzz build (absolute run paths: the replay
+# lives in $(BUILD)/tests).
+$(BUILD)/tests/fuzz_cap_replay: $(BUILD)/obj/tests/fuzz/fuzz_cap.o \
+    $(BUILD)/obj/tests/reliability/capops.o $(BUILD)/obj/tests/fuzz/replay.o $(SHIM_LIB) \
+    $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter %.o,$^) -o $@ $(ALL_LDFLAGS) -Wl,--no-as-needed $(abspath $(SHIM_LIB)) \
+	  $(abspath $(FAKECUDA_LIB)) -Wl,--as-needed \
+	  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl -lpthread
 
 TEST_DEPS += $(FUZZ_REPLAY_BINS)
 TEST_SCRIPTS += tests/fuzz/corpus.sh

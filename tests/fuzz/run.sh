@@ -16,9 +16,10 @@ for name in "$@"; do
   mkdir -p "$scratch"
   dict=""
   [ -f "tests/fuzz/$name.dict" ] && dict="-dict=tests/fuzz/$name.dict"
-  # The pool target checks every invariant after each operation: short inputs run faster.
+  # The pool and cap targets check every invariant after each operation: short inputs run
+  # faster.
   max_len=4096
-  [ "$name" = pool ] && max_len=1024
+  case $name in pool | cap) max_len=1024 ;; esac
   echo "fuzz_$name: ${FUZZ_SECONDS}s ..."
   # shellcheck disable=SC2086
   "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \

@@ -16,15 +16,22 @@ done
 is "$(json_num "$WORK/2d.json" leaked_bytes)" "$(json_num "$WORK/2d.json" live_bytes)" \
   "the driver reports an array never destroyed as leaked"
 
-FAKECUDA_STATS="$WORK/skewed.json" tap_program "an implausible measurement is not believed" \
+FAKECUDA_STATS="$WORK/skewed.json" tap_program "narrow rows: the driver's padded layout is charged" \
   with_shim "$TESTBIN/arrays" charge skewed
-is "$(json_num "$WORK/skewed.json" live_bytes)" 33554432 "  although the driver holds 32 MiB"
+charged=$(printf '%s\n' "$out" | sed -n 's/^# charged \([0-9]*\) bytes$/\1/p')
+is "$charged" "$(json_num "$WORK/skewed.json" live_bytes)" "  what the driver holds (32 MiB)"
 
 FAKECUDA_STATS="$WORK/refuse.json" tap_program "arrays over the cap are refused" \
   with_shim "$TESTBIN/arrays" refuse
-is "$(json_num "$WORK/refuse.json" peak_bytes)" 78643200 \
-  "  the one refused after the driver made it held 75 MiB there"
-is "$(json_num "$WORK/refuse.json" live_bytes)" 0 "  and was destroyed"
+is "$(json_num "$WORK/refuse.json" peak_bytes)" 52428800 \
+  "  the driver never held more than the 50 MiB array that fits (the 75 MiB one: never made)"
+is "$(json_num "$WORK/refuse.json" live_bytes)" 0 "  and nothing at the end"
+
+FAKECUDA_STATS="$WORK/narrow.json" tap_program "arrays the driver pads far beyond their lower bound" \
+  with_shim "$TESTBIN/arrays" narrow
+peak=$(json_num "$WORK/narrow.json" peak_bytes)
+[ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+ok $? "  the driver never held more than the cap (peak ${peak:-?})"
 
 for mode in destroy bad deferred ctxdestroy reset release; do
   tap_program "$mode" with_shim "$TESTBIN/arrays" $mode

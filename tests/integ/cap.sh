@@ -82,4 +82,17 @@ is "$(grep -c 'GPUCAP_MEMROY_LIMIT' "$WORK/err")" 1 "a misspelled setting gets o
 is "$(grep 'GPUCAP_MEMROY_LIMIT' "$WORK/err")" "gpucap: warning: GPUCAP_MEMROY_LIMIT is not a \
 gpucap setting and is ignored (did you mean GPUCAP_MEMORY_LIMIT?)" "  ... naming the setting meant"
 
+# Out-of-memory reports that say what is so. A request too large to round says so (it is not
+# "rounded to 0" into bin 0); a device that is itself full is not blamed on the cap.
+out=$(GPUCAP_MEMORY_LIMIT=64MiB captest 0 18446744073709551615 1)
+is "$(field "$out" allocs)" 0 "SIZE_MAX bytes: refused"
+is "$(grep -c 'rounded to 0\|bin for the request: 0' "$WORK/err")" 0 \
+  "  the report does not call it rounded to 0 in bin 0"
+like "$(cat "$WORK/err")" '18446744073709551615 bytes: larger than any pool can hold' \
+  "  it says the request is larger than any pool can hold"
+out=$(FAKECUDA_MEMORY=256MiB GPUCAP_MEMORY_LIMIT=1GiB captest 0 $((64 * MiB)))
+is "$(field "$out" allocs)" 4 "a 1 GiB cap on a 256 MiB device: the device runs out first"
+is "$(grep -c 'raise GPUCAP_MEMORY_LIMIT' "$WORK/err")" 0 "  the hint does not say to raise the cap"
+like "$(cat "$WORK/err")" 'hint: device 0 itself is out of memory' \
+  "  it says the device itself is out of memory"
 done_testing

@@ -48,7 +48,11 @@ int main(int argc, char **argv) {
     }
     n++;
   }
-  printf("allocs=%d last_rc=%d\n", n, rc);
+  int misaligned = 0;
+  for (int i = 0; i < n; i++) {
+    misaligned += blocks[i] % 256 != 0;
+  }
+  printf("allocs=%d last_rc=%d misaligned=%d\n", n, rc, misaligned);
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) { /* the rest of a burst of failures */
     CUdeviceptr extra;
     CUresult r1 = cuMemAlloc_v2(&extra, block), r2 = cuMemAlloc_v2(&extra, block);

@@ -19,7 +19,7 @@
 
 #define BOGUS ((CUdeviceptr)0xdead0000ull)
 
-static CUdeviceptr block, freed;
+static CUdeviceptr block, freed, odd; /* odd: 5000 bytes, not a multiple of the granularity */
 static CUstream stream;
 
 static void show(const char *label, CUresult rc) {
@@ -94,6 +94,12 @@ static void matrix(const char *phase) {
   SHOW("addrrange(b,s,0)", cuMemGetAddressRange_v2(&p, &f, 0));
   SHOW("addrrange(b,s,freed)", cuMemGetAddressRange_v2(&p, &f, freed));
   SHOW("addrrange(b,s,UINT64_MAX)", cuMemGetAddressRange_v2(&p, &f, ~(CUdeviceptr)0));
+  SHOW("addrrange(b,s,odd+4999)", cuMemGetAddressRange_v2(&p, &f, odd ? odd + 4999 : BOGUS));
+  SHOW("addrrange(b,s,odd+5000)", cuMemGetAddressRange_v2(&p, &f, odd ? odd + 5000 : BOGUS));
+  SHOW("ptrattr(v,RANGE_START,odd+5000)",
+       cuPointerGetAttribute(&p, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, odd ? odd + 5000 : BOGUS));
+  CUipcMemHandle hv;
+  SHOW("ipc(h,odd+5000)", cuIpcGetMemHandle(&hv, odd ? odd + 5000 : BOGUS));
   SHOW("ptrattr(NULL,RANGE_START,bogus)",
        cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, BOGUS));
   SHOW("ptrattr(v,9999,bogus)", cuPointerGetAttribute(&p, (CUpointer_attribute)9999, BOGUS));
@@ -108,6 +114,14 @@ static void matrix(const char *phase) {
     SHOW("ptrattrs(2,{start,9999},data,block)", cuPointerGetAttributes(2, attrs, data, block));
     SHOW("ptrattrs(1,attrs,NULL,block)", cuPointerGetAttributes(1, attrs, NULL, block));
     SHOW("ptrattrs(1,NULL,data,block)", cuPointerGetAttributes(1, NULL, data, block));
+    /* The values too: freed memory is unknown memory, whoever allocated it. */
+    unsigned int type = 7, ordinal = 7;
+    CUpointer_attribute what[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void *into[2] = {&type, &ordinal};
+    SHOW("ptrattrs(type+ordinal,freed)", cuPointerGetAttributes(2, what, into, freed));
+    SHOW("ptrattrs(freed):type", (CUresult)type);
+    SHOW("ptrattrs(freed):ordinal", (CUresult)ordinal);
   }
   SHOW("allocasync(NULL,16,s)", cuMemAllocAsync(NULL, 16, stream));
   SHOW("allocasync(p,0,s)", cuMemAllocAsync(&p, 0, stream));
@@ -260,8 +274,14 @@ int main(void) {
   /* block first: a driver reusing the freed address at once must not make freed == block */
   show("alloc block", cuMemAlloc_v2(&block, 4096));
   show("alloc freed", cuMemAlloc_v2(&freed, 4096));
+  show("alloc odd", cuMemAlloc_v2(&odd, 5000));
   show("free freed", cuMemFree_v2(freed));
   matrix("ctx");
+  CUcontext popped = NULL;
+  show("popcurrent", cuCtxPopCurrent_v2(&popped));
+  show("free(odd) with no current context", cuMemFree_v2(odd));
+  show("pushcurrent", cuCtxPushCurrent_v2(popped));
+  show("free(odd) again: it was kept", cuMemFree_v2(odd));
   show("primaryrelease(not retained twice)", cuDevicePrimaryCtxRelease_v2(dev));
   show("primaryretain again", cuDevicePrimaryCtxRetain(&ctx, 0));
   show("setcurrent again", cuCtxSetCurrent(ctx));

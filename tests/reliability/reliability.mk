@@ -1,7 +1,8 @@
 # Reliability tests: fault injection through the fake driver, data integrity under load, the
-# bad-input matrix and the security checks (tests/reliability/*.sh, docs/reliability.md).
+# bad-input matrix, the security checks, the ways past the cap and the cap invariant
+# (tests/reliability/*.sh, docs/reliability.md).
 #
-#   make test       runs them in every pass (plain, ASan+UBSan; integrity under TSan too)
+#   make test       runs them in every pass (plain, ASan+UBSan; the threaded ones under TSan too)
 #   make memcheck   the integration suite and these workloads under valgrind memcheck
 #   make soak       the integrity workload for SOAK_SECONDS (default 600) instead of seconds
 #
@@ -14,7 +15,7 @@
 REL_BIN := $(BUILD)/tests/reliability
 REL_CHECKED_SHIM := $(REL_BIN)/libgpucap-checked.so
 REL_PROGRAMS := $(REL_BIN)/faultload $(REL_BIN)/integrity $(REL_BIN)/badargs \
-                $(REL_BIN)/teardown
+                $(REL_BIN)/teardown $(REL_BIN)/capholes $(REL_BIN)/invariant
 REL_SECURE := $(REL_BIN)/secure
 REL_BADPOOL := $(REL_BIN)/libbadpool.so
 
@@ -25,10 +26,18 @@ $(REL_BIN)/faultload $(REL_BIN)/badargs $(REL_BIN)/teardown: $(REL_BIN)/%: $(BUI
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
 
-$(REL_BIN)/integrity: $(BUILD)/obj/tests/reliability/integrity.o $(FAKECUDA_LIB)
+$(REL_BIN)/integrity $(REL_BIN)/capholes: $(REL_BIN)/%: $(BUILD)/obj/tests/reliability/%.o \
+    $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+
+# The cap invariant: random operations of every family (capops.c, shared with fuzz_cap).
+$(REL_BIN)/invariant: $(BUILD)/obj/tests/reliability/invariant.o \
+    $(BUILD)/obj/tests/reliability/capops.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter %.o,$^) -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
 
 # The deliberately wrong allocator of the integrity test's negative controls.
 $(REL_BADPOOL): $(BUILD)/obj/tests/reliability/badpool.o
@@ -60,8 +69,10 @@ $(REL_CHECKED_SHIM): $(REL_CHECKED_OBJS) $(SHIM_MAP)
 TEST_DEPS += $(REL_PROGRAMS) $(REL_CHECKED_SHIM) $(REL_BADPOOL) $(REL_SECURE)
 TEST_SCRIPTS += tests/reliability/faults.sh tests/reliability/integrity.sh \
                 tests/reliability/badinput.sh tests/reliability/security.sh \
-                tests/reliability/teardown.sh
-THREAD_TESTS += tests/reliability/integrity.sh
+                tests/reliability/teardown.sh tests/reliability/capholes.sh \
+                tests/reliability/invariant.sh
+THREAD_TESTS += tests/reliability/integrity.sh tests/reliability/capholes.sh \
+                tests/reliability/invariant.sh
 
 memcheck: all
 	$(Q)if [ -n "$(SANITIZER)" ]; then echo "make memcheck: use a build without SANITIZER" >&2; \
