@@ -85,8 +85,19 @@ enum { FK_S_LEGACY, FK_S_THREAD, FK_S_USER };
 
 struct fk_work;
 
+/* A stream-ordered memory pool (fk_pool.c): the device's default pool, or one cuMemPoolCreate
+ * made (never freed before unload, so a destroyed handle is recognised). Device memory it holds
+ * is counted in the device's used bytes: its live allocations (used) plus what it retains after
+ * frees, up to its release threshold (reserved - used). */
 struct CUmemPoolHandle_st {
   int dev;
+  int live;    /* the default pool, or a created pool not yet destroyed */
+  int created; /* made by cuMemPoolCreate */
+  size_t max_size;
+  size_t used, used_high, reserved, reserved_high;
+  uint64_t threshold;   /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
+  int reuse[3];         /* CU_MEMPOOL_ATTR_REUSE_* (1..3), stored only */
+  uint64_t read, write; /* devices with read / read-write access */
 };
 
 struct fk_cls {
@@ -107,10 +118,10 @@ struct CUctx_st {
   struct fk_cls *cls; /* context-local storage */
   size_t ncls, capcls;
   /* settings (fk_settings.c) */
-  size_t limits[10];   /* CU_LIMIT_* */
-  int cache_config;    /* CU_FUNC_CACHE_* */
-  int smem_config;     /* CU_SHARED_MEM_CONFIG_* */
-  uint64_t peers;      /* devices whose memory it may access (cuCtxEnablePeerAccess) */
+  size_t limits[10]; /* CU_LIMIT_* */
+  int cache_config;  /* CU_FUNC_CACHE_* */
+  int smem_config;   /* CU_SHARED_MEM_CONFIG_* */
+  uint64_t peers;    /* devices whose memory it may access (cuCtxEnablePeerAccess) */
 };
 
 struct fk_capture;
@@ -145,7 +156,8 @@ struct fk_device {
   uintptr_t va_base;        /* this device's cuMemAlloc region */
   size_t va_size;
   struct CUctx_st *primary;
-  struct CUmemPoolHandle_st pool;
+  struct CUmemPoolHandle_st pool;     /* the default pool */
+  struct CUmemPoolHandle_st *current; /* cuDeviceSetMemPool's, or NULL: the default */
   unsigned long long alloc_calls, free_calls;
 };
 
@@ -168,8 +180,8 @@ struct fk_global {
   size_t va_size;
   uintptr_t vmm_base;
   size_t vmm_size;
-  int dev_fd; /* FAKECUDA_BACKING=1: the memfd behind every device region (file offset =
-               * address - va_base), shared with importers through cuIpcOpenMemHandle; else -1 */
+  int dev_fd;             /* FAKECUDA_BACKING=1: the memfd behind every device region (file offset =
+                           * address - va_base), shared with importers through cuIpcOpenMemHandle; else -1 */
   struct CUctx_st **ctxs; /* every context ever created */
   size_t nctxs, capctxs;
   struct CUstream_st **ustreams; /* live user streams (handle validation) */
@@ -372,6 +384,7 @@ struct fk_alloc {
   int graph_phys; /* FK_K_GRAPH: its memory is held (counted in used) */
   int graph_live; /* FK_K_GRAPH: allocated by a launch and not freed since */
   struct CUctx_st *ctx;
+  struct CUmemPoolHandle_st *pool; /* FK_K_ASYNC: the pool it came from */
   unsigned long long id;
   unsigned flags;      /* cuMemHostAlloc / cuMemAllocManaged flags */
   struct fk_map *maps; /* FK_K_RESERVE: mappings, sorted by va */
@@ -392,10 +405,33 @@ CUresult fk_mem_graph_memory(struct fk_alloc *a, int take);
 size_t fk_dev_free(int dev);
 
 /* Allocates span = size rounded to 512 bytes of device memory on dev in context c: FK_K_DEVICE
- * and FK_K_ASYNC count as the program's (used, peak, alloc_calls), FK_K_MODULE as the
- * driver's. Fails with CUDA_ERROR_OUT_OF_MEMORY. */
+ * counts as the program's (used, peak, alloc_calls), FK_K_MODULE as the driver's. Fails with
+ * CUDA_ERROR_OUT_OF_MEMORY. */
 CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out);
+
+/* Registers an allocation of `kind` holding span bytes of dev's device address space (made
+ * accessible with backing), without counting any device memory. NULL when no address is
+ * free. */
+struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span);
+
+/* Adds bytes to dev's device memory in use (and its peak). */
+void fk_mem_charge(int dev, size_t bytes);
+
+/* ---- Stream-ordered memory pools (fk_pool.c). ---- */
+
+/* Sets up device dev's default pool (cuInit). */
+void fk_pool_init_device(int dev);
+
+/* A stream-ordered allocation leaves its pool (its free executed, or its context reset): the
+ * pool keeps the memory up to its release threshold and gives the device the rest. */
+void fk_pool_give_back(struct fk_alloc *a);
+
+/* Releases everything the pools of dev retain (device reset). */
+void fk_pool_trim_device(int dev);
+
+/* Frees every created pool (at unload). */
+void fk_pool_teardown(void);
 
 /* Reserves the address space of every device and the VMM region. */
 CUresult fk_mem_init(void);
@@ -471,6 +507,18 @@ void fk_array_free_ctx(struct CUctx_st *c);
 /* Adds the arrays and mipmapped arrays of device dev still alive that hold device memory to
  * *count and their bytes to *bytes. */
 void fk_array_leaked(int dev, unsigned long long *count, size_t *bytes);
+
+/* An array's contents as copies see them: row y of slice z (of its depth or layers; an extent
+ * of 0 counts as 1) starts at bytes + (z * height + y) * pitch and holds width bytes (Width
+ * elements of elem bytes). bytes is NULL without FAKECUDA_BACKING=1. Fails with
+ * CUDA_ERROR_INVALID_HANDLE for an unknown or destroyed array, CUDA_ERROR_INVALID_VALUE for a
+ * deferred-mapping one (its memory is never mapped). */
+struct fk_array_view {
+  unsigned char *bytes;
+  size_t elem, width, pitch, height, depth;
+  int dev;
+};
+CUresult fk_array_view(CUarray h, struct fk_array_view *v);
 
 /* Teardown at unload (the destructor in fk_core.c, lock held): frees every object. */
 void fk_stream_teardown(void);

@@ -6,7 +6,9 @@
  * elements (element size x NumChannels bytes) padded to FK_PITCH_ALIGN bytes, times the height,
  * times the depth or the layers (an extent of 0 counts as 1). A mipmapped array holds the sum of
  * its levels, each halving every extent but the layers (minimum 1). Arrays made with
- * CUDA_ARRAY3D_DEFERRED_MAPPING hold no memory (cuMemMapArrayAsync is not modelled).
+ * CUDA_ARRAY3D_DEFERRED_MAPPING hold no memory (cuMemMapArrayAsync is not modelled). With
+ * FAKECUDA_BACKING=1 an array's contents are host memory in that layout (fk_array_view), which
+ * 2D and 3D copies read and write (fk_copy.c).
  *
  * Invariants: an array or mipmapped array belongs to the context current at its creation and
  * is destroyed with it; the levels of a mipmapped array belong to it and hold no memory of their
@@ -27,6 +29,7 @@ struct CUarray_st {
   struct CUctx_st *ctx;
   size_t size;                       /* bytes of its layout */
   struct CUmipmappedArray_st *owner; /* the mipmapped array it is a level of, or NULL */
+  unsigned char *bytes;              /* its contents with FAKECUDA_BACKING=1, else NULL */
   int live;
 };
 
@@ -188,6 +191,10 @@ static struct CUarray_st *array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, struct CUc
   a->size = layout(d);
   a->owner = owner;
   a->live = 1;
+  if (fk.cfg.backing && !deferred(d) && (a->bytes = calloc(1, a->size)) == NULL) {
+    fk_log("error: out of host memory");
+    abort();
+  }
   fk_push((void ***)&arrays, &narrays, &caparrays, a);
   return a;
 }
@@ -213,12 +220,16 @@ static struct CUmipmappedArray_st *mipmap_find(const struct CUmipmappedArray_st 
 
 static void array_release(struct CUarray_st *a) {
   memory_give(a->ctx->dev, array_held(a));
+  free(a->bytes);
+  a->bytes = NULL;
   a->live = 0;
 }
 
 static void mipmap_release(struct CUmipmappedArray_st *m) {
   memory_give(m->ctx->dev, mipmap_held(m));
   for (unsigned l = 0; l < m->nlevels; l++) {
+    free(m->levels[l]->bytes);
+    m->levels[l]->bytes = NULL;
     m->levels[l]->live = 0;
   }
   m->live = 0;
@@ -463,6 +474,24 @@ FK_API CUresult cuMipmappedArrayGetMemoryRequirements(
   FK_BODY(FK_NEED_INIT, mipmap_requirements(memoryRequirements, mipmap, device));
 }
 
+CUresult fk_array_view(CUarray h, struct fk_array_view *v) {
+  struct CUarray_st *a = array_find(h);
+  if (a == NULL) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (deferred(&a->desc)) {
+    return CUDA_ERROR_INVALID_VALUE; /* its memory would come from cuMemMapArrayAsync */
+  }
+  v->bytes = a->bytes;
+  v->elem = channel_bytes(a->desc.Format) * a->desc.NumChannels;
+  v->width = a->desc.Width * v->elem;
+  v->pitch = round_up(v->width, FK_PITCH_ALIGN);
+  v->height = a->desc.Height ? a->desc.Height : 1;
+  v->depth = a->desc.Depth ? a->desc.Depth : 1;
+  v->dev = a->ctx->dev;
+  return CUDA_SUCCESS;
+}
+
 /* ---- Statistics and unload. ---- */
 
 void fk_array_leaked(int dev, unsigned long long *count, size_t *bytes) {
@@ -482,6 +511,7 @@ void fk_array_leaked(int dev, unsigned long long *count, size_t *bytes) {
 
 void fk_array_teardown(void) {
   for (size_t i = 0; i < narrays; i++) {
+    free(arrays[i]->bytes);
     free(arrays[i]);
   }
   for (size_t i = 0; i < nmipmaps; i++) {

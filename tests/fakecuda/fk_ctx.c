@@ -100,7 +100,7 @@ CUresult fk_devices_init(void) {
   fk.ndev = fk.cfg.ndev;
   for (int d = 0; d < fk.ndev; d++) {
     fk.dev[d].total = fk.cfg.mem[d];
-    fk.dev[d].pool.dev = d;
+    fk_pool_init_device(d);
   }
   CUresult rc = fk_mem_init();
   if (rc != CUDA_SUCCESS) {
@@ -426,25 +426,6 @@ static CUresult by_pci_bus_id(CUdevice *dev, const char *id) {
 
 FK_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId) {
   FK_BODY(FK_NEED_INIT, by_pci_bus_id(dev, pciBusId));
-}
-
-static CUresult mem_pool(CUmemoryPool *pool, CUdevice dev) {
-  if (pool == NULL) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (dev_check(dev) != CUDA_SUCCESS) {
-    return CUDA_ERROR_INVALID_DEVICE;
-  }
-  *pool = &fk.dev[dev].pool;
-  return CUDA_SUCCESS;
-}
-
-FK_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
-  FK_BODY(FK_NEED_INIT, mem_pool(pool_out, dev));
-}
-
-FK_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
-  FK_BODY(FK_NEED_INIT, mem_pool(pool, dev));
 }
 
 /* ---- Primary contexts. ---- */

@@ -1,5 +1,5 @@
 /* Device memory of the fake driver: the address space, the registry of allocations, cuMemAlloc
- * and friends, stream-ordered allocation, managed and pinned host memory, cuMemGetInfo,
+ * and friends (stream-ordered pools: fk_pool.c), managed and pinned host memory, cuMemGetInfo,
  * cuMemGetAddressRange and pointer attributes.
  *
  * Address space: cuInit reserves one PROT_NONE, MAP_NORESERVE mapping holding, per device, a
@@ -203,6 +203,8 @@ void fk_mem_release(struct fk_alloc *a) {
   case FK_K_MODULE:
     if (a->kind == FK_K_MODULE) {
       fk.dev[a->dev].driver -= a->span;
+    } else if (a->kind == FK_K_ASYNC) {
+      fk_pool_give_back(a);
     } else {
       fk.dev[a->dev].used -= a->span;
     }
@@ -247,6 +249,9 @@ void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
       i++;
     }
   }
+  if (pools) {
+    fk_pool_trim_device(c->dev);
+  }
 }
 
 CUresult fk_mem_graph_memory(struct fk_alloc *a, int take) {
@@ -279,6 +284,28 @@ size_t fk_dev_free(int dev) {
   return d->total - d->used - d->driver;
 }
 
+struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
+  struct fk_device *d = &fk.dev[dev];
+  uintptr_t base = fk_mem_carve(d->va_base, d->va_base + d->va_size, span, FK_ALLOC_ALIGN);
+  if (base == 0) {
+    return NULL;
+  }
+  if (fk.cfg.backing &&
+      mprotect((void *)round_down(base, PAGE), round_up(base + span, PAGE) - round_down(base, PAGE),
+               PROT_READ | PROT_WRITE) != 0) {
+    return NULL;
+  }
+  return fk_mem_new(kind, base, size, span, dev);
+}
+
+void fk_mem_charge(int dev, size_t bytes) {
+  struct fk_device *d = &fk.dev[dev];
+  d->used += bytes;
+  if (d->used > d->peak) {
+    d->peak = d->used;
+  }
+}
+
 CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out) {
   struct fk_device *d = &fk.dev[dev];
@@ -286,24 +313,15 @@ CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
   if (span < size || span > fk_dev_free(dev)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  uintptr_t base = fk_mem_carve(d->va_base, d->va_base + d->va_size, span, FK_ALLOC_ALIGN);
-  if (base == 0) {
+  struct fk_alloc *a = fk_mem_place(kind, dev, size, span);
+  if (a == NULL) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (fk.cfg.backing &&
-      mprotect((void *)round_down(base, PAGE), round_up(base + span, PAGE) - round_down(base, PAGE),
-               PROT_READ | PROT_WRITE) != 0) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  struct fk_alloc *a = fk_mem_new(kind, base, size, span, dev);
   a->ctx = c;
   if (kind == FK_K_MODULE) {
     d->driver += span;
   } else {
-    d->used += span;
-    if (d->used > d->peak) {
-      d->peak = d->used;
-    }
+    fk_mem_charge(dev, span);
     d->alloc_calls++;
   }
   *out = a;
@@ -563,131 +581,6 @@ FK_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p) {
   FK_BODY(FK_NEED_INIT, host_get_flags(pFlags, p));
 }
 
-/* ---- Stream-ordered allocation from each device's default pool. ---- */
-
-static struct fk_work *last_free(const struct CUstream_st *s) {
-  struct fk_work *last = NULL;
-  for (struct fk_work *w = s->head; w != NULL; w = w->next) {
-    if (w->kind == FK_W_FREE) {
-      last = w;
-    }
-  }
-  return last;
-}
-
-static CUresult alloc_async(CUdeviceptr *dptr, size_t size, struct CUmemPoolHandle_st *pool,
-                            CUstream h, int ptsz) {
-  struct CUstream_st *s;
-  CUresult rc = fk_stream_resolve(h, ptsz, &s);
-  if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
-  int dev = s->ctx->dev;
-  if (pool != NULL) {
-    int ok = 0;
-    for (int d = 0; d < fk.ndev; d++) {
-      ok |= pool == &fk.dev[d].pool;
-    }
-    if (!ok) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    dev = pool->dev;
-  }
-  if (dptr == NULL || size == 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (s->cap != NULL) {
-    return fk_graph_alloc(s, dev, size, dptr); /* a graph memory node */
-  }
-  struct fk_alloc *a;
-  rc = fk_mem_device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
-  struct fk_work *w;
-  if (rc == CUDA_ERROR_OUT_OF_MEMORY && (w = last_free(s)) != NULL) {
-    /* The pool may reuse memory freed earlier in the same stream: those frees are ordered
-     * before this allocation, so completing them now is a legal schedule. */
-    fk_stream_reach(s, w->seq);
-    rc = fk_mem_device_alloc(FK_K_ASYNC, dev, size, NULL, &a);
-  }
-  if (rc == CUDA_SUCCESS) {
-    *dptr = a->base;
-  }
-  return rc;
-}
-
-FK_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, alloc_async(dptr, bytesize, NULL, hStream, 0));
-}
-
-FK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, alloc_async(dptr, bytesize, NULL, hStream, 1));
-}
-
-FK_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-                                        CUstream hStream) {
-  FK_BODY(FK_NEED_INIT,
-          pool == NULL ? CUDA_ERROR_INVALID_VALUE : alloc_async(dptr, bytesize, pool, hStream, 0));
-}
-
-FK_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-                                             CUstream hStream) {
-  FK_BODY(FK_NEED_INIT,
-          pool == NULL ? CUDA_ERROR_INVALID_VALUE : alloc_async(dptr, bytesize, pool, hStream, 1));
-}
-
-static CUresult free_async(CUdeviceptr dptr, CUstream h, int ptsz) {
-  struct CUstream_st *s;
-  CUresult rc = fk_stream_resolve(h, ptsz, &s);
-  if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
-  struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
-  if (a != NULL && a->kind == FK_K_GRAPH && a->base == (uintptr_t)dptr && s->cap == NULL) {
-    return fk_graph_free(a, s);
-  }
-  if (a == NULL || a->base != (uintptr_t)dptr || a->freeing ||
-      (a->kind != FK_K_ASYNC && a->kind != FK_K_DEVICE && a->kind != FK_K_GRAPH)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (s->cap == NULL) {
-    a->freeing = 1; /* a captured free takes effect when a launch of the graph reaches it */
-    fk.dev[a->dev].free_calls++;
-  }
-  struct fk_work *w = fk_work_new(FK_W_FREE);
-  w->dst.addr = a->base;
-  w->dst.alloc_id = a->id;
-  fk_work_enqueue(s, w);
-  return CUDA_SUCCESS;
-}
-
-FK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, free_async(dptr, hStream, 0));
-}
-
-FK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, free_async(dptr, hStream, 1));
-}
-
-void fk_mem_free_effect(struct fk_work *w) {
-  struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
-  if (a != NULL) {
-    fk_mem_release(a);
-  }
-}
-
-static CUresult pool_trim(struct CUmemPoolHandle_st *pool) {
-  for (int d = 0; d < fk.ndev; d++) {
-    if (pool == &fk.dev[d].pool) {
-      return CUDA_SUCCESS; /* freed blocks are returned at once: nothing to trim */
-    }
-  }
-  return CUDA_ERROR_INVALID_VALUE;
-}
-
-FK_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
-  (void)minBytesToKeep;
-  FK_BODY(FK_NEED_INIT, pool_trim(pool));
-}
-
 /* ---- Address ranges and pointer attributes. ---- */
 
 static CUresult address_range(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
@@ -813,7 +706,7 @@ static CUresult attribute(void *data, int attr, uintptr_t p, struct fk_alloc *a)
     return CUDA_SUCCESS;
   }
   case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-    put_ptr(data, a->kind == FK_K_ASYNC ? &fk.dev[a->dev].pool : NULL);
+    put_ptr(data, a->kind == FK_K_ASYNC ? a->pool : NULL);
     return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
     put_u64(data, m != NULL ? m->size : a->size);
@@ -910,6 +803,7 @@ FK_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_att
 }
 
 void fk_mem_teardown(void) {
+  fk_pool_teardown();
   for (size_t i = 0; i < fk_nallocs; i++) {
     struct fk_alloc *a = fk_allocs[i];
     if (a->kind == FK_K_MANAGED || a->kind == FK_K_HOST) {
