@@ -19,9 +19,19 @@ static unsigned char at(size_t x, size_t y, size_t z) {
   return (unsigned char)(x * 7 + y * 13 + z * 29 + 1);
 }
 
-static CUDA_MEMCPY2D copy2d(size_t w, size_t h) {
+/* A 2D copy of w x h bytes between linear operands: host pointers or device addresses. */
+static CUDA_MEMCPY2D copy2d(CUmemorytype st, uintptr_t src, size_t spitch, CUmemorytype dt,
+                            uintptr_t dst, size_t dpitch, size_t w, size_t h) {
   CUDA_MEMCPY2D c;
   memset(&c, 0, sizeof c);
+  c.srcMemoryType = st;
+  c.srcHost = st == CU_MEMORYTYPE_HOST ? (const void *)src : NULL;
+  c.srcDevice = st == CU_MEMORYTYPE_HOST ? 0 : (CUdeviceptr)src;
+  c.srcPitch = spitch;
+  c.dstMemoryType = dt;
+  c.dstHost = dt == CU_MEMORYTYPE_HOST ? (void *)dst : NULL;
+  c.dstDevice = dt == CU_MEMORYTYPE_HOST ? 0 : (CUdeviceptr)dst;
+  c.dstPitch = dpitch;
   c.WidthInBytes = w;
   c.Height = h;
   return c;
@@ -38,27 +48,17 @@ static void two_d(void) {
   CUdeviceptr d = 0;
   size_t pitch = 0;
   CK(cuMemAllocPitch_v2(&d, &pitch, W, H, 4));
-  CUDA_MEMCPY2D c = copy2d(W, H);
-  c.srcMemoryType = CU_MEMORYTYPE_HOST;
-  c.srcHost = host;
-  c.srcPitch = W;
-  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  c.dstDevice = d;
-  c.dstPitch = pitch;
+  CUDA_MEMCPY2D c =
+      copy2d(CU_MEMORYTYPE_HOST, (uintptr_t)host, W, CU_MEMORYTYPE_DEVICE, d, pitch, W, H);
   CK(cuMemcpy2D_v2(&c));
   const unsigned char *dev = (const unsigned char *)(uintptr_t)d;
   tap_ok(dev[pitch * 5 + 7] == at(7, 5, 0) && dev[pitch * (H - 1) + W - 1] == at(W - 1, H - 1, 0),
          "host to device: each row at the pitch");
   /* A window: 100 x 10 from (20, 3) of the device to (0, 0) of the host. */
-  CUDA_MEMCPY2D w = copy2d(100, 10);
-  w.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
-  w.srcDevice = d;
-  w.srcPitch = pitch;
+  CUDA_MEMCPY2D w =
+      copy2d(CU_MEMORYTYPE_UNIFIED, d, pitch, CU_MEMORYTYPE_HOST, (uintptr_t)back, 100, 100, 10);
   w.srcXInBytes = 20;
   w.srcY = 3;
-  w.dstMemoryType = CU_MEMORYTYPE_HOST;
-  w.dstHost = back;
-  w.dstPitch = 100;
   CK(cuMemcpy2DUnaligned_v2(&w));
   tap_ok(back[0] == at(20, 3, 0) && back[9 * 100 + 99] == at(119, 12, 0), "a window, unified");
 
@@ -71,12 +71,8 @@ static void two_d(void) {
   bad = c;
   bad.dstY = 1;
   TAP_EQ(cuMemcpy2D_v2(&bad), CUDA_ERROR_INVALID_VALUE, "rows past the allocation");
-  bad = c;
-  bad.dstMemoryType = CU_MEMORYTYPE_HOST;
-  bad.dstHost = back;
-  bad.dstPitch = W;
-  bad.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-  bad.srcDevice = (CUdeviceptr)(uintptr_t)host;
+  bad = copy2d(CU_MEMORYTYPE_DEVICE, (uintptr_t)host, W, CU_MEMORYTYPE_HOST, (uintptr_t)back, W, W,
+               H);
   TAP_EQ(cuMemcpy2D_v2(&bad), CUDA_ERROR_INVALID_VALUE, "DEVICE type for host memory");
   bad.srcMemoryType = (CUmemorytype)9;
   TAP_EQ(cuMemcpy2D_v2(&bad), CUDA_ERROR_INVALID_VALUE, "memory type 9");
@@ -104,13 +100,7 @@ static void two_d(void) {
   CUdeviceptr e = 0;
   size_t epitch = 0;
   CK(cuMemAllocPitch_v2(&e, &epitch, W, H, 4));
-  CUDA_MEMCPY2D dd = copy2d(W, H);
-  dd.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-  dd.srcDevice = d;
-  dd.srcPitch = pitch;
-  dd.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  dd.dstDevice = e;
-  dd.dstPitch = epitch;
+  CUDA_MEMCPY2D dd = copy2d(CU_MEMORYTYPE_DEVICE, d, pitch, CU_MEMORYTYPE_DEVICE, e, epitch, W, H);
   CK(cuMemcpy2D_v2(&dd));
   TAP_EQ(fakecudaPendingWork(), H, "a device-to-device 2D copy is queued, one item per row");
   memset((void *)(uintptr_t)d, 0x77, pitch * H); /* the host writes the source meanwhile */
