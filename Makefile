@@ -86,6 +86,7 @@ include tests/tests.mk
 include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
 include tests/frameworks/frameworks.mk
+include tests/real/real.mk
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	$(call say,CC,$@)

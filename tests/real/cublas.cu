@@ -1,0 +1,79 @@
+/* cuBLAS: a handle (cuBLAS reserves its own workspace in device memory when it is created),
+ * single-precision GEMMs with that workspace on the legacy stream and with a workspace of the
+ * program's own on a stream, and a handle asked for when the device is full: cuBLAS answers
+ * its own allocation failure and the program goes on once it has made room. The fake runs no device
+ * code: the GEMM's status and the queued work are checked, never its result. */
+#include <cublas_v2.h>
+
+#include "tests/real/real.h"
+
+#define BLAS(name, call) blas((name), (call))
+static void blas(const char *name, cublasStatus_t st) {
+  real_status(name, st, CUBLAS_STATUS_SUCCESS, cublasGetStatusName(st));
+}
+
+int main(void) {
+  size_t total = real_total("start");
+  const int n = 256;
+  float *a = NULL, *b = NULL, *c = NULL;
+  OK("malloc_a", real_malloc((void **)&a, n * n * sizeof(float)));
+  OK("malloc_b", real_malloc((void **)&b, n * n * sizeof(float)));
+  OK("malloc_c", real_malloc((void **)&c, n * n * sizeof(float)));
+  float *host = (float *)malloc(n * n * sizeof(float));
+  for (int i = 0; i < n * n; i++) {
+    host[i] = (float)(i % 17) / 16.0f;
+  }
+  BLAS("set_matrix_a", cublasSetMatrix(n, n, sizeof(float), host, n, a, n));
+  BLAS("set_matrix_b", cublasSetMatrix(n, n, sizeof(float), host, n, b, n));
+  size_t f0 = 0, f1 = 0, t = 0;
+  OK("info_before_create", cudaMemGetInfo(&f0, &t));
+  cublasHandle_t h;
+  BLAS("create", cublasCreate(&h));
+  OK("info_after_create", cudaMemGetInfo(&f1, &t));
+  FACT("create_takes_device_memory", "%d", f1 < f0);
+  const float one = 1.0f, zero = 0.0f;
+  /* With cuBLAS's own workspace, on the legacy stream. */
+  BLAS("sgemm_own_workspace",
+       cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
+  OK("sync_own_workspace", cudaDeviceSynchronize());
+  /* With the program's workspace, on a stream of its own. */
+  cudaStream_t s;
+  OK("stream", cudaStreamCreate(&s));
+  BLAS("set_stream", cublasSetStream(h, s));
+  void *ws = NULL;
+  const size_t wsz = 8 * MiB;
+  OK("malloc_workspace", real_malloc(&ws, wsz));
+  BLAS("set_workspace", cublasSetWorkspace(h, ws, wsz));
+  BLAS("sgemm", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, n, n, n, &one, a, n, b, n, &zero, c, n));
+  BLAS("sgemm_again",
+       cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, c, n, a, n, &one, b, n));
+  OK("stream_sync", cudaStreamSynchronize(s));
+  BLAS("get_matrix", cublasGetMatrix(n, n, sizeof(float), c, n, host, n));
+  BLAS("destroy", cublasDestroy(h));
+  OK("stream_destroy", cudaStreamDestroy(s));
+
+  /* Full: a handle cannot get its workspace; after making room it can. */
+  static void *ballast[8192];
+  int nb = real_ballast(ballast, 8192);
+  cublasStatus_t st = cublasCreate(&h);
+  printf("create_when_full=%s\n", cublasGetStatusName(st));
+  CHECK("create_when_full_refused", st == CUBLAS_STATUS_ALLOC_FAILED);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(h);
+  }
+  cudaGetLastError();
+  real_ballast_free(ballast, nb);
+  BLAS("create_after_room", cublasCreate(&h));
+  BLAS("set_workspace_after_room", cublasSetWorkspace(h, ws, wsz));
+  BLAS("sgemm_after_room",
+       cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
+  OK("sync_after_room", cudaDeviceSynchronize());
+  BLAS("destroy_after_room", cublasDestroy(h));
+  OK("free_workspace", cudaFree(ws));
+  OK("free_a", cudaFree(a));
+  OK("free_b", cudaFree(b));
+  OK("free_c", cudaFree(c));
+  real_over_cap("over", total);
+  free(host);
+  return real_end();
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Row 2 of the table of real programs (docs/compatibility.md, "Programs and frameworks"): CUDA
+# libraries (cuBLAS, cuRAND, cuDNN) used by programs built by nvcc, static and shared runtime,
+# each run over the fake driver without and with gpucap (tests/real/lib.sh says what every row
+# checks). cuFFT and NCCL are not rows yet: cuFFT's plans need a private table slot nobody has
+# documented, NCCL needs stream capture. Skipped, saying why, when nvcc or a library's header
+# was missing at build time.
+. "$TOP/tests/real/lib.sh"
+
+if [ ! -x "$REAL/malloc_static" ]; then
+  echo "1..0 # SKIP not built: no nvcc when the tests were built (set NVCC or CUDA_HOME, or put nvcc on PATH)"
+  exit 0
+fi
+
+row cublas cap=256MiB mem=1GiB leaks="cuBLAS keeps an allocation after a failed cublasCreate" \
+  known="sgemm_own_workspace_ok:both:the fake driver does not model stream capture yet (cuStreamGetCaptureInfo_v2), which cuBLAS asks about before using its own workspace"
+row curand cap=256MiB mem=1GiB
+row cudnn cap=256MiB mem=1GiB \
+  asan="the fake driver reads one byte past PTX text that cudnnCreate loads (fk_image.c ptx_parse, reported)"
+done_testing
