@@ -4,18 +4,22 @@
 # file outlives its block. Also run under TSan by `make test`.
 . "$TOP/tests/integ/lib.sh"
 
-stats="$WORK/threads.json"
-files_before=$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | wc -l | tr -d ' ')
-GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program "4 threads under a 256 MiB cap" \
-  with_shim "$TESTBIN/threads" 4 3000
+# The export files of the run are named after its process id, which the fake's report file
+# tells (other tests and worktrees may export blocks in the same folder meanwhile).
+GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$WORK/pooled.%p.json" tap_program \
+  "4 threads under a 256 MiB cap" with_shim "$TESTBIN/threads" 4 3000
+stats=$(ls "$WORK"/pooled.*.json 2>/dev/null | head -n 1)
+pid=$(basename "${stats:-none}" .json)
+pid=${pid#pooled.}
 peak=$(json_num "$stats" peak_bytes)
 [ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
 ok $? "the driver's peak ($peak bytes) never passed the cap"
 exports=$(json_obj_num "$stats" calls cuIpcGetMemHandle)
 [ "${exports:-0}" -gt 100 ]
 ok $? "blocks were exported meanwhile ($exports driver exports)"
-is "$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | wc -l | tr -d ' ')" "$files_before" \
-  "no export file outlived the process"
+like "$pid/$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | grep -c "^$pid-")" '^[0-9]+/0$' \
+  "no export file outlived the process ($pid)"
+stats="$WORK/threads.json"
 GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program \
   "4 threads under a 256 MiB cap, GPUCAP_POOL=off" with_shim "$TESTBIN/threads" 4 3000
 peak=$(json_num "$stats" peak_bytes)
