@@ -2,8 +2,7 @@
 # Row 2 of the table of real programs (docs/compatibility.md, "Programs and frameworks"): CUDA
 # libraries (cuBLAS, cuRAND, cuDNN) used by programs built by nvcc, static and shared runtime,
 # each run over the fake driver without and with gpucap (tests/real/lib.sh says what every row
-# checks). cuFFT and NCCL are not rows yet: cuFFT's plans need a private table slot nobody has
-# documented, NCCL needs stream capture. Skipped, saying why, when nvcc or a library's header
+# checks). cuFFT and NCCL are not rows yet (docs/compatibility.md says why). Skipped, saying why, when nvcc or a library's header
 # was missing at build time.
 . "$TOP/tests/real/lib.sh"
 
@@ -13,7 +12,7 @@ if [ ! -x "$REAL/malloc_static" ]; then
 fi
 
 row cublas cap=256MiB mem=1GiB leaks="cuBLAS keeps an allocation after a failed cublasCreate" \
-  known="sgemm_own_workspace_ok:both:the fake driver does not model stream capture yet (cuStreamGetCaptureInfo_v2), which cuBLAS asks about before using its own workspace"
+  known="sgemm_own_workspace_ok:both:cuBLAS calls slot 51 of the private tools-context table before using its own workspace, which the fake driver does not model"
 row curand cap=256MiB mem=1GiB
 row cudnn cap=256MiB mem=1GiB \
   asan="the fake driver reads one byte past PTX text that cudnnCreate loads (fk_image.c ptx_parse, reported)"
