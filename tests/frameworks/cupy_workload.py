@@ -1,6 +1,7 @@
 """CuPy: element-wise kernels (compiled by NVRTC at run time), the device's memory as CuPy
 sees it, and an over-size allocation that must raise CuPy's own error. CUPY_MODE selects the
-allocator: pool (CuPy's default memory pool) or none (every array a cudaMalloc)."""
+allocator: pool (CuPy's default memory pool), async (CuPy's stream-ordered pool,
+cudaMallocAsync) or none (every array a cudaMalloc)."""
 import os
 
 import cupy as cp
@@ -10,6 +11,8 @@ import check
 mode = os.environ.get("CUPY_MODE", "pool")
 if mode == "none":
     cp.cuda.set_allocator(None)
+elif mode == "async":
+    cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
 free, total = cp.cuda.Device(0).mem_info
 check.ok(total == check.expected_total(), f"mem_info total {total}")
 a = cp.arange(1 << 16, dtype=cp.float32)
@@ -17,7 +20,7 @@ b = a * 2 + 1
 s = cp.sum(b)
 cp.cuda.Device(0).synchronize()
 check.ok(b.shape == (1 << 16,), "element-wise kernels and a reduction")
-expect = "OutOfMemoryError" if mode == "pool" else "CUDARuntimeError"
+expect = "CUDARuntimeError" if mode == "none" else "OutOfMemoryError"
 raised = None
 try:
     x = cp.empty(total // 4 * 3, dtype=cp.uint8)

@@ -11,7 +11,7 @@
 
 venv=${FRAMEWORKS_VENV:-}
 py="$venv/bin/python"
-rows="torch-caching torch-no-caching cupy-pool cupy-none numba cuda-python"
+rows="torch-caching torch-no-caching torch-async cupy-pool cupy-async cupy-none numba cuda-python"
 if [ -z "$venv" ] || [ ! -f "$venv/.complete" ]; then
   why="frameworks not installed: run 'make frameworks'"
   [ -n "$venv" ] && [ -f "$venv.failed" ] && why="$(head -n 1 "$venv.failed")"
@@ -67,14 +67,19 @@ row torch-caching $((1 << 30)) OutOfMemoryError torch_workload.py
 # Without its cache PyTorch raises the runtime's error as torch.AcceleratorError: its own rule.
 row torch-no-caching $((1 << 30)) AcceleratorError torch_workload.py \
   PYTORCH_NO_CUDA_MEMORY_CACHING=1
+# PyTorch's stream-ordered allocator (cudaMallocAsync, the driver's memory pools).
+row torch-async $((1 << 30)) OutOfMemoryError torch_workload.py \
+  PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 case "${SAN_PRELOAD:-}" in
 *libasan*)
   # NVRTC loads its builtins with RTLD_DEEPBIND, which AddressSanitizer refuses.
   skip "framework row cupy-pool" "CuPy compiles with NVRTC, which cannot load under ASan"
+  skip "framework row cupy-async" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-none" "CuPy compiles with NVRTC, which cannot load under ASan"
   ;;
 *)
   row cupy-pool $((256 << 20)) - cupy_workload.py CUPY_MODE=pool
+  row cupy-async $((256 << 20)) - cupy_workload.py CUPY_MODE=async
   row cupy-none $((256 << 20)) - cupy_workload.py CUPY_MODE=none
   ;;
 esac
