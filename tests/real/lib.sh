@@ -19,7 +19,6 @@
 
 REAL="$BUILD/real"
 export FAKECUDA_BACKING=1
-export LSAN_OPTIONS="suppressions=$TOP/tests/real/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
 # bytes SIZE: 64MiB, 1GiB or a plain number of bytes.
 bytes() {
@@ -64,14 +63,13 @@ failed() {
 }
 
 # row FAMILY [cap=SIZE|LIST] [mem=SIZE] [devices=N] [procs=N] [teardown=REASON] [leaks=REASON]
-#     [capfact=NAME=WITHOUT|WITH]... [known=NAME:MODE:REASON]... [asan=REASON]
+#     [capfact=NAME=WITHOUT|WITH]... [known=NAME:MODE:REASON]...
 # teardown: some of the program's memory is freed by a context teardown (cudaDeviceReset), not
 # by a call. leaks: a library keeps memory the program cannot free. MODE of a known
 # expectation: "both" (the fake driver or a library: fails with and without gpucap) or "gpucap"
-# (holds without gpucap, not under it: a gpucap bug). asan: why the row cannot run under
-# AddressSanitizer (it is skipped there, saying so).
+# (holds without gpucap, not under it: a gpucap bug).
 row() {
-  local family=$1 cap=64MiB mem=256MiB ndev=1 procs=1 teardown="" leaks="" asan="" kind opt
+  local family=$1 cap=64MiB mem=256MiB ndev=1 procs=1 teardown="" leaks="" kind opt
   local capfacts="" knowns=""
   shift
   for opt in "$@"; do
@@ -82,7 +80,6 @@ row() {
     procs=*) procs=${opt#procs=} ;;
     teardown=*) teardown=${opt#teardown=} ;;
     leaks=*) leaks=${opt#leaks=} ;;
-    asan=*) asan=${opt#asan=} ;;
     capfact=*) capfacts="$capfacts ${opt#capfact=}" ;;
     known=*) knowns="$knowns
 ${opt#known=}" ;;
@@ -94,10 +91,6 @@ ${opt#known=}" ;;
     local bin="$REAL/${family}_$kind" d="$WORK/$family.$kind" name="$family ($kind runtime)"
     if [ ! -x "$bin" ]; then
       skip "$name" "$bin was not built"
-      continue
-    fi
-    if [ -n "$asan" ] && [ "${SAN_PRELOAD#*libasan}" != "${SAN_PRELOAD:-}" ]; then
-      skip "$name" "not under AddressSanitizer: $asan"
       continue
     fi
     mkdir -p "$d"

@@ -19,8 +19,7 @@ row managed capfact='managed_reduces_free=0|1' \
 row host
 row arrays
 row meminfo known="malloc_what_is_free:gpucap:$gpucap_bug: free memory that gpucap reports is not one allocatable piece when pool regions are partly used"
-row ptrattr known="freed_device:gpucap:$gpucap_bug: a freed pooled block still reads as device memory" \
-  known="freed_again:gpucap:$gpucap_bug: a freed pooled block still reads as device memory"
+row ptrattr
 row ipc procs=2
 row reset teardown="cudaDeviceReset frees what the program held"
 row devices devices=2 cap=0:64MiB,1:32MiB
