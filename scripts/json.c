@@ -3,7 +3,9 @@
  * The parser walks the text once, keeping line and column for messages. Every node owns its
  * children and text; a failure frees what was built so far. Recursion depth is bounded by
  * JSON_MAX_DEPTH, so hostile input cannot exhaust the stack. Numbers are validated against the
- * RFC grammar and kept as text. No global state.
+ * RFC grammar and kept as text. Duplicate keys are found by sorting an object's keys once it
+ * is complete: O(m log m) for m members, whatever the keys (a hash could be flooded). No
+ * global state.
  */
 #include "scripts/json.h"
 
@@ -367,6 +369,49 @@ static char *parse_string(parser_t *p) {
 
 static json_t *parse_value(parser_t *p, int depth);
 
+/* A member's key and where its text ends, for the duplicate check. */
+typedef struct keyed {
+  const char *key;
+  size_t end;
+} keyed_t;
+
+static int by_key(const void *a, const void *b) {
+  const keyed_t *x = a, *y = b;
+  int c = strcmp(x->key, y->key);
+  return c != 0 ? c : (x->end > y->end) - (x->end < y->end);
+}
+
+/* Fails (at the second occurrence in the text) iff v has a key twice; ends[i] is where the key
+ * of member i ends. O(m log m). */
+static bool unique_keys(parser_t *p, const json_t *v, const size_t *ends) {
+  if (v->count < 2) {
+    return true;
+  }
+  keyed_t *k = malloc(v->count * sizeof *k);
+  if (k == NULL) {
+    out_of_memory(p);
+    return false;
+  }
+  for (size_t i = 0; i < v->count; i++) {
+    k[i] = (keyed_t){v->keys[i], ends[i]};
+  }
+  qsort(k, v->count, sizeof *k, by_key);
+  size_t dup = 0; /* the earliest second occurrence, or 0 */
+  const char *which = NULL;
+  for (size_t i = 1; i < v->count; i++) {
+    if (strcmp(k[i].key, k[i - 1].key) == 0 && (dup == 0 || k[i].end < dup) &&
+        (i < 2 || strcmp(k[i].key, k[i - 2].key) != 0)) {
+      dup = k[i].end; /* sorted by position within equal keys: k[i] is the second one */
+      which = k[i].key;
+    }
+  }
+  if (which != NULL) {
+    p->pos = dup;
+    fail(p, "the key \"%.64s\" appears twice in one object", which);
+  }
+  free(k);
+  return which == NULL;
+}
 static json_t *parse_container(parser_t *p, int depth, bool object) {
   char close = object ? '}' : ']';
   json_t *v = node(p, object ? JSON_OBJECT : JSON_ARRAY);
@@ -379,6 +424,8 @@ static json_t *parse_container(parser_t *p, int depth, bool object) {
     p->pos++;
     return v;
   }
+  size_t *ends = NULL; /* where each key ends, for unique_keys */
+  size_t nends = 0;
   for (;;) {
     char *key = NULL;
     skip_ws(p);
@@ -391,11 +438,16 @@ static json_t *parse_container(parser_t *p, int depth, bool object) {
       if (key == NULL) {
         break;
       }
-      if (json_get(v, key) != NULL) {
-        fail(p, "the key \"%.64s\" appears twice in one object", key);
-        free(key);
-        break;
+      if ((nends & (nends - 1)) == 0) { /* 0, 1, 2, 4, ...: grow to the next power of two */
+        size_t *grown = realloc(ends, (nends ? 2 * nends : 1) * sizeof *ends);
+        if (grown == NULL) {
+          free(key);
+          out_of_memory(p);
+          break;
+        }
+        ends = grown;
       }
+      ends[nends++] = p->pos;
       skip_ws(p);
       if (peek(p) != ':') {
         fail(p, "expected ':' after a key");
@@ -423,12 +475,18 @@ static json_t *parse_container(parser_t *p, int depth, bool object) {
       continue;
     }
     if (peek(p) == close) {
-      p->pos++;
-      return v;
+      size_t end = ++p->pos;
+      if (!object || unique_keys(p, v, ends)) {
+        free(ends);
+        p->pos = end;
+        return v;
+      }
+      break;
     }
     fail(p, "expected ',' or '%c'", close);
     break;
   }
+  free(ends);
   json_free(v);
   return NULL;
 }

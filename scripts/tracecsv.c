@@ -14,6 +14,7 @@
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
 #define NS_PER_S INT64_C(1000000000)
 #define DAY_NS (86400 * NS_PER_S)
+#define MAX_DAYS 100000 /* nanoseconds of 100 000 days fit in an int64_t (106 751) */
 
 typedef struct field {
   const char *p;
@@ -105,8 +106,8 @@ static bool equals(field_t f, const char *s) {
   return f.n == strlen(s) && memcmp(f.p, s, f.n) == 0;
 }
 
-int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n, char *err,
-                   size_t errlen) {
+int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n, size_t *cut,
+                   char *err, size_t errlen) {
   tracecsv_event_t *ev = NULL;
   size_t count = 0;
   size_t cap = 0;
@@ -118,6 +119,9 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
 
   *events = NULL;
   *n = 0;
+  if (cut != NULL) {
+    *cut = 0;
+  }
   if (err != NULL && errlen > 0) {
     err[0] = '\0';
   }
@@ -127,6 +131,12 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
     size_t ln = nl != NULL ? (size_t)(nl - line) : len - pos;
     pos += ln + 1;
     lineno++;
+    if (nl == NULL && lineno > 1) {
+      if (cut != NULL) {
+        *cut = lineno; /* cut while it was written: never trusted, even if it parses */
+      }
+      break;
+    }
     if (ln > 0 && line[ln - 1] == '\r') {
       ln--;
     }
@@ -200,11 +210,16 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
       prev = t;
     }
     if (t < prev - DAY_NS / 2) {
+      if (day / DAY_NS >= MAX_DAYS) {
+        rc = bad(err, errlen, lineno,
+                 "the times go past midnight more than %d times: not one run's trace", MAX_DAYS);
+        break;
+      }
       day += DAY_NS; /* past midnight */
       t += DAY_NS;
     }
-    if (t < prev) {
-      t = prev;
+    if (t < prev || t > prev + DAY_NS - DAY_NS / 24) {
+      t = prev; /* stamped before the previous event (perhaps just before midnight) */
     }
     prev = t;
     e.ns = t - first;

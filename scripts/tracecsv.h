@@ -29,14 +29,18 @@ typedef struct tracecsv_event {
 
 /* Parses text[0..len) into a malloc'ed array of events (*events, freed by the caller; NULL
  * when there are none) and their number (*n). The first line must be RMM's header; blank lines
- * and a trailing '\r' on a line are ignored. Times are made relative to the first event; a time
- * more than 12 hours before the previous one is taken to have crossed midnight, and a slightly
- * earlier one (threads stamp events before they take the trace lock) is moved up to the
- * previous one, so the times never decrease.
- * Fails iff the header is not RMM's or a line is not six fields with a valid time, action,
- * hexadecimal pointer and decimal size (-EINVAL; err gets "line N: what is wrong"), or memory
- * runs out (-ENOMEM). On failure *events is NULL and *n is 0. O(len). */
-int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n, char *err,
-                   size_t errlen);
+ * and a trailing '\r' on a line are ignored. Every line of a trace ends in a newline, so text
+ * that ends without one was cut while it was written (a full disk, a killed process): that last
+ * line is left out, and *cut (when cut is not NULL) is set to its number, else to 0.
+ * Times are made relative to the first event; a time more than 12 hours before the previous one
+ * is taken to have crossed midnight, and an earlier one within 12 hours, or a later one by more
+ * than 23 hours (an earlier one across midnight), is moved up to the previous one (threads stamp
+ * events before they take the trace lock), so the times never decrease.
+ * Fails iff the header is not RMM's, a line is not six fields with a valid time, action,
+ * hexadecimal pointer and decimal size, or the times cross midnight more than 100 000 times
+ * (-EINVAL; err gets "line N: what is wrong"), or memory runs out (-ENOMEM). On failure
+ * *events is NULL and *n is 0. O(len). */
+int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n, size_t *cut,
+                   char *err, size_t errlen);
 
 #endif

@@ -71,6 +71,16 @@ svg_ok() {
   ! grep -q '>cap</tspan>' t.svg
 }
 
+@test "a trace cut mid-line (a full disk, a killed run): drawn without its last line, a warning" {
+  capped_run
+  head -c -10 trace.csv >cut.csv
+  run --separate-stderr "$GPUCAP" plot cut.csv -o t.svg
+  status_is 0
+  err_has "gpucap: warning: plot: cut.csv: line 8 ends without a newline (the trace was cut"
+  grep -q '3 allocations, 2 frees, 1 refused' t.svg
+  svg_ok t.svg
+}
+
 @test "a trace with only a header: exit 1" {
   echo 'Thread,Time,Action,Pointer,Size,Stream' >empty.csv
   run --separate-stderr "$GPUCAP" plot empty.csv -o t.svg

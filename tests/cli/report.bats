@@ -70,6 +70,21 @@ load helpers
   err_has "the document is not a JSON object; is it a gpucap JSON report?"
 }
 
+@test "200 000 keys in one object: the duplicate at the end is found at once" {
+  # A quadratic check took hours on a report at the 64 MiB size limit; the timeout only
+  # catches a hang, it is no measure.
+  awk 'BEGIN { printf "{\"gpucap_version\": \"0.1.0\", \"pid\": 1, \"devices\": [], \"big\": {";
+               for (i = 0; i < 200000; i++) printf "\"k%d\": %d, ", i, i;
+               printf "\"k7\": 0}}\n" }' >keys.json
+  run --separate-stderr timeout 60 "$GPUCAP" report keys.json
+  status_is 1
+  err_has "column 3577846: the key \"k7\" appears twice in one object"
+  sed 's/"k7": 0}}/"last": 0}}/' keys.json >unique.json
+  run --separate-stderr timeout 60 "$GPUCAP" report unique.json
+  status_is 0
+  has "no device memory was allocated"
+}
+
 @test "a trace given by mistake is refused" {
   grun_leaks --limit 1GiB --trace ./t.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
   run --separate-stderr "$GPUCAP" report t.csv

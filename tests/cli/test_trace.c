@@ -8,14 +8,17 @@
 #include "tests/tap.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
 
+static size_t cut;
+
 static int parse(const char *text, tracecsv_event_t **ev, size_t *n, char *err, size_t errlen) {
-  return tracecsv_parse(text, strlen(text), ev, n, err, errlen);
+  return tracecsv_parse(text, strlen(text), ev, n, &cut, err, errlen);
 }
 
 static void test_parse(void) {
@@ -23,12 +26,13 @@ static void test_parse(void) {
                             "\n"
                             "7,10:00:00.5,allocate failure,0,4096,0x0\n"
                             "8,10:00:01.250000000,free,0X7F0000000000,1048576,0x1\n"
-                            "8,10:00:01,allocate,7f0000100000,18446744073709551615,0x0";
+                            "8,10:00:01,allocate,7f0000100000,18446744073709551615,0x0\n";
   tracecsv_event_t *ev = NULL;
   size_t n = 0;
   char err[256] = "";
   TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace parses (%s)", err);
-  TAP_EQ(n, 4, "four events; blank lines, CRLF and a missing final newline are fine");
+  TAP_EQ(n, 4, "four events; blank lines and CRLF are fine");
+  TAP_EQ(cut, 0, "nothing was cut");
   if (n == 4) {
     TAP_EQ(ev[0].ns, 0, "times start at the first event");
     TAP_EQ(ev[1].ns, 499999000, "fractions of any length count (0.5 s - 1 us)");
@@ -51,10 +55,60 @@ static void test_parse(void) {
   TAP_EQ(n == 2 ? ev[1].ns : -1, 200000000, "and its second event is 0.2 s after the first");
   free(ev);
 
+  /* A day's wrap the other way: stamped 2 ms before the previous event, across midnight. */
+  const char *back = HEADER "1,00:00:00.001000,allocate,0x100,256,0x0\n"
+                            "2,23:59:59.999000,free,0x100,256,0x0\n"
+                            "1,08:00:00.000000,allocate,0x100,256,0x0\n"
+                            "1,21:00:00.000000,free,0x100,256,0x0\n";
+  TAP_EQ(parse(back, &ev, &n, err, sizeof err), 0, "times 23 h 59 min apart parse");
+  tap_ok(n == 4 && ev[1].ns == 0, "a later stamp by nearly a day is an earlier one: moved up");
+  tap_ok(n == 4 && ev[3].ns - ev[2].ns == 13 * 3600 * INT64_C(1000000000),
+         "a later stamp by 13 hours is 13 hours later");
+  free(ev);
+
   TAP_EQ(parse("Thread,Time,Action,Pointer,Size,Stream", &ev, &n, err, sizeof err), 0,
          "a header alone is a trace with no events");
   TAP_EQ(n, 0, "none");
   tap_ok(ev == NULL, "and no array");
+}
+
+/* A trace cut while it was written (a full disk, a killed process): its last line, which has
+ * no newline, is left out and reported, even when what is left of it would parse. */
+static void test_cut(void) {
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  const char *mid = HEADER "1,10:00:00.000000,allocate,0x100,256,0x0\n1,10:00:0";
+  TAP_EQ(parse(mid, &ev, &n, err, sizeof err), 0, "a trace cut mid-line parses (%s)", err);
+  tap_ok(n == 1 && cut == 3, "the whole lines are kept, line 3 is reported cut");
+  free(ev);
+  const char *size = HEADER "1,10:00:00.000000,allocate,0x100,256,0x0\n"
+                            "1,10:00:00.000001,allocate,0x200,10";
+  TAP_EQ(parse(size, &ev, &n, err, sizeof err), 0, "a line cut in its size parses");
+  tap_ok(n == 1 && cut == 3, "and is left out, though '10' would read as a size");
+  free(ev);
+  TAP_EQ(tracecsv_parse(size, strlen(size), &ev, &n, NULL, err, sizeof err), 0, "cut may be NULL");
+  free(ev);
+}
+
+/* Times that go around the clock every other line: refused once the days would no longer fit,
+ * never a signed overflow (the UBSan pass of make test runs this). */
+static void test_wrap(void) {
+  size_t lines = 250000, cap = lines * 48 + 64, pos;
+  char *t = malloc(cap);
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  pos = (size_t)snprintf(t, cap, HEADER);
+  for (size_t i = 0; i < lines; i++) {
+    size_t min = i * (11 * 60 + 59) % (24 * 60); /* 11 h 59 min later each line */
+    pos += (size_t)snprintf(t + pos, cap - pos, "1,%02zu:%02zu:00,allocate,0x100,256,0x0\n",
+                            min / 60, min % 60);
+  }
+  TAP_EQ(tracecsv_parse(t, pos, &ev, &n, NULL, err, sizeof err), -EINVAL,
+         "times that pass midnight 125 000 times are refused");
+  tap_ok(strstr(err, "past midnight more than 100000 times") != NULL, "saying why: %s", err);
+  free(t);
 }
 
 static void test_refusals(void) {
@@ -96,7 +150,7 @@ static void test_refusals(void) {
   tap_ok(strstr(err, "empty") != NULL, "as empty: %s", err);
   static const char nul[] = HEADER "1,10:00:00.0,allocate,0x10,2\0"
                                    "56,0x0\n";
-  TAP_EQ(tracecsv_parse(nul, sizeof nul - 1, &ev, &n, err, sizeof err), -EINVAL,
+  TAP_EQ(tracecsv_parse(nul, sizeof nul - 1, &ev, &n, NULL, err, sizeof err), -EINVAL,
          "a NUL byte is refused");
 }
 
@@ -203,7 +257,7 @@ static void test_plot(void) {
                             us % 1000000ul, i % 3 == 2 ? "free" : "allocate", 0x1000 + i,
                             (size_t)4096 * (i % 7 + 1));
   }
-  TAP_EQ(tracecsv_parse(t, pos, &ev, &n, NULL, 0), 0, "a 200000-event trace parses");
+  TAP_EQ(tracecsv_parse(t, pos, &ev, &n, NULL, NULL, 0), 0, "a 200000-event trace parses");
   TAP_EQ(n, big, "every event");
   TAP_EQ(plot_svg(ev, n, &bare, &svg, &len), 0, "and is drawn");
   tap_ok(len < 200000, "in under 200 kB (%zu bytes)", len);
@@ -220,7 +274,7 @@ static void test_plot(void) {
     pos += (size_t)snprintf(t + pos, cap - pos, "1,10:00:%02zu.%06zu,allocate failure,0,%zu,0x0\n",
                             i / 100, i % 100 * 10000, (size_t)1 << 20);
   }
-  tracecsv_parse(t, pos, &ev, &n, NULL, 0);
+  tracecsv_parse(t, pos, &ev, &n, NULL, NULL, 0);
   plot_svg(ev, n, &bare, &svg, &len);
   int marks = count(svg, "stroke-dasharray=\"2 3\"");
   tap_ok(marks > 50 && marks < 200, "5000 refusals are drawn as %d marks", marks);
@@ -234,6 +288,8 @@ static void test_plot(void) {
 int main(void) {
   test_parse();
   test_refusals();
+  test_cut();
+  test_wrap();
   test_plot();
   return tap_done();
 }
