@@ -358,14 +358,6 @@ void array_drop_context(CUcontext ctx) {
   }
 }
 
-void array_fork_prepare(void) {
-  charges_fork_prepare(&arrays);
-}
-
-void array_fork_parent(void) {
-  charges_fork_parent(&arrays);
-}
-
 void array_fork_child(void) {
   charges_fork_child(&arrays);
 }

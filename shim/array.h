@@ -11,10 +11,8 @@
  * their charges and forgets them. No driver call; O(charged arrays). */
 void array_drop_context(CUcontext ctx);
 
-/* fork() support (shim/fork.c): hold the map across fork; in the child forget every array
- * (the parent's memory is not the child's). */
-void array_fork_prepare(void);
-void array_fork_parent(void);
+/* fork() support (shim/fork.c), in the child: forget every array (the parent's memory is not
+ * the child's). */
 void array_fork_child(void);
 
 #endif

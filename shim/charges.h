@@ -77,10 +77,9 @@ void charges_drop_context(charges_t *c, CUcontext ctx, void (*fn)(uint64_t key, 
  * the driver. O(entries). */
 void charges_each(charges_t *c, void (*fn)(uint64_t key, const charge_t *e, void *arg), void *arg);
 
-/* fork() support: hold the lock across fork (prepare), release it in the parent, and in the
- * child forget every entry (the child holds no device memory) with a fresh lock. */
-void charges_fork_prepare(charges_t *c);
-void charges_fork_parent(charges_t *c);
+/* fork() support, in the child only: forget every entry (the child holds no device memory)
+ * with a fresh lock. Nothing is held across fork, so another thread of the parent may have
+ * been changing the map: it is abandoned unread (its host memory stays with the child). */
 void charges_fork_child(charges_t *c);
 
 #endif

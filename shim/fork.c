@@ -1,6 +1,7 @@
-/* The pthread_atfork handlers (see shim/fork.h). Registered from a constructor, which makes
- * no CUDA call and allocates nothing; lock order: pools, live blocks, VMM handles, arrays, IPC,
- * trace.
+/* The pthread_atfork child handler (see shim/fork.h). It takes no lock and waits for nothing:
+ * every module forgets what the parent held, with fresh locks, without reading state another
+ * thread of the parent may have been changing when fork() was called. Registered from a
+ * constructor, which makes no CUDA call and allocates nothing.
  */
 #include "shim/fork.h"
 
@@ -14,26 +15,6 @@
 #include "shim/trace.h"
 
 #include <pthread.h>
-
-static void prepare(void) {
-  pool_fork_prepare();
-  memory_fork_prepare();
-  vmm_fork_prepare();
-  pending_fork_prepare();
-  array_fork_prepare();
-  ipc_fork_prepare();
-  trace_fork_prepare();
-}
-
-static void parent(void) {
-  trace_fork_parent();
-  ipc_fork_parent();
-  array_fork_parent();
-  pending_fork_parent();
-  vmm_fork_parent();
-  memory_fork_parent();
-  pool_fork_parent();
-}
 
 static void child(void) {
   pool_fork_child();
@@ -50,5 +31,5 @@ static void child(void) {
 }
 
 __attribute__((constructor)) static void fork_init(void) {
-  pthread_atfork(prepare, parent, child);
+  pthread_atfork(NULL, NULL, child);
 }

@@ -1,13 +1,15 @@
-/* fork() safety: one set of pthread_atfork handlers takes every gpucap lock in a fixed order
- * before fork (pool registry, pools, live blocks, VMM handles, arrays, IPC, trace), releases them
- * in the parent, and in the child starts over with no pool, no charge and no trace (a CUDA context
- * does not survive fork). Functions each module provides for it are declared here.
+/* fork() safety without a prepare handler. The driver registers its own pthread_atfork
+ * handlers, usually after gpucap's (the runtime dlopen()s it later), so its prepare handler runs
+ * first and holds the driver's locks while the others run; a gpucap prepare handler that then
+ * waited for a pool lock held by a thread inside the driver would wait forever. So gpucap holds
+ * nothing across fork: its only handler runs in the child, where every module starts over with
+ * no pool, no charge, no export and no trace of the parent's (a CUDA context does not survive
+ * fork), re-initialising its locks and abandoning the parent's bookkeeping unread. Functions
+ * each module provides for it are declared here or in its header; none may take a lock.
  */
 #ifndef GPUCAP_SHIM_FORK_H
 #define GPUCAP_SHIM_FORK_H
 
-void vmm_fork_prepare(void);
-void vmm_fork_parent(void);
 void vmm_fork_child(void);
 
 /* The child forgets which stream-ordered pool is on which device (shim/async.c). */

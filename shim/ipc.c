@@ -400,17 +400,18 @@ void ipc_exit(void) {
   pthread_mutex_unlock(&lock);
 }
 
-void ipc_fork_prepare(void) {
-  pthread_mutex_lock(&lock);
-}
-
-void ipc_fork_parent(void) {
-  pthread_mutex_unlock(&lock);
-}
+/* A fork child's lists as the parent left them: kept, not freed (volatile, so the stores
+ * stay), so that leak checkers see them reachable. */
+static void *volatile inherited[2];
 
 void ipc_fork_child(void) {
   pthread_mutex_init(&lock, NULL);
-  nexports = nimports = 0;
+  /* Abandoned unread: another thread may have been growing them at the fork. */
+  inherited[0] = exports;
+  inherited[1] = imports;
+  exports = NULL;
+  imports = NULL;
+  nexports = nimports = capexports = capimports = 0;
   atomic_store_explicit(&exported, 0, memory_order_relaxed);
   atomic_store_explicit(&imported, 0, memory_order_relaxed);
 }

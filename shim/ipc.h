@@ -31,10 +31,8 @@ bool ipc_imported_block(uint64_t addr, uint64_t *base, uint64_t *size);
 /* At exit: withdraws every export of this process (removes its files). No CUDA call. */
 void ipc_exit(void);
 
-/* fork() support: hold the mutex across fork; in the child forget every export (the parent's
- * files are the parent's) and every import, with a fresh mutex. */
-void ipc_fork_prepare(void);
-void ipc_fork_parent(void);
+/* fork() support, in the child: forget every export (the parent's files are the parent's) and
+ * every import, with a fresh mutex, without reading the lists. */
 void ipc_fork_child(void);
 
 #endif

@@ -430,14 +430,6 @@ void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *s
   }
 }
 
-void memory_fork_prepare(void) {
-  charges_fork_prepare(&live);
-}
-
-void memory_fork_parent(void) {
-  charges_fork_parent(&live);
-}
-
 void memory_fork_child(void) {
   charges_fork_child(&live);
   for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {

@@ -82,10 +82,8 @@ void memory_drop_ordered(int dev);
  * Lock-free snapshot; makes no CUDA call (caps are cached by then). */
 void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *stats), void *arg);
 
-/* fork() support (shim/fork.c): hold the live-block map across fork; in the child forget
- * every block and counter (the parent's memory is not the child's). */
-void memory_fork_prepare(void);
-void memory_fork_parent(void);
+/* fork() support (shim/fork.c), in the child: forget every block and counter (the parent's
+ * memory is not the child's). */
 void memory_fork_child(void);
 
 #endif

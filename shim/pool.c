@@ -611,32 +611,19 @@ void pool_drop_context(CUcontext ctx) {
   pthread_mutex_unlock(&registry);
 }
 
-void pool_fork_prepare(void) {
-  pthread_mutex_lock(&registry);
-  int n = atomic_load_explicit(&npools, memory_order_relaxed);
-  for (int i = 0; i < n; i++) {
-    pthread_mutex_lock(&pools[i].lock);
-  }
-}
-
-void pool_fork_parent(void) {
-  int n = atomic_load_explicit(&npools, memory_order_relaxed);
-  for (int i = n - 1; i >= 0; i--) {
-    pthread_mutex_unlock(&pools[i].lock);
-  }
-  pthread_mutex_unlock(&registry);
-}
+/* A fork child's pools as the parent left them: kept, not freed (volatile, so the stores stay),
+ * so that leak checkers see them reachable. */
+static bfc_pool_t *volatile inherited[POOL_MAX];
 
 void pool_fork_child(void) {
   int n = atomic_load_explicit(&npools, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
     struct ctx_pool *p = &pools[i];
+    /* No lock was held across fork: another thread may have been inside this pool, so its
+     * bookkeeping is abandoned unread (the parent's memory is never the child's to free). */
     pthread_mutex_init(&p->lock, NULL);
-    if (p->pool) {
-      p->gone = true; /* the parent's memory: never the child's to free */
-      bfc_destroy(p->pool);
-      p->pool = NULL;
-    }
+    inherited[i] = p->pool;
+    p->pool = NULL;
     atomic_store_explicit(&p->ctx, NULL, memory_order_relaxed);
   }
   atomic_store_explicit(&npools, 0, memory_order_relaxed);

@@ -57,11 +57,8 @@ void pool_dying(CUcontext ctx, bool dying);
  * charges, with no driver call. */
 void pool_drop_context(CUcontext ctx);
 
-/* fork() support, called by shim/fork.c: take every pool lock (registry first, then pools in
- * index order), release them, or, in the child, forget every pool (the child has no usable
- * CUDA context) with fresh locks. */
-void pool_fork_prepare(void);
-void pool_fork_parent(void);
+/* fork() support, in the child (shim/fork.c): forget every pool (the child has no usable CUDA
+ * context) with fresh locks, without reading what another thread may have been changing. */
 void pool_fork_child(void);
 
 /* Bytes the pools of device dev hold from the driver that the program does not hold: free and

@@ -82,14 +82,6 @@ void trace_flush(void) {
   pthread_mutex_unlock(&lock);
 }
 
-void trace_fork_prepare(void) {
-  pthread_mutex_lock(&lock);
-}
-
-void trace_fork_parent(void) {
-  pthread_mutex_unlock(&lock);
-}
-
 void trace_fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   atomic_store_explicit(&state, -1, memory_order_relaxed);

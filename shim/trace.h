@@ -16,10 +16,8 @@ void trace_event(enum trace_action action, uint64_t ptr, uint64_t size);
 /* Writes out whatever is buffered. Called at exit; safe to call any time. */
 void trace_flush(void);
 
-/* fork() support: hold the buffer's lock across fork; the child traces nothing (the file and
- * the buffered lines are the parent's). */
-void trace_fork_prepare(void);
-void trace_fork_parent(void);
+/* fork() support, in the child: a fresh lock; the child traces nothing (the file and the
+ * buffered lines are the parent's). */
 void trace_fork_child(void);
 
 #endif

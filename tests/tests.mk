@@ -50,14 +50,16 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/threads $(BUILD)/tests/pooltest $(BUILD)/tests/fidelity \
                   $(BUILD)/tests/ipcpeer \
                   $(BUILD)/tests/early $(BUILD)/tests/arrays \
-                  $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so
+                  $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
+                  $(BUILD)/tests/lifelinked
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
                 tests/integ/noncuda.sh tests/integ/cudart.sh tests/integ/exports.sh \
                 tests/integ/threads.sh tests/integ/pool.sh tests/integ/report.sh \
-                tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/arrays.sh
-THREAD_TESTS += tests/integ/threads.sh
+                tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/arrays.sh \
+                tests/integ/life.sh
+THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh
 
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 	$(call say,LD,$@)
@@ -77,6 +79,19 @@ $(BUILD)/tests/nexttest: $(BUILD)/obj/tests/integ/nexttest.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+
+# life is not linked with the driver: it dlopen()s libcuda.so.1 after every constructor, as
+# cudart does. lifelinked is the same program linked with it.
+$(BUILD)/tests/life: $(BUILD)/obj/tests/integ/life.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl -lpthread
+
+$(BUILD)/tests/lifelinked: $(BUILD)/obj/tests/integ/life.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -Wl,--no-as-needed $(FAKECUDA_LIB) -Wl,--as-needed -ldl \
+	  -lpthread
 
 $(BUILD)/tests/threads: $(BUILD)/obj/tests/integ/threads.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
