@@ -1,13 +1,20 @@
 # config module: the settings table (options.def), their parsers and cfg_load.
 #
 # CONFIG_OBJS is what the shim and the gpucap CLI link; test_config checks every accepted
-# form and every rejection class of every setting, plus the fail-closed rules.
+# form and every rejection class of every setting, plus the fail-closed rules; test_job the
+# job identifiers of the exit report.
 
-CONFIG_OBJS := $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o $(BUILD)/obj/config/unknown.o
+CONFIG_OBJS := $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o $(BUILD)/obj/config/unknown.o \
+               $(BUILD)/obj/config/job.o
 
-CONFIG_TESTS := $(BUILD)/tests/test_config
+CONFIG_TESTS := $(BUILD)/tests/test_config $(BUILD)/tests/test_job
 
 $(BUILD)/tests/test_config: $(BUILD)/obj/tests/unit/test_config.o $(CONFIG_OBJS)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+
+$(BUILD)/tests/test_job: $(BUILD)/obj/tests/unit/test_job.o $(BUILD)/obj/config/job.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)

@@ -10,7 +10,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifndef GPUCAP_VERSION
 #define GPUCAP_VERSION "unknown"
@@ -54,7 +56,9 @@ size_t report_format_size(uint64_t bytes, char *buf, size_t cap) {
 /* A row as reported: pool-only fields cleared for pass-through rows, derived figures added. */
 typedef struct view {
   bfc_stats_t s;
-  uint64_t lost; /* bytes_in_use - bytes_requested_in_use, never below 0 */
+  uint64_t lost;      /* bytes_in_use - bytes_requested_in_use, never below 0 */
+  uint64_t available; /* free bytes plus the room to grow under bytes_limit (saturated) */
+  uint64_t largest;   /* largest_request, at most available; REPORT_UNKNOWN when not known */
 } view_t;
 
 /* Fractions are printed as integers of 1/scale (scale MICRO for JSON, 1000 for a percentage
@@ -94,6 +98,18 @@ static void view_of(const report_row_t *r, view_t *v) {
   v->lost = v->s.bytes_in_use > v->s.bytes_requested_in_use
                 ? v->s.bytes_in_use - v->s.bytes_requested_in_use
                 : 0;
+  uint64_t room = v->s.bytes_limit > v->s.pool_bytes ? v->s.bytes_limit - v->s.pool_bytes : 0;
+  v->available =
+      r->pooled ? (v->s.free_bytes > UINT64_MAX - room ? UINT64_MAX : v->s.free_bytes + room) : 0;
+  v->largest = !r->pooled                             ? 0
+               : r->largest_request == REPORT_UNKNOWN ? REPORT_UNKNOWN
+               : r->largest_request < v->available    ? r->largest_request
+                                                      : v->available;
+}
+
+/* Share of the available memory that no single request could get, in 1/scale. */
+static uint64_t available_frag_scaled(const view_t *v, uint64_t scale) {
+  return ratio_scaled(v->available - v->largest, v->available, scale);
 }
 
 /* ---- Text ---- */
@@ -114,10 +130,12 @@ static cell_t pool_cell(const report_row_t *r, uint64_t bytes) {
   return r->pooled ? size_cell(bytes) : c;
 }
 
-/* Tenths of a percent as "12.5%", or "-" without a pool. */
-static cell_t pct_cell(const report_row_t *r, uint64_t tenths) {
+/* Tenths of a percent as "12.5%", or "-" without a pool, "?" when not known. */
+static cell_t pct_cell(const report_row_t *r, uint64_t tenths, bool known) {
   cell_t c = {"-"};
-  if (r->pooled) {
+  if (r->pooled && !known) {
+    c.text[0] = '?';
+  } else if (r->pooled) {
     snprintf(c.text, sizeof c.text, "%" PRIu64 ".%" PRIu64 "%%", tenths / 10, tenths % 10);
   }
   return c;
@@ -133,17 +151,39 @@ static cell_t device_cell(const report_row_t *r) {
   return c;
 }
 
-size_t report_format_text(const report_row_t *rows, int n, long pid, char *buf, size_t cap) {
+/* True iff the run ended by a signal (ended_by names one). */
+static bool by_signal(const report_run_t *run) {
+  return run != NULL && strncmp(run->ended_by, "SIG", 3) == 0;
+}
+
+static void put_notes(strbuf_t *o, const report_run_t *run) {
+  for (int i = 0; run != NULL && i < run->nnotes && i < REPORT_NOTES_MAX; i++) {
+    strbuf_str(o, "  note: ");
+    strbuf_printf(o, "%.*s\n", REPORT_NOTE_MAX - 1, run->notes[i]);
+  }
+}
+
+size_t report_format_text(const report_row_t *rows, int n, const report_run_t *run, char *buf,
+                          size_t cap) {
   int saved = errno;
   strbuf_t o;
   strbuf_init(&o, buf, cap);
-  if (pid > 0) {
-    strbuf_printf(&o, "gpucap: memory report (pid %ld)\n", pid);
-  } else {
-    strbuf_str(&o, "gpucap: memory report\n");
+  long pid = run != NULL ? run->pid : 0;
+  strbuf_str(&o, "gpucap: memory report");
+  if (pid > 0 || by_signal(run)) {
+    strbuf_str(&o, " (");
+    if (pid > 0) {
+      strbuf_printf(&o, "pid %ld%s", pid, by_signal(run) ? ", " : "");
+    }
+    if (by_signal(run)) {
+      strbuf_printf(&o, "ended by %.*s", REPORT_ENDED_MAX - 1, run->ended_by);
+    }
+    strbuf_str(&o, ")");
   }
+  strbuf_str(&o, "\n");
   if (n <= 0 || rows == NULL) {
     strbuf_str(&o, "  no device memory was allocated\n");
+    put_notes(&o, run);
     strbuf_finish(&o);
     errno = saved;
     return o.len;
@@ -171,23 +211,26 @@ size_t report_format_text(const report_row_t *rows, int n, long pid, char *buf, 
     const report_row_t *r = &rows[i];
     view_t v;
     view_of(r, &v);
-    cell_t frag = pct_cell(r, fraction_scaled(v.s.fragmentation, 1000));
-    cell_t util = pct_cell(r, ratio_scaled(v.s.peak_bytes_in_use, v.s.peak_pool_bytes, 1000));
+    cell_t frag = pct_cell(r, available_frag_scaled(&v, 1000), v.largest != REPORT_UNKNOWN);
+    cell_t util = pct_cell(r, ratio_scaled(v.s.peak_bytes_in_use, v.s.peak_pool_bytes, 1000), true);
     strbuf_printf(&o, "%8s%7s%16s%15s%13" PRIu64 "%15" PRIu64 "%14" PRIu64 "%8" PRIu64 "\n",
                   device_cell(r).text, frag.text, size_cell(v.lost).text, util.text, v.s.num_allocs,
                   v.s.driver_alloc_calls, v.s.driver_free_calls, v.s.num_ooms);
   }
 
-  strbuf_str(&o, "  frag = 1 - largest free / free pool bytes; lost in chunks = in use - requested;"
-                 " d:c = context c\n");
-  strbuf_str(&o, "  peak use/pool = peak in use / peak pool; cap none = no cap; - = pass-through"
-                 " (no pool)\n");
+  strbuf_str(&o, "  frag = share of the free and unreserved bytes that no single request could"
+                 " get\n");
+  strbuf_str(&o,
+             "  lost in chunks = in use - requested; peak use/pool = peak in use / peak pool\n");
+  strbuf_str(&o,
+             "  d:c = context c; cap none = no cap; - = pass-through (no pool); ? = not known\n");
   for (int i = 0; i < n; i++) {
     if (rows[i].destroyed) {
       strbuf_str(&o, "  * = context destroyed before exit: its pool as the driver freed it\n");
       break;
     }
   }
+  put_notes(&o, run);
   strbuf_finish(&o);
   errno = saved;
   return o.len;
@@ -204,19 +247,59 @@ static void put_key_e6(strbuf_t *o, const char *key, uint64_t e6) {
   strbuf_printf(o, ",\n      \"%s\": %" PRIu64 ".%06" PRIu64, key, e6 / MICRO, e6 % MICRO);
 }
 
-static void put_json_string(strbuf_t *o, const char *s) {
-  strbuf_str(o, "\"");
-  for (; *s != '\0'; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      strbuf_printf(o, "\\%c", ch);
-    } else if (ch < 0x20) {
-      strbuf_printf(o, "\\u%04x", ch);
-    } else {
-      strbuf_char(o, (char)ch);
+/* Length of the valid UTF-8 sequence at s[0..n) (RFC 3629: no overlong forms, surrogates or
+ * code points above U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
+  if (s[0] < 0xc2 || s[0] > 0xf4 || n < len) {
+    return 0;
+  }
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80) {
+      return 0;
     }
   }
-  strbuf_str(o, "\"");
+  bool bad = (s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
+             (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90);
+  return bad ? 0 : len;
+}
+
+/* s[0..n) as a JSON string: quotes, backslashes and control bytes escaped, each byte that
+ * starts no valid UTF-8 sequence replaced by U+FFFD. */
+static void put_json_text(strbuf_t *o, const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  strbuf_char(o, '"');
+  for (size_t i = 0; i < n; i++) {
+    size_t len = u[i] >= 0x80 ? utf8_len(u + i, n - i) : 1;
+    if (u[i] == '"' || u[i] == '\\') {
+      strbuf_char(o, '\\');
+      strbuf_char(o, (char)u[i]);
+    } else if (u[i] < 0x20) {
+      strbuf_str(o, "\\u00");
+      strbuf_char(o, "0123456789abcdef"[u[i] >> 4]);
+      strbuf_char(o, "0123456789abcdef"[u[i] & 15]);
+    } else if (len == 0) {
+      strbuf_str(o, "\\ufffd");
+    } else {
+      for (size_t k = 0; k < len; k++) {
+        strbuf_char(o, (char)u[i + k]);
+      }
+      i += len - 1;
+    }
+  }
+  strbuf_char(o, '"');
+}
+
+static void put_json_string(strbuf_t *o, const char *s, size_t max) {
+  put_json_text(o, s, strnlen(s, max));
+}
+
+static void put_key_fraction_or_null(strbuf_t *o, const char *key, bool known, uint64_t e6) {
+  if (known) {
+    put_key_e6(o, key, e6);
+  } else {
+    strbuf_printf(o, ",\n      \"%s\": null", key);
+  }
 }
 
 static void put_json_row(strbuf_t *o, const report_row_t *r) {
@@ -233,17 +316,29 @@ static void put_json_row(strbuf_t *o, const report_row_t *r) {
   } else {
     put_key_u64(o, "cap_bytes", r->cap);
   }
-  /* TensorFlow's AllocatorStats names. */
+  /* TensorFlow's AllocatorStats names, which JAX's memory_stats() also uses. gpucap reserves
+   * nothing outside its pool, so the three *reserv* keys are always 0. */
   put_key_u64(o, "num_allocs", s->num_allocs);
   put_key_u64(o, "bytes_in_use", s->bytes_in_use);
   put_key_u64(o, "peak_bytes_in_use", s->peak_bytes_in_use);
   put_key_u64(o, "largest_alloc_size", s->largest_alloc_size);
   put_key_u64(o, "bytes_limit", s->bytes_limit);
+  put_key_u64(o, "bytes_reserved", 0);
+  put_key_u64(o, "peak_bytes_reserved", 0);
+  put_key_u64(o, "bytes_reservable_limit", 0);
   put_key_u64(o, "pool_bytes", s->pool_bytes);
   put_key_u64(o, "peak_pool_bytes", s->peak_pool_bytes);
   put_key_u64(o, "largest_free_block_bytes", s->largest_free_block_bytes);
+  /* TensorFlow's BFCAllocator::GetFragmentation(). */
   put_key_e6(o, "fragmentation", fraction_scaled(s->fragmentation, MICRO));
   /* gpucap's own. */
+  if (v.largest == REPORT_UNKNOWN) {
+    strbuf_str(o, ",\n      \"largest_request_bytes\": null");
+  } else {
+    put_key_u64(o, "largest_request_bytes", v.largest);
+  }
+  put_key_fraction_or_null(o, "available_fragmentation", v.largest != REPORT_UNKNOWN,
+                           available_frag_scaled(&v, MICRO));
   put_key_u64(o, "bytes_requested_in_use", s->bytes_requested_in_use);
   put_key_u64(o, "peak_bytes_requested_in_use", s->peak_bytes_requested_in_use);
   put_key_u64(o, "internal_fragmentation_bytes", v.lost);
@@ -265,17 +360,126 @@ static void put_json_row(strbuf_t *o, const report_row_t *r) {
   strbuf_str(o, "\n    }");
 }
 
-size_t report_format_json(const report_row_t *rows, int n, long pid, char *buf, size_t cap) {
+/* ---- Time ---- */
+
+/* Civil date of a day count since 1970-01-01 (Howard Hinnant's civil_from_days). */
+static void civil(int64_t days, int64_t *y, unsigned *m, unsigned *d) {
+  days += 719468;
+  int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  unsigned doe = (unsigned)(days - era * 146097);
+  unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  unsigned mp = (5 * doy + 2) / 153;
+  *d = doy - (153 * mp + 2) / 5 + 1;
+  *m = mp < 10 ? mp + 3 : mp - 9;
+  *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+size_t report_format_time(int64_t t, char *buf, size_t cap) {
+  int saved = errno;
+  strbuf_t o;
+  strbuf_init(&o, buf, cap);
+  t = t < 0 ? 0 : t;
+  int64_t secs = t / 1000000000;
+  int64_t y;
+  unsigned mo, d;
+  civil(secs / 86400, &y, &mo, &d);
+  unsigned sod = (unsigned)(secs % 86400);
+  strbuf_printf(&o, "%04" PRId64 "-%02u-%02uT%02u:%02u:%02u.%03uZ", y, mo, d, sod / 3600,
+                sod / 60 % 60, sod % 60, (unsigned)(t / 1000000 % 1000));
+  strbuf_finish(&o);
+  errno = saved;
+  return o.len;
+}
+
+/* ---- The run ---- */
+
+static void put_time(strbuf_t *o, const char *key, int64_t t) {
+  char text[40];
+  strbuf_printf(o, ",\n  \"%s\": ", key);
+  if (t > 0) {
+    report_format_time(t, text, sizeof text);
+    strbuf_printf(o, "\"%s\"", text);
+  } else {
+    strbuf_str(o, "null");
+  }
+}
+
+static void put_string_or_null(strbuf_t *o, const char *key, const char *s, size_t max) {
+  strbuf_printf(o, ",\n  \"%s\": ", key);
+  if (s != NULL && s[0] != '\0') {
+    put_json_string(o, s, max);
+  } else {
+    strbuf_str(o, "null");
+  }
+}
+
+/* What a NULL run stands for: nothing known. Never written (zero-filled in .bss, not stored in
+ * the object file as a const would be). */
+static report_run_t unknown_run;
+
+static void put_run(strbuf_t *o, const report_run_t *run) {
+  const report_run_t *r = run != NULL ? run : &unknown_run;
+  if (r->pid > 0) {
+    strbuf_printf(o, ",\n  \"pid\": %ld", r->pid);
+  } else {
+    strbuf_str(o, ",\n  \"pid\": null");
+  }
+  put_string_or_null(o, "hostname", r->host, sizeof r->host);
+  strbuf_str(o, ",\n  \"command\": [");
+  size_t len = r->command_len < sizeof r->command ? r->command_len : sizeof r->command;
+  for (size_t i = 0; i < len;) {
+    size_t arg = strnlen(r->command + i, len - i);
+    strbuf_str(o, i == 0 ? "" : ", ");
+    put_json_text(o, r->command + i, arg);
+    i += arg + 1;
+  }
+  strbuf_str(o, "]");
+  put_time(o, "start_time", r->start_ns);
+  put_time(o, "end_time", r->end_ns);
+  put_string_or_null(o, "ended_by", r->ended_by, sizeof r->ended_by);
+  strbuf_str(o, ",\n  \"job\": {");
+  for (int i = 0; i < r->njob && i < REPORT_JOB_MAX; i++) {
+    strbuf_str(o, i == 0 ? "\n    " : ",\n    ");
+    put_json_string(o, r->job[i].key, sizeof r->job[i].key);
+    strbuf_str(o, ": ");
+    put_json_string(o, r->job[i].value, sizeof r->job[i].value);
+  }
+  strbuf_str(o, r->njob > 0 ? "\n  }" : "}");
+  strbuf_str(o, ",\n  \"gpus\": [");
+  for (int i = 0; i < r->ngpus && i < REPORT_GPUS_MAX; i++) {
+    const report_gpu_t *g = &r->gpus[i];
+    strbuf_printf(o, "%s\n    {\"device\": %d, \"name\": ", i == 0 ? "" : ",", g->device);
+    if (g->name[0] != '\0') {
+      put_json_string(o, g->name, sizeof g->name);
+    } else {
+      strbuf_str(o, "null");
+    }
+    strbuf_str(o, ", \"uuid\": ");
+    if (g->uuid[0] != '\0') {
+      put_json_string(o, g->uuid, sizeof g->uuid);
+    } else {
+      strbuf_str(o, "null");
+    }
+    strbuf_str(o, "}");
+  }
+  strbuf_str(o, r->ngpus > 0 ? "\n  ]" : "]");
+  strbuf_printf(o, ",\n  \"complete\": %s,\n  \"notes\": [", r->nnotes > 0 ? "false" : "true");
+  for (int i = 0; i < r->nnotes && i < REPORT_NOTES_MAX; i++) {
+    strbuf_str(o, i == 0 ? "\n    " : ",\n    ");
+    put_json_string(o, r->notes[i], sizeof r->notes[i]);
+  }
+  strbuf_str(o, r->nnotes > 0 ? "\n  ]" : "]");
+}
+
+size_t report_format_json(const report_row_t *rows, int n, const report_run_t *run, char *buf,
+                          size_t cap) {
   int saved = errno;
   strbuf_t o;
   strbuf_init(&o, buf, cap);
   strbuf_str(&o, "{\n  \"gpucap_version\": ");
-  put_json_string(&o, GPUCAP_VERSION);
-  if (pid > 0) {
-    strbuf_printf(&o, ",\n  \"pid\": %ld", pid);
-  } else {
-    strbuf_str(&o, ",\n  \"pid\": null");
-  }
+  put_json_string(&o, GPUCAP_VERSION, 100);
+  put_run(&o, run);
   strbuf_str(&o, ",\n  \"devices\": [");
   if (n > 0 && rows != NULL) {
     for (int i = 0; i < n; i++) {

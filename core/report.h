@@ -16,29 +16,79 @@
 
 /* cap value meaning "no cap on this device" (the shim's CAP_NONE). */
 #define REPORT_NO_CAP UINT64_MAX
+/* largest_request value meaning "not known" (a report written before gpucap measured it). */
+#define REPORT_UNKNOWN UINT64_MAX
 
 /* Bytes that always hold report_format_size's text and its NUL ("1023.9 KiB", "16.0 EiB"). */
 #define REPORT_SIZE_MAX 16
 
+/* Sizes of the fields of report_run_t, NUL included; longer values are cut. */
+#define REPORT_HOST_MAX 256
+#define REPORT_COMMAND_MAX 4096 /* the arguments, each NUL-terminated, as /proc/PID/cmdline */
+#define REPORT_ENDED_MAX 16
+#define REPORT_GPUS_MAX 64
+#define REPORT_GPU_NAME_MAX 256
+#define REPORT_UUID_MAX 48 /* "GPU-" and 36 characters */
+#define REPORT_JOB_MAX 12
+#define REPORT_JOB_KEY_MAX 32
+#define REPORT_JOB_VALUE_MAX 128
+#define REPORT_NOTES_MAX 8
+#define REPORT_NOTE_MAX 256
+
 /* Bytes that always hold the full text or JSON report of n rows, NUL included, whatever the
- * rows and pid hold and for a GPUCAP_VERSION under 100 characters (tests/unit/test_report.c
- * checks both against worst-case rows). */
-#define REPORT_TEXT_MAX(n) (1152 + 320 * (size_t)(n))
-#define REPORT_JSON_MAX(n) (256 + 1536 * (size_t)(n))
+ * rows and the run hold and for a GPUCAP_VERSION under 100 characters
+ * (tests/unit/test_report.c checks both against worst-case rows and runs). */
+#define REPORT_TEXT_MAX(n) (1536 + 320 * (size_t)(n) + REPORT_NOTES_MAX * (REPORT_NOTE_MAX + 16))
+#define REPORT_JSON_MAX(n) (REPORT_RUN_JSON_MAX + 1920 * (size_t)(n))
+#define REPORT_RUN_JSON_MAX                                                                        \
+  (1024 + 6 * REPORT_HOST_MAX + 10 * REPORT_COMMAND_MAX +                                          \
+   REPORT_GPUS_MAX * (6 * REPORT_GPU_NAME_MAX + 6 * REPORT_UUID_MAX + 64) +                        \
+   REPORT_JOB_MAX * (6 * REPORT_JOB_KEY_MAX + 6 * REPORT_JOB_VALUE_MAX + 16) +                     \
+   REPORT_NOTES_MAX * (6 * REPORT_NOTE_MAX + 16))
+
+/* A device as the driver described it while the program ran. */
+typedef struct report_gpu {
+  int device;                     /* CUDA ordinal */
+  char name[REPORT_GPU_NAME_MAX]; /* "" when unknown */
+  char uuid[REPORT_UUID_MAX];     /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", "" when unknown */
+} report_gpu_t;
+
+/* The process the report is about. Every field may be left zero: unknown. */
+typedef struct report_run {
+  long pid;                         /* <= 0: unknown */
+  char host[REPORT_HOST_MAX];       /* the host name */
+  char command[REPORT_COMMAND_MAX]; /* the arguments, each followed by a NUL */
+  size_t command_len;               /* bytes of command used */
+  int64_t start_ns, end_ns;         /* Unix time in nanoseconds; 0: unknown */
+  char ended_by[REPORT_ENDED_MAX];  /* "exit", or the signal's name ("SIGTERM") */
+  int njob;                         /* job identifiers (Slurm, Kubernetes), in order */
+  struct {
+    char key[REPORT_JOB_KEY_MAX];     /* "slurm_job_id" */
+    char value[REPORT_JOB_VALUE_MAX]; /* as the scheduler set it */
+  } job[REPORT_JOB_MAX];
+  int ngpus;
+  report_gpu_t gpus[REPORT_GPUS_MAX];
+  int nnotes; /* what the report could not include, and why */
+  char notes[REPORT_NOTES_MAX][REPORT_NOTE_MAX];
+} report_run_t;
 
 /* One pool as it stands at exit. */
 typedef struct report_row {
-  int device;        /* CUDA ordinal */
-  int context;       /* 0-based index of the pool's context among the contexts of that device */
-  int pooled;        /* nonzero: served by the BFC pool; 0: pass-through (GPUCAP_POOL=off) */
-  int destroyed;     /* nonzero: the context was destroyed before exit; the stats are the pool's
-                      * as the driver freed it (in use: blocks the program still held then) */
-  uint64_t cap;      /* the device cap in bytes, or REPORT_NO_CAP */
-  bfc_stats_t stats; /* bfc_stats() of the pool. For a pass-through row the pool-only fields
-                      * (pool_bytes, peak_pool_bytes, largest_free_block_bytes, free_bytes,
-                      * fragmentation, deferred_bytes, num_deferred, num_free_chunks,
-                      * num_regions, num_eagain, num_retired) are reported as 0 whatever they
-                      * hold; the caller fills the others from what it counted. */
+  int device;    /* CUDA ordinal */
+  int context;   /* 0-based index of the pool's context among the contexts of that device */
+  int pooled;    /* nonzero: served by the BFC pool; 0: pass-through (GPUCAP_POOL=off) */
+  int destroyed; /* nonzero: the context was destroyed before exit; the stats are the pool's
+                  * as the driver freed it (in use: blocks the program still held then) */
+  uint64_t cap;  /* the device cap in bytes, or REPORT_NO_CAP */
+  uint64_t largest_request; /* the largest single request the pool could serve at that moment:
+                             * its largest free chunk, or its wholly free regions plus its
+                             * room to grow under bytes_limit (bfc_alloc steps 3 and 5), the
+                             * larger; REPORT_UNKNOWN when not known */
+  bfc_stats_t stats;        /* bfc_stats() of the pool. For a pass-through row the pool-only fields
+                             * (pool_bytes, peak_pool_bytes, largest_free_block_bytes, free_bytes,
+                             * fragmentation, deferred_bytes, num_deferred, num_free_chunks,
+                             * num_regions, num_eagain, num_retired) are reported as 0 whatever they
+                             * hold; the caller fills the others from what it counted. */
 } report_row_t;
 
 /* Writes `bytes` for humans: binary units with one decimal, "0 B", "1023 B", "1.5 KiB",
@@ -50,25 +100,37 @@ typedef struct report_row {
 size_t report_format_size(uint64_t bytes, char *buf, size_t cap);
 
 /* Writes the human report: a header line `gpucap: memory report (pid N)` (without "(pid N)"
- * when pid <= 0), then two right-aligned tables of one line per row (sizes; then
- * fragmentation, activity and OOMs; a destroyed context's row is labelled `d:c*`), then a
- * two-line legend (three when a row is destroyed); every line is under 100 columns
- * while the counts have at most 7 digits. With no rows (n <= 0 or rows == NULL) it writes the
- * header and "no device memory was allocated". buf may be NULL iff cap == 0; the output is
+ * when the pid is unknown; with ", ended by SIGTERM" when run->ended_by names a signal), then
+ * two right-aligned tables of one line per row (sizes; then fragmentation, activity and OOMs;
+ * a destroyed context's row is labelled `d:c*`), then a two-line legend (three when a row is
+ * destroyed), then one `  note: ` line per note of the run; every line is under 100 columns
+ * while the counts have at most 7 digits and the notes under 90 characters. With no rows
+ * (n <= 0 or rows == NULL) it writes the header, "no device memory was allocated" and the
+ * notes. run may be NULL (nothing known). buf may be NULL iff cap == 0; the output is
  * NUL-terminated and truncated to cap - 1 bytes when cap > 0. Returns the length of the full
  * output (snprintf semantics), at most REPORT_TEXT_MAX(n) - 1. Never fails. O(n); reentrant,
- * thread-safe while nobody writes the rows. */
-size_t report_format_text(const report_row_t *rows, int n, long pid, char *buf, size_t cap);
+ * thread-safe while nobody writes the rows. Async-signal-safe in practice: only integer and
+ * string conversions of vsnprintf, which glibc performs without locks or malloc. */
+size_t report_format_text(const report_row_t *rows, int n, const report_run_t *run, char *buf,
+                          size_t cap);
 
-/* Writes the JSON report: one object {"gpucap_version", "pid", "devices": [one object per
- * row, in row order]}, indented by two spaces, ending in a newline. Keys follow TensorFlow's
- * AllocatorStats where it has one; integers are exact; fragmentation and utilization have six
- * decimals; pid is null when pid <= 0 and cap_bytes null for REPORT_NO_CAP; a NaN or negative
- * fragmentation is written as 0 and one above 1 (infinity included) as 1, so the output is
- * valid JSON for any rows. With no rows (n <= 0 or rows == NULL) "devices" is []. Same buffer
- * rules and return value as report_format_text; the full length is at most
- * REPORT_JSON_MAX(n) - 1. Never fails. O(n); reentrant, thread-safe while nobody writes the
- * rows. */
-size_t report_format_json(const report_row_t *rows, int n, long pid, char *buf, size_t cap);
+/* Writes the JSON report: one object with the run ("gpucap_version", "pid", "hostname",
+ * "command", "start_time", "end_time", "ended_by", "job", "gpus", "complete", "notes") and
+ * "devices": [one object per row, in row order], indented by two spaces, ending in a newline
+ * (docs/report.md lists every key and where it comes from). Integers are exact; fractions
+ * have six decimals; times are RFC 3339 in UTC with milliseconds; unknown values are null;
+ * strings are escaped and invalid UTF-8 becomes U+FFFD, so the output is valid JSON for any
+ * rows and run. A NaN or negative fragmentation is written as 0 and one above 1 (infinity
+ * included) as 1. With no rows (n <= 0 or rows == NULL) "devices" is []. Same buffer rules,
+ * return value and safety as report_format_text; the full length is at most
+ * REPORT_JSON_MAX(n) - 1. O(n + size of the run). */
+size_t report_format_json(const report_row_t *rows, int n, const report_run_t *run, char *buf,
+                          size_t cap);
+
+/* Writes t (Unix time in nanoseconds, >= 0) as RFC 3339 UTC with milliseconds
+ * ("2026-11-22T09:05:03.042Z") into buf[cap] (NUL-terminated when cap > 0). Returns the length
+ * of the full text (24 for years 1970 to 9999). No locale, no time-zone lock: safe in a signal
+ * handler. */
+size_t report_format_time(int64_t t, char *buf, size_t cap);
 
 #endif

@@ -532,9 +532,9 @@ static int from_report(const char *path, plot_opts_t *o, bool cap_given) {
   }
   report_row_t *rows = NULL;
   int n = 0;
-  long pid = 0;
+  static report_run_t run;
   char err[512];
-  int rc = rjson_read(text, len, &rows, &n, &pid, err, sizeof err);
+  int rc = rjson_read(text, len, &rows, &n, &run, err, sizeof err);
   free(text);
   if (rc != 0) {
     cli_error("plot: %s: %s", path, err);

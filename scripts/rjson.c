@@ -1,8 +1,9 @@
 /* rjson: a saved JSON exit report back into report rows, and the `gpucap report` command.
  *
  * The key table below lists every key report_format_json writes for a device, in its order,
- * with where the value goes in report_row_t; tests/cli/test_json.c writes reports from real
- * pools, reads them back and checks that both formatters reproduce their output byte for byte.
+ * with where the value goes in report_row_t; keys added since the first reports are optional,
+ * so older reports still read. tests/cli/test_json.c writes reports from real pools, reads them
+ * back and checks that both formatters reproduce their output byte for byte.
  */
 #include "scripts/rjson.h"
 
@@ -27,33 +28,41 @@ typedef enum kind {
   K_POOLED,
   K_DESTROYED,
   K_CAP,
+  K_ZERO,            /* always 0 (JAX's reservation keys): checked, not stored */
+  K_LARGEST_REQUEST, /* report_row_t.largest_request: an integer, or null when unknown */
 } kind_t;
 
-#define STAT(field) K_COUNT, offsetof(bfc_stats_t, field)
+#define STAT(field) K_COUNT, offsetof(bfc_stats_t, field), false
 
 static const struct key {
   const char *name;
   kind_t kind;
   size_t offset; /* in bfc_stats_t for K_COUNT; in report_row_t for K_ORDINAL */
+  bool optional; /* absent from reports written before it was added */
 } keys[] = {
-    {"device", K_ORDINAL, offsetof(report_row_t, device)},
-    {"context", K_ORDINAL, offsetof(report_row_t, context)},
-    {"pooled", K_POOLED, 0},
-    {"context_destroyed", K_DESTROYED, 0},
-    {"cap_bytes", K_CAP, 0},
+    {"device", K_ORDINAL, offsetof(report_row_t, device), false},
+    {"context", K_ORDINAL, offsetof(report_row_t, context), false},
+    {"pooled", K_POOLED, 0, false},
+    {"context_destroyed", K_DESTROYED, 0, false},
+    {"cap_bytes", K_CAP, 0, false},
     {"num_allocs", STAT(num_allocs)},
     {"bytes_in_use", STAT(bytes_in_use)},
     {"peak_bytes_in_use", STAT(peak_bytes_in_use)},
     {"largest_alloc_size", STAT(largest_alloc_size)},
     {"bytes_limit", STAT(bytes_limit)},
+    {"bytes_reserved", K_ZERO, 0, true},
+    {"peak_bytes_reserved", K_ZERO, 0, true},
+    {"bytes_reservable_limit", K_ZERO, 0, true},
     {"pool_bytes", STAT(pool_bytes)},
     {"peak_pool_bytes", STAT(peak_pool_bytes)},
     {"largest_free_block_bytes", STAT(largest_free_block_bytes)},
-    {"fragmentation", K_FRACTION, 0},
+    {"fragmentation", K_FRACTION, 0, false},
+    {"largest_request_bytes", K_LARGEST_REQUEST, 0, true},
+    {"available_fragmentation", K_DERIVED_FRACTION, 0, true},
     {"bytes_requested_in_use", STAT(bytes_requested_in_use)},
     {"peak_bytes_requested_in_use", STAT(peak_bytes_requested_in_use)},
-    {"internal_fragmentation_bytes", K_DERIVED, 0},
-    {"utilization", K_DERIVED_FRACTION, 0},
+    {"internal_fragmentation_bytes", K_DERIVED, 0, false},
+    {"utilization", K_DERIVED_FRACTION, 0, false},
     {"free_bytes", STAT(free_bytes)},
     {"deferred_bytes", STAT(deferred_bytes)},
     {"num_in_use", STAT(num_in_use)},
@@ -95,6 +104,7 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
     return bad(err, errlen, "devices[%zu] is not an object", index);
   }
   memset(row, 0, sizeof *row);
+  row->largest_request = REPORT_UNKNOWN;
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
     const struct key *key = &keys[k];
     const json_t *v = json_get(dev, key->name);
@@ -103,6 +113,9 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
     bool b = false;
     int rc = 0;
     const char *want = "a non-negative integer";
+    if (v == NULL && key->optional) {
+      continue;
+    }
     if (v == NULL) {
       return bad(err, errlen, "devices[%zu] has no \"%s\"", index, key->name);
     }
@@ -121,8 +134,18 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
       rc = fraction(v, &row->stats.fragmentation);
       break;
     case K_DERIVED_FRACTION:
-      want = "a number from 0 to 1";
-      rc = fraction(v, &f);
+      want = "a number from 0 to 1, or null";
+      rc = json_type(v) == JSON_NULL ? 0 : fraction(v, &f);
+      break;
+    case K_ZERO:
+      want = "0";
+      rc = json_u64(v, &u) == 0 && u == 0 ? 0 : -EINVAL;
+      break;
+    case K_LARGEST_REQUEST:
+      want = "a non-negative integer or null";
+      if (json_type(v) != JSON_NULL) {
+        rc = json_u64(v, &row->largest_request);
+      }
       break;
     case K_ORDINAL:
       want = "an integer from 0 to 2147483647";
@@ -159,8 +182,42 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
   return 0;
 }
 
-int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, long *pid, char *err,
-               size_t errlen) {
+/* Copies the string s (or "" for null) into out[cap]; false iff v is neither, or too long. */
+static bool copy_string(const json_t *v, char *out, size_t cap) {
+  const char *s = json_string(v);
+  if (v == NULL || json_type(v) == JSON_NULL) {
+    out[0] = '\0';
+    return true;
+  }
+  if (s == NULL || strlen(s) >= cap) {
+    return false;
+  }
+  memcpy(out, s, strlen(s) + 1);
+  return true;
+}
+
+/* What the table shows of the run: "ended_by" and "notes" (both absent from older reports). */
+static int read_run(const json_t *doc, report_run_t *run, char *err, size_t errlen) {
+  const json_t *notes = json_get(doc, "notes");
+  if (!copy_string(json_get(doc, "ended_by"), run->ended_by, sizeof run->ended_by)) {
+    return bad(err, errlen, "\"ended_by\" is not a short string or null");
+  }
+  if (notes != NULL && json_type(notes) != JSON_ARRAY) {
+    return bad(err, errlen, "\"notes\" is not an array");
+  }
+  for (size_t i = 0; i < json_count(notes) && run->nnotes < REPORT_NOTES_MAX; i++) {
+    const json_t *note = json_at(notes, i, NULL);
+    if (json_type(note) != JSON_STRING ||
+        !copy_string(note, run->notes[run->nnotes], sizeof run->notes[0])) {
+      return bad(err, errlen, "notes[%zu] is not a string of under %d bytes", i, REPORT_NOTE_MAX);
+    }
+    run->nnotes++;
+  }
+  return 0;
+}
+
+int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, report_run_t *run,
+               char *err, size_t errlen) {
   json_t *doc = NULL;
   report_row_t *out = NULL;
   uint64_t u = 0;
@@ -168,7 +225,7 @@ int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, long *
 
   *rows = NULL;
   *n = 0;
-  *pid = 0;
+  memset(run, 0, sizeof *run);
   rc = json_parse(text, len, &doc, err, errlen);
   if (rc != 0) {
     return rc;
@@ -191,6 +248,8 @@ int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, long *
   } else if (count > 0 && (out = calloc(count, sizeof *out)) == NULL) {
     rc = -ENOMEM;
     snprintf(err, errlen, "out of memory");
+  } else {
+    rc = read_run(doc, run, err, errlen);
   }
   for (size_t i = 0; rc == 0 && i < count; i++) {
     rc = read_row(json_at(devices, i, NULL), i, &out[i], err, errlen);
@@ -202,7 +261,7 @@ int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, long *
   }
   *rows = out;
   *n = (int)count;
-  *pid = (long)u;
+  run->pid = (long)u;
   return 0;
 }
 
@@ -258,9 +317,9 @@ int rjson_main(int argc, char **argv) {
   }
   report_row_t *rows = NULL;
   int n = 0;
-  long pid = 0;
+  static report_run_t run;
   char err[512];
-  int rc = rjson_read(text, len, &rows, &n, &pid, err, sizeof err);
+  int rc = rjson_read(text, len, &rows, &n, &run, err, sizeof err);
   free(text);
   if (rc != 0) {
     cli_error("report: %s: %s", path, err);
@@ -276,7 +335,7 @@ int rjson_main(int argc, char **argv) {
   if (table == NULL) {
     cli_error("report: out of memory");
   } else {
-    size_t tn = report_format_text(rows, n, pid, table, cap);
+    size_t tn = report_format_text(rows, n, &run, table, cap);
     status = cli_write_file("report", "-", table, tn < cap ? tn : cap - 1) == 0 ? CLI_OK : CLI_FAIL;
   }
   free(table);

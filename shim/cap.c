@@ -8,6 +8,7 @@
 #include "config/cfg.h"
 #include "shim/log.h"
 #include "shim/real.h"
+#include "shim/runinfo.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -87,6 +88,7 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     physical_total = total;
   }
   uint64_t limit = settings_ok ? cfg_device_cap(&settings, dev, physical_total) : 0;
+  runinfo_learn(dev); /* the device's first use: what the exit report will say about it */
   atomic_store_explicit(&c->limit, limit, memory_order_relaxed);
   atomic_store_explicit(&c->ready, true, memory_order_release);
   if (limit != CAP_NONE) {

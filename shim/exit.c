@@ -13,6 +13,7 @@
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pool.h"
+#include "shim/runinfo.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -23,11 +24,13 @@
 
 static report_row_t rows[MAX_ROWS];
 static int nrows;
+static report_run_t run;
 static char text[REPORT_TEXT_MAX(MAX_ROWS)];
 static char json[REPORT_JSON_MAX(MAX_ROWS)];
 static bool fork_child;
 
-static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bool destroyed) {
+static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bool destroyed,
+                    uint64_t largest_request) {
   if (nrows < MAX_ROWS) {
     report_row_t *r = &rows[nrows++];
     r->device = dev;
@@ -35,18 +38,19 @@ static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bo
     r->pooled = pooled;
     r->destroyed = destroyed;
     r->cap = cap_limit(dev, 0);
+    r->largest_request = largest_request;
     r->stats = *stats;
   }
 }
 
-static void add_pool(void *arg, int dev, int index, bool destroyed, const bfc_stats_t *stats) {
+static void add_pool(void *arg, const struct pool_report *p) {
   (void)arg;
-  add_row(dev, index, stats, 1, destroyed);
+  add_row(p->dev, p->index, &p->stats, 1, p->destroyed, p->largest_request);
 }
 
 static void add_passthrough(void *arg, int dev, const bfc_stats_t *stats) {
   (void)arg;
-  add_row(dev, 0, stats, 0, false);
+  add_row(dev, 0, stats, 0, false, 0);
 }
 
 static void write_file(const char *setting, const char *path, const char *buf, size_t len) {
@@ -73,9 +77,9 @@ __attribute__((destructor)) static void exit_report(void) {
     return;
   }
   const cfg_t *cfg = cap_settings();
-  long pid = (long)getpid();
+  runinfo_fill(&run, "exit");
   if (cfg->report.kind != CFG_DEST_OFF) {
-    size_t n = report_format_text(rows, nrows, pid, text, sizeof text);
+    size_t n = report_format_text(rows, nrows, &run, text, sizeof text);
     n = n < sizeof text ? n : sizeof text - 1;
     if (cfg->report.kind == CFG_DEST_FILE) {
       write_file("GPUCAP_REPORT", cfg->report.path, text, n);
@@ -84,7 +88,7 @@ __attribute__((destructor)) static void exit_report(void) {
     }
   }
   if (cfg->report_json[0]) {
-    size_t n = report_format_json(rows, nrows, pid, json, sizeof json);
+    size_t n = report_format_json(rows, nrows, &run, json, sizeof json);
     write_file("GPUCAP_REPORT_JSON", cfg->report_json, json, n < sizeof json ? n : sizeof json - 1);
   }
   errno = saved;

@@ -54,6 +54,7 @@ static struct ctx_pool pools[POOL_MAX];
 static struct ended {
   int dev, index;
   bfc_stats_t stats;
+  uint64_t largest_request;
 } ended[POOL_MAX];
 static int nended;
 static int contexts_seen[CAP_MAX_DEVICES];
@@ -521,27 +522,61 @@ void pool_settle_at_exit(void) {
   }
 }
 
-void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const bfc_stats_t *stats),
-               void *arg) {
+/* Sums the bytes of the regions whose chunks are all free (bfc_walk visitor). */
+struct free_regions {
+  uint64_t total;  /* bytes of wholly free regions so far */
+  uint64_t region; /* free bytes of the current region */
+  int clean;       /* the current region has no chunk in use or deferred */
+};
+
+static int add_chunk(void *ctx, const bfc_chunk_info_t *c) {
+  struct free_regions *w = ctx;
+  if (c->region_start) {
+    w->total += w->clean ? w->region : 0;
+    w->region = 0;
+    w->clean = 1;
+  }
+  w->region += c->state == BFC_FREE ? c->size : 0;
+  w->clean &= c->state == BFC_FREE;
+  return 0;
+}
+
+/* The largest single request the pool could serve now: its largest free chunk, or (bfc_alloc
+ * steps 3 and 5) its wholly free regions released plus the room under its limit, reserved as
+ * one region. Lock held; O(chunks). */
+static uint64_t largest_request(const bfc_pool_t *pool, const bfc_stats_t *s) {
+  struct free_regions w = {0, 0, 0};
+  bfc_walk(pool, add_chunk, &w);
+  w.total += w.clean ? w.region : 0;
+  uint64_t room = s->bytes_limit > s->pool_bytes ? s->bytes_limit - s->pool_bytes : 0;
+  uint64_t grown = w.total > UINT64_MAX - room ? UINT64_MAX : w.total + room;
+  return grown > s->largest_free_block_bytes ? grown : s->largest_free_block_bytes;
+}
+
+void pool_each(void (*fn)(void *arg, const struct pool_report *r), void *arg) {
   if (pthread_mutex_trylock(&registry) == 0) {
     for (int i = 0; i < nended; i++) {
-      fn(arg, ended[i].dev, ended[i].index, true, &ended[i].stats);
+      struct pool_report r = {ended[i].dev, ended[i].index, true, ended[i].stats,
+                              ended[i].largest_request};
+      fn(arg, &r);
     }
     pthread_mutex_unlock(&registry);
   }
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    bfc_stats_t s = {0};
+    struct pool_report r = {0, 0, false, {0}, 0};
     if (pthread_mutex_trylock(&pools[i].lock) != 0) {
       continue; /* busy in another thread at exit: leave it out rather than hang */
     }
     if (pools[i].pool) {
-      bfc_stats(pools[i].pool, &s);
+      bfc_stats(pools[i].pool, &r.stats);
+      r.largest_request = largest_request(pools[i].pool, &r.stats);
     }
-    int dev = pools[i].dev, index = pools[i].index;
+    r.dev = pools[i].dev;
+    r.index = pools[i].index;
     pthread_mutex_unlock(&pools[i].lock);
-    if (s.num_allocs > 0 || s.num_ooms > 0) {
-      fn(arg, dev, index, false, &s);
+    if (r.stats.num_allocs > 0 || r.stats.num_ooms > 0) {
+      fn(arg, &r);
     }
   }
 }
@@ -580,7 +615,10 @@ static void drop(struct ctx_pool *p) {
     bfc_walk(p->pool, trace_dropped, NULL);
     bfc_stats(p->pool, &st);
     if ((st.num_allocs > 0 || st.num_ooms > 0) && nended < POOL_MAX) {
-      ended[nended++] = (struct ended){.dev = p->dev, .index = p->index, .stats = st};
+      ended[nended++] = (struct ended){.dev = p->dev,
+                                       .index = p->index,
+                                       .stats = st,
+                                       .largest_request = largest_request(p->pool, &st)};
     }
     p->gone = true;
     bfc_destroy(p->pool);

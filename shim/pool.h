@@ -70,12 +70,18 @@ uint64_t pool_idle_bytes(int dev);
  * pool whose lock another thread holds is skipped (never waits). */
 void pool_settle_at_exit(void);
 
+/* A pool as the exit report sees it. */
+struct pool_report {
+  int dev;                  /* its device */
+  int index;                /* among the contexts gpucap saw on that device, in that order */
+  bool destroyed;           /* the driver destroyed its context: the figures of that moment */
+  bfc_stats_t stats;        /* a snapshot of its counters */
+  uint64_t largest_request; /* the largest single request it could serve (docs/report.md) */
+};
+
 /* For the exit report: calls fn for every pool that served or refused at least one
- * allocation, with its device, its index among the contexts gpucap saw on that device (in the
- * order it saw them), whether the driver destroyed its context (then the counters are those
- * of that moment; at most POOL_MAX such pools are kept) and a snapshot of its counters. A pool
- * whose lock another thread holds is left out (never waits); makes no CUDA call. */
-void pool_each(void (*fn)(void *arg, int dev, int index, bool destroyed, const bfc_stats_t *stats),
-               void *arg);
+ * allocation (at most POOL_MAX pools of destroyed contexts are kept). A pool whose lock
+ * another thread holds is left out (never waits); makes no CUDA call; O(pools + chunks). */
+void pool_each(void (*fn)(void *arg, const struct pool_report *r), void *arg);
 
 #endif

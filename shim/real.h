@@ -23,6 +23,8 @@ struct real_fns {
   X(cuCtxGetCurrent)                                                                               \
   X(cuCtxSynchronize)                                                                              \
   X(cuDeviceGetAttribute)                                                                          \
+  X(cuDeviceGetName)                                                                               \
+  X(cuDeviceGetUuid_v2)                                                                            \
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuCtxPushCurrent_v2)                                                                           \
   X(cuCtxPopCurrent_v2)                                                                            \

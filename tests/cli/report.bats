@@ -85,6 +85,18 @@ load helpers
   has "no device memory was allocated"
 }
 
+@test "reports of older versions and of a run ended by a signal read back" {
+  printf '{"gpucap_version": "0.1.0", "pid": 7, "devices": []}' >old.json
+  run "$GPUCAP" report old.json
+  status_is 0
+  has "gpucap: memory report (pid 7)"
+  printf '{"gpucap_version": "0.2.0", "pid": 7, "ended_by": "SIGTERM", "complete": false, "notes": ["GPUCAP_TRACE: its last 3 events were not written"], "devices": []}' >new.json
+  run "$GPUCAP" report new.json
+  status_is 0
+  has "gpucap: memory report (pid 7, ended by SIGTERM)"
+  has "  note: GPUCAP_TRACE: its last 3 events were not written"
+}
+
 @test "a trace given by mistake is refused" {
   grun_leaks --limit 1GiB --trace ./t.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
   run --separate-stderr "$GPUCAP" report t.csv

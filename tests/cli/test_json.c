@@ -227,6 +227,9 @@ static void build_rows(void) {
   bfc_stats(b, &rows[1].stats);
   rows[2] = (report_row_t){.device = 1, .context = 1, .pooled = 1, .cap = REPORT_NO_CAP};
   bfc_stats(c, &rows[2].stats);
+  rows[0].largest_request = GiB - rows[0].stats.pool_bytes;
+  rows[1].largest_request = 0;
+  rows[2].largest_request = REPORT_UNKNOWN;
   /* A pass-through row, as the shim fills it. */
   rows[3] = (report_row_t){.device = 2, .context = 0, .pooled = 0, .cap = 4 * GiB};
   rows[3].stats.num_allocs = 7;
@@ -243,28 +246,42 @@ static void build_rows(void) {
   rows[4].context = 2147483647;
   rows[4].pooled = 1;
   rows[4].cap = UINT64_MAX - 1;
+  rows[4].largest_request = UINT64_MAX - 1;
 }
 
 static char json1[REPORT_JSON_MAX(NROWS)], json2[REPORT_JSON_MAX(NROWS)];
 static char text1[REPORT_TEXT_MAX(NROWS)], text2[REPORT_TEXT_MAX(NROWS)];
 
-static void round_trip(const report_row_t *in, int n, long pid, const char *what) {
-  size_t len = report_format_json(in, n, pid, json1, sizeof json1);
+static report_run_t run_in, run_out;
+
+static void round_trip(const report_row_t *in, int n, const report_run_t *run, const char *what) {
+  size_t len = report_format_json(in, n, run, json1, sizeof json1);
   report_row_t *out = NULL;
   int m = -1;
-  long pid2 = -1;
   char err[256] = "";
-  int rc = rjson_read(json1, len, &out, &m, &pid2, err, sizeof err);
+  int rc = rjson_read(json1, len, &out, &m, &run_out, err, sizeof err);
   if (!tap_ok(rc == 0, "%s: the report reads back", what)) {
     tap_diag("%s", err);
     return;
   }
   TAP_EQ(m, n, "%s: every row", what);
-  TAP_EQ(pid2, pid > 0 ? pid : 0, "%s: the pid", what);
-  report_format_json(out, m, pid2, json2, sizeof json2);
+  TAP_EQ(run_out.pid, run->pid > 0 ? run->pid : 0, "%s: the pid", what);
+  tap_ok(strcmp(run_out.ended_by, run->ended_by) == 0 && run_out.nnotes == run->nnotes,
+         "%s: how it ended, and its notes", what);
+  /* What the table shows of the run reads back; the rest is the JSON's alone. */
+  run_out.command_len = run->command_len;
+  memcpy(run_out.command, run->command, sizeof run->command);
+  memcpy(run_out.host, run->host, sizeof run->host);
+  run_out.start_ns = run->start_ns;
+  run_out.end_ns = run->end_ns;
+  run_out.njob = run->njob;
+  memcpy(run_out.job, run->job, sizeof run->job);
+  run_out.ngpus = run->ngpus;
+  memcpy(run_out.gpus, run->gpus, sizeof run->gpus);
+  report_format_json(out, m, &run_out, json2, sizeof json2);
   tap_ok(strcmp(json1, json2) == 0, "%s: it writes the same JSON again", what);
-  report_format_text(in, n, pid, text1, sizeof text1);
-  report_format_text(out, m, pid2, text2, sizeof text2);
+  report_format_text(in, n, run, text1, sizeof text1);
+  report_format_text(out, m, &run_out, text2, sizeof text2);
   if (!tap_ok(strcmp(text1, text2) == 0, "%s: it prints the same table", what)) {
     tap_diag("want:\n%s", text1);
     tap_diag("got:\n%s", text2);
@@ -274,9 +291,24 @@ static void round_trip(const report_row_t *in, int n, long pid, const char *what
 
 static void test_round_trip(void) {
   build_rows();
-  round_trip(rows, 3, 31337, "three pools");
-  round_trip(rows, NROWS, 4242, "with a pass-through row and extreme counters");
-  round_trip(rows, 0, 0, "no devices, no pid");
+  run_in = (report_run_t){.pid = 31337};
+  round_trip(rows, 3, &run_in, "three pools");
+  run_in.pid = 4242;
+  round_trip(rows, NROWS, &run_in, "with a pass-through row and extreme counters");
+  run_in = (report_run_t){.pid = 0};
+  round_trip(rows, 0, &run_in, "no devices, no pid");
+  run_in = (report_run_t){.pid = 77, .ended_by = "SIGTERM", .nnotes = 2, .ngpus = 1, .njob = 1};
+  strcpy(run_in.notes[0], "device 0 context 1: left out, its pool was in use");
+  strcpy(run_in.notes[1], "GPUCAP_TRACE: \"quoted\" \\ and caf\xc3\xa9");
+  strcpy(run_in.host, "node07");
+  strcpy(run_in.job[0].key, "slurm_job_id");
+  strcpy(run_in.job[0].value, "4711");
+  strcpy(run_in.gpus[0].name, "Fake GPU");
+  run_in.command_len = 6;
+  memcpy(run_in.command, "a\0b c\0", 6);
+  run_in.start_ns = 1;
+  run_in.end_ns = 2000000000;
+  round_trip(rows, 3, &run_in, "ended by a signal, with notes and the whole run");
   for (int k = 0; k < 3; k++) {
     bfc_destroy(pools[k]);
   }
@@ -293,8 +325,7 @@ static int read_edited(const char *from, const char *to, char *err, size_t errle
   snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - json1), json1, to, at + strlen(from));
   report_row_t *out = NULL;
   int m = 0;
-  long pid = 0;
-  int rc = rjson_read(edited, strlen(edited), &out, &m, &pid, err, errlen);
+  int rc = rjson_read(edited, strlen(edited), &out, &m, &run_out, err, errlen);
   if (rc != 0 && (out != NULL || m != 0)) {
     snprintf(err, errlen, "rows returned on failure");
     rc = 1;
@@ -319,9 +350,16 @@ static void test_refusals(void) {
       {"\"num_ooms\": 0", "\"num_ooms\": 0.5", "devices[0].num_ooms is not"},
       {"{\n      \"device\"", "[],{\n      \"device\"", "devices[0] is not an object"},
       {"\n}", "\n,}", "trailing comma"},
+      {"\"notes\": []", "\"notes\": {}", "\"notes\" is not an array"},
+      {"\"notes\": []", "\"notes\": [1]", "notes[0] is not a string"},
+      {"\"ended_by\": null", "\"ended_by\": 15", "\"ended_by\" is not"},
+      {"\"bytes_reserved\": 0", "\"bytes_reserved\": 1", "devices[0].bytes_reserved is not 0"},
+      {"\"largest_request_bytes\": ", "\"largest_request_bytes\": -",
+       "devices[0].largest_request_bytes is not"},
   };
   char err[256];
-  report_format_json(rows, 2, 31337, json1, sizeof json1);
+  run_in = (report_run_t){.pid = 31337};
+  report_format_json(rows, 2, &run_in, json1, sizeof json1);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int rc = read_edited(cases[i].from, cases[i].to, err, sizeof err);
     tap_ok(rc == -EINVAL && strstr(err, cases[i].msg) != NULL, "refused: %s -> %s (%s)",
@@ -333,9 +371,46 @@ static void test_refusals(void) {
   TAP_EQ(rc, 0, "an unknown key is ignored");
   report_row_t *out = NULL;
   int m = 0;
-  long pid = 0;
-  TAP_EQ(rjson_read("[]", 2, &out, &m, &pid, err, sizeof err), -EINVAL, "an array is refused");
+  TAP_EQ(rjson_read("[]", 2, &out, &m, &run_out, err, sizeof err), -EINVAL, "an array is refused");
   tap_ok(strstr(err, "not a JSON object") != NULL, "as not a report: %s", err);
+}
+
+/* A report as gpucap 0.1.0 wrote it (docs/report.md of that version): no run keys beyond the
+ * pid, none of the keys added since. It still reads, and its table shows "?" where a figure
+ * it lacks is needed. */
+static void test_old_report(void) {
+  static const char old[] =
+      "{\n  \"gpucap_version\": \"0.1.0\",\n  \"pid\": 31337,\n  \"devices\": [\n    {\n"
+      "      \"device\": 0,\n      \"context\": 0,\n      \"pooled\": true,\n"
+      "      \"context_destroyed\": false,\n      \"cap_bytes\": 6442450944,\n"
+      "      \"num_allocs\": 343,\n      \"bytes_in_use\": 4066850048,\n"
+      "      \"peak_bytes_in_use\": 6437929984,\n      \"largest_alloc_size\": 314573056,\n"
+      "      \"bytes_limit\": 6442450944,\n      \"pool_bytes\": 6442450944,\n"
+      "      \"peak_pool_bytes\": 6442450944,\n      \"largest_free_block_bytes\": 314573056,\n"
+      "      \"fragmentation\": 0.867582,\n      \"bytes_requested_in_use\": 4066821515,\n"
+      "      \"peak_bytes_requested_in_use\": 6437886927,\n"
+      "      \"internal_fragmentation_bytes\": 28533,\n      \"utilization\": 0.999298,\n"
+      "      \"free_bytes\": 2375600896,\n      \"deferred_bytes\": 0,\n      \"num_in_use\": "
+      "228,\n"
+      "      \"num_deferred\": 0,\n      \"num_free_chunks\": 115,\n      \"num_regions\": 5,\n"
+      "      \"driver_alloc_calls\": 5,\n      \"driver_alloc_failures\": 0,\n"
+      "      \"driver_free_calls\": 0,\n      \"driver_free_failures\": 0,\n"
+      "      \"num_ooms\": 59,\n      \"num_eagain\": 0,\n      \"num_retired\": 0,\n"
+      "      \"host_metadata_bytes\": 63376\n    }\n  ]\n}\n";
+  report_row_t *out = NULL;
+  int m = 0;
+  char err[256] = "";
+  int rc = rjson_read(old, sizeof old - 1, &out, &m, &run_out, err, sizeof err);
+  tap_ok(rc == 0 && m == 1, "a report of gpucap 0.1.0 reads (%s)", err);
+  if (rc == 0) {
+    TAP_EQ(out[0].largest_request, REPORT_UNKNOWN, "old report: largest request not known");
+    TAP_EQ(run_out.pid, 31337, "old report: pid");
+    tap_ok(run_out.nnotes == 0 && run_out.ended_by[0] == '\0', "old report: no notes, no end");
+    report_format_text(out, m, &run_out, text1, sizeof text1);
+    tap_ok(strstr(text1, "       0      ?        27.9 KiB") != NULL,
+           "old report: its table shows ? for the fragmentation it cannot compute");
+  }
+  free(out);
 }
 
 int main(void) {
@@ -344,5 +419,6 @@ int main(void) {
   test_access();
   test_round_trip();
   test_refusals();
+  test_old_report();
   return tap_done();
 }

@@ -37,4 +37,30 @@ done
 is "$hung" 0 "fork stress: no run hung ($RUNS runs of 200 forks while threads trim pools)"
 is "$forked" "$RUNS" "fork stress: every run forked 200 children and ended normally"
 
+# ---- the exit report: fragmentation that means something, and the run around the pools ----
+GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT_JSON="$WORK/two.json" with_shim "$LIFE" tworegions \
+  2>"$WORK/two.txt"
+grep -q '"available_fragmentation": 0.000000' "$WORK/two.json" &&
+  grep -q '"largest_request_bytes": 8388608' "$WORK/two.json" &&
+  grep -Eq '^ +0 +0\.0%' "$WORK/two.txt"
+ok $? "nothing in use in two regions: frag 0.0% (the whole cap is one request away)"
+GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/holes.json" \
+  with_shim "$LIFE" holes
+grep -q '"available_fragmentation": 0.750000' "$WORK/holes.json" &&
+  grep -q '"largest_request_bytes": 1048576' "$WORK/holes.json"
+ok $? "4 MiB free in 1 MiB holes at the cap: frag 75%, largest request 1 MiB"
+SLURM_JOB_ID=4711 SLURM_ARRAY_TASK_ID=3 POD_NAME=train-0 GPUCAP_REPORT=off \
+  GPUCAP_REPORT_JSON="$WORK/run.json" with_shim "$LIFE" many 3 x
+grep -q '"slurm_job_id": "4711"' "$WORK/run.json" &&
+  grep -q '"slurm_array_task_id": "3"' "$WORK/run.json" &&
+  grep -q '"k8s_pod_name": "train-0"' "$WORK/run.json"
+ok $? "the JSON names the Slurm job and the Kubernetes pod"
+grep -q "\"command\": \[\"$LIFE\", \"many\", \"3\", \"x\"\]" "$WORK/run.json" &&
+  grep -q "\"hostname\": \"$(uname -n)\"" "$WORK/run.json" &&
+  grep -Eq '"start_time": "20[0-9-]{8}T[0-9:.]{12}Z"' "$WORK/run.json" &&
+  grep -Eq '"end_time": "20[0-9-]{8}T[0-9:.]{12}Z"' "$WORK/run.json"
+ok $? "the command line, the host, the start and the end"
+grep -q '"device": 0, "name": "Fake CUDA Device 0", "uuid": "GPU-[0-9a-f-]\{36\}"' "$WORK/run.json"
+ok $? "the device's name and UUID, as the driver gave them while the program ran"
+
 done_testing

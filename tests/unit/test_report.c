@@ -23,14 +23,15 @@
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
 
-enum { NROWS = 4, PID = 4242, BIG = 1 << 17 };
+enum { NROWS = 4, PID = 4242, BIG = 1 << 19 };
 
 static char text[BIG];
 static char json[BIG];
+static report_run_t run = {.pid = PID};
 
 /* ---- A strict JSON validator that records scalars as "devices.0.num_allocs" -> "3". ---- */
 
-enum { MAX_VALS = 512, PATH_LEN = 96, VAL_LEN = 48, MAX_KEYS = 64 };
+enum { MAX_VALS = 512, PATH_LEN = 96, VAL_LEN = 128, MAX_KEYS = 64 };
 
 typedef struct jv {
   char path[PATH_LEN];
@@ -370,12 +371,21 @@ static void build_rows(void) {
     TAP_EQ(bfc_check(pools[k]), 0, "setup: pool %d is healthy", k);
   }
 
+  /* Device 0: the largest request is the room to grow (a whole new region); device 1: nothing
+   * (the limit is reached and nothing is free); device 1 context 1: not known (as in a report
+   * read back from an older version). */
   rows[0] = (report_row_t){.device = 0, .context = 0, .pooled = 1, .cap = GiB};
   bfc_stats(a, &rows[0].stats);
+  rows[0].largest_request = GiB - rows[0].stats.pool_bytes;
   rows[1] = (report_row_t){.device = 1, .context = 0, .pooled = 1, .cap = MiB};
   bfc_stats(b, &rows[1].stats);
-  rows[2] = (report_row_t){
-      .device = 1, .context = 1, .pooled = 1, .destroyed = 1, .cap = REPORT_NO_CAP};
+  rows[1].largest_request = 0;
+  rows[2] = (report_row_t){.device = 1,
+                           .context = 1,
+                           .pooled = 1,
+                           .destroyed = 1,
+                           .cap = REPORT_NO_CAP,
+                           .largest_request = REPORT_UNKNOWN};
   bfc_stats(c, &rows[2].stats);
   /* Device 2: pass-through, with junk in the pool-only fields that must not show. */
   rows[3] = (report_row_t){.device = 2, .context = 0, .pooled = 0, .cap = 8 * GiB};
@@ -396,6 +406,7 @@ static void build_rows(void) {
   s->driver_free_failures = 0;
   s->num_ooms = 1;
   s->host_metadata_bytes = 0;
+  rows[3].largest_request = 12345; /* junk too: pass-through rows have no pool */
 
   tap_ok(rows[0].stats.fragmentation > 0.0 && rows[0].stats.deferred_bytes > 0 &&
              rows[0].stats.bytes_in_use > rows[0].stats.bytes_requested_in_use,
@@ -513,11 +524,26 @@ static void check_json_row(int d, const report_row_t *r) {
   expect_u64(d, "pool_bytes", pool ? s->pool_bytes : 0);
   expect_u64(d, "peak_pool_bytes", pool ? s->peak_pool_bytes : 0);
   expect_u64(d, "largest_free_block_bytes", pool ? s->largest_free_block_bytes : 0);
+  expect_key(d, "bytes_reserved", "0");
+  expect_key(d, "peak_bytes_reserved", "0");
+  expect_key(d, "bytes_reservable_limit", "0");
   expect_fraction(d, "fragmentation", pool ? s->fragmentation : 0.0);
   if (pool) {
     double free_b = (double)s->free_bytes;
     double tf = s->free_bytes == 0 ? 0.0 : (free_b - (double)s->largest_free_block_bytes) / free_b;
     expect_fraction(d, "fragmentation", tf);
+  }
+  if (pool && r->largest_request == REPORT_UNKNOWN) {
+    expect_key(d, "largest_request_bytes", "null");
+    expect_key(d, "available_fragmentation", "null");
+  } else if (pool) {
+    double avail = (double)s->free_bytes + (double)(s->bytes_limit - s->pool_bytes);
+    expect_u64(d, "largest_request_bytes", r->largest_request);
+    expect_fraction(d, "available_fragmentation",
+                    avail == 0 ? 0.0 : (avail - (double)r->largest_request) / avail);
+  } else {
+    expect_key(d, "largest_request_bytes", "0");
+    expect_key(d, "available_fragmentation", "0.000000");
   }
   expect_u64(d, "bytes_requested_in_use", s->bytes_requested_in_use);
   expect_u64(d, "peak_bytes_requested_in_use", s->peak_bytes_requested_in_use);
@@ -542,7 +568,7 @@ static void check_json_row(int d, const report_row_t *r) {
   expect_u64(d, "host_metadata_bytes", s->host_metadata_bytes);
   char prefix[32];
   snprintf(prefix, sizeof prefix, "devices.%d.", d);
-  TAP_EQ(jcount(prefix), 32, "json device %d: exactly 32 keys", d);
+  TAP_EQ(jcount(prefix), 37, "json device %d: exactly 37 keys", d);
 }
 
 static void python_check(const char *doc, const char *what) {
@@ -566,7 +592,7 @@ static void python_check(const char *doc, const char *what) {
 }
 
 static void test_json(void) {
-  size_t n = report_format_json(rows, NROWS, PID, json, sizeof json);
+  size_t n = report_format_json(rows, NROWS, &run, json, sizeof json);
   TAP_EQ(n, strlen(json), "json: returns its length");
   tap_ok(n < REPORT_JSON_MAX(NROWS), "json: within REPORT_JSON_MAX");
   tap_ok(json_parse(json), "json: valid (strict validator)");
@@ -575,8 +601,16 @@ static void test_json(void) {
              strcmp(jget("gpucap_version"), "\"" GPUCAP_VERSION "\"") == 0,
          "json: gpucap_version is the build's (" GPUCAP_VERSION ")");
   tap_ok(jget("pid") != NULL && strcmp(jget("pid"), "4242") == 0, "json: pid");
-  TAP_EQ(jcount("devices."), 32 * NROWS, "json: %d devices of 32 keys, in row order", NROWS);
-  TAP_EQ(jcount(""), 2 + 32 * NROWS, "json: nothing else at the top level");
+  TAP_EQ(jcount("devices."), 37 * NROWS, "json: %d devices of 37 keys, in row order", NROWS);
+  TAP_EQ(jcount(""), 7 + 37 * NROWS,
+         "json: the run's scalars (version, pid, host, times, ended_by, complete) and no more");
+  tap_ok(strcmp(jget("hostname"), "null") == 0 && strcmp(jget("start_time"), "null") == 0 &&
+             strcmp(jget("end_time"), "null") == 0 && strcmp(jget("ended_by"), "null") == 0 &&
+             strcmp(jget("complete"), "true") == 0,
+         "json: what the run does not know is null; no notes -> complete");
+  tap_ok(strstr(json, "\"command\": []") && strstr(json, "\"job\": {}") &&
+             strstr(json, "\"gpus\": []") && strstr(json, "\"notes\": []"),
+         "json: empty command, job, gpus and notes");
   for (int d = 0; d < NROWS; d++) {
     check_json_row(d, &rows[d]);
   }
@@ -586,11 +620,11 @@ static void test_json(void) {
   expect_key(3, "utilization", "0.000000");
   python_check(json, "json: python3's json module reads it");
 
-  report_format_json(rows, 0, 0, json, sizeof json);
+  report_format_json(rows, 0, NULL, json, sizeof json);
   tap_ok(json_parse(json) && strstr(json, "\"devices\": []") != NULL &&
              strcmp(jget("pid"), "null") == 0,
          "json: no rows -> \"devices\": [], pid 0 -> null");
-  report_format_json(NULL, 3, PID, json, sizeof json);
+  report_format_json(NULL, 3, &run, json, sizeof json);
   tap_ok(json_parse(json) && jcount("devices.") == 0, "json: NULL rows -> no devices");
 }
 
@@ -607,7 +641,7 @@ static void test_json_odd_values(void) {
   r[2].pooled = 1;
   r[2].stats.fragmentation = 0.1234565;
   r[2].stats.bytes_requested_in_use = 10; /* more than in use: no negative waste */
-  report_format_json(r, 3, PID, json, sizeof json);
+  report_format_json(r, 3, &run, json, sizeof json);
   tap_ok(json_parse(json), "json odd values: valid");
   expect_key(0, "fragmentation", "1.000000");
   expect_key(1, "fragmentation", "0.000000");
@@ -661,7 +695,7 @@ static const char *sz(uint64_t v, char *buf) {
 }
 
 static void test_text(void) {
-  size_t n = report_format_text(rows, NROWS, PID, text, sizeof text);
+  size_t n = report_format_text(rows, NROWS, &run, text, sizeof text);
   TAP_EQ(n, strlen(text), "text: returns its length");
   tap_ok(n < REPORT_TEXT_MAX(NROWS), "text: within REPORT_TEXT_MAX");
   tap_ok(strncmp(text, "gpucap: memory report (pid 4242)\n", 33) == 0, "text: header with pid");
@@ -672,7 +706,7 @@ static void test_text(void) {
     widest = w > widest ? w : widest;
     lines++;
   }
-  TAP_EQ(lines, 1 + 2 * (1 + NROWS) + 3,
+  TAP_EQ(lines, 1 + 2 * (1 + NROWS) + 4,
          "text: header, two tables of one line per pool, legend (with the destroyed mark)");
   tap_ok(widest < 100, "text: every line under 100 columns (widest %d)", widest);
 
@@ -721,10 +755,15 @@ static void test_text(void) {
     char pct[2][32], num[4][24];
     if (r->pooled) {
       /* Rounded half up, once, from the exact value (the casts floor: values are >= 0). */
-      uint64_t f = (uint64_t)(s->fragmentation * 1000 + 0.5);
+      double avail = (double)s->free_bytes + (double)(s->bytes_limit - s->pool_bytes);
+      uint64_t f =
+          avail == 0 ? 0 : (uint64_t)((avail - (double)r->largest_request) * 1000 / avail + 0.5);
       uint64_t u =
           (uint64_t)((double)s->peak_bytes_in_use * 1000 / (double)s->peak_pool_bytes + 0.5);
       snprintf(pct[0], sizeof pct[0], "%" PRIu64 ".%" PRIu64 "%%", f / 10, f % 10);
+      if (r->largest_request == REPORT_UNKNOWN) {
+        strcpy(pct[0], "?");
+      }
       snprintf(pct[1], sizeof pct[1], "%" PRIu64 ".%" PRIu64 "%%", u / 10, u % 10);
     } else {
       strcpy(pct[0], "-");
@@ -745,27 +784,121 @@ static void test_text(void) {
   }
   tap_ok(strstr(text, "   1.0 MiB") != NULL && strstr(text, "   1.5 GiB") != NULL,
          "text: human sizes (1.0 MiB in use on device 1, 1.5 GiB on device 2)");
-  tap_ok(strstr(text, "  frag = 1 - largest free / free pool bytes") != NULL &&
-             strstr(text, "cap none = no cap") != NULL &&
+  tap_ok(strstr(text, "  frag = share of the free and unreserved bytes") != NULL &&
+             strstr(text, "cap none = no cap") != NULL && strstr(text, "? = not known") != NULL &&
              strstr(text, "* = context destroyed before exit") != NULL,
          "text: legend");
 
-  report_format_text(rows, 0, 0, text, sizeof text);
+  report_format_text(rows, 0, NULL, text, sizeof text);
   tap_ok(strcmp(text, "gpucap: memory report\n  no device memory was allocated\n") == 0,
          "text: no rows, no pid");
 }
 
+/* ---- The run ---- */
+
+static void test_time(void) {
+  static const struct {
+    int64_t ns;
+    const char *want;
+  } cases[] = {
+      {0, "1970-01-01T00:00:00.000Z"},
+      {951782400LL * 1000000000 + 999999999, "2000-02-29T00:00:00.999Z"},
+      {1798761599LL * 1000000000 + 1000000, "2026-12-31T23:59:59.001Z"},
+      {4107542400LL * 1000000000, "2100-03-01T00:00:00.000Z"},
+      {INT64_MAX, "2262-04-11T23:47:16.854Z"},
+  };
+  char buf[40];
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    size_t n = report_format_time(cases[k].ns, buf, sizeof buf);
+    tap_ok(n == 24 && strcmp(buf, cases[k].want) == 0, "time: %s", cases[k].want);
+    if (strcmp(buf, cases[k].want) != 0) {
+      tap_diag("  got %s", buf);
+    }
+  }
+  TAP_EQ(report_format_time(0, buf, 5), 24, "time: truncated, full length returned");
+  tap_ok(strcmp(buf, "1970") == 0, "time: truncated to cap - 1");
+}
+
+/* A run with every field filled, hostile bytes included. */
+static void fill_run(report_run_t *r) {
+  static const char cmd[] = "python3\0-c\0print(\"a\\b\")\0caf\xc3\xa9\0bad\xff\xc3\0\x01tab\t\0";
+  memset(r, 0, sizeof *r);
+  r->pid = PID;
+  strcpy(r->host, "node\"07");
+  memcpy(r->command, cmd, sizeof cmd - 1);
+  r->command_len = sizeof cmd - 1;
+  r->start_ns = 1798761599LL * 1000000000;
+  r->end_ns = r->start_ns + 1500000000;
+  strcpy(r->ended_by, "SIGTERM");
+  r->njob = 2;
+  strcpy(r->job[0].key, "slurm_job_id");
+  strcpy(r->job[0].value, "4711");
+  strcpy(r->job[1].key, "k8s_pod_name");
+  strcpy(r->job[1].value, "train-0");
+  r->ngpus = 2;
+  r->gpus[0] = (report_gpu_t){.device = 0, .name = "NVIDIA H100 80GB HBM3"};
+  strcpy(r->gpus[0].uuid, "GPU-01234567-89ab-cdef-0123-456789abcdef");
+  r->gpus[1] = (report_gpu_t){.device = 3};
+  r->nnotes = 2;
+  strcpy(r->notes[0], "device 0 context 1: left out, its pool was in use");
+  strcpy(r->notes[1], "GPUCAP_TRACE: its last 3 events were not written");
+}
+
+static void test_run(void) {
+  report_run_t full;
+  fill_run(&full);
+  size_t n = report_format_json(rows, NROWS, &full, json, sizeof json);
+  tap_ok(n < REPORT_JSON_MAX(NROWS) && json_parse(json), "run: JSON valid, within bounds");
+  tap_ok(strcmp(jget("hostname"), "\"node\\\"07\"") == 0, "run: hostname escaped");
+  tap_ok(strstr(json, "\"command\": [\"python3\", \"-c\", \"print(\\\"a\\\\b\\\")\", "
+                      "\"caf\xc3\xa9\", \"bad\\ufffd\\ufffd\", \"\\u0001tab\\u0009\"]") != NULL,
+         "run: command: one string per argument, escaped, valid UTF-8 kept, invalid bytes "
+         "U+FFFD");
+  tap_ok(strcmp(jget("start_time"), "\"2026-12-31T23:59:59.000Z\"") == 0 &&
+             strcmp(jget("end_time"), "\"2027-01-01T00:00:00.500Z\"") == 0,
+         "run: start and end times, RFC 3339 UTC");
+  tap_ok(strcmp(jget("ended_by"), "\"SIGTERM\"") == 0, "run: ended_by");
+  tap_ok(strcmp(jget("job.slurm_job_id"), "\"4711\"") == 0 &&
+             strcmp(jget("job.k8s_pod_name"), "\"train-0\"") == 0,
+         "run: job identifiers");
+  tap_ok(strcmp(jget("gpus.0.device"), "0") == 0 &&
+             strcmp(jget("gpus.0.name"), "\"NVIDIA H100 80GB HBM3\"") == 0 &&
+             strcmp(jget("gpus.0.uuid"), "\"GPU-01234567-89ab-cdef-0123-456789abcdef\"") == 0 &&
+             strcmp(jget("gpus.1.device"), "3") == 0 && strcmp(jget("gpus.1.name"), "null") == 0 &&
+             strcmp(jget("gpus.1.uuid"), "null") == 0,
+         "run: gpus, unknown name and UUID null");
+  tap_ok(strcmp(jget("complete"), "false") == 0 &&
+             strcmp(jget("notes.1"), "\"GPUCAP_TRACE: its last 3 events were not written\"") == 0,
+         "run: notes, and complete false");
+  python_check(json, "run: python3's json module reads it");
+
+  n = report_format_text(rows, NROWS, &full, text, sizeof text);
+  tap_ok(n < REPORT_TEXT_MAX(NROWS) &&
+             strncmp(text, "gpucap: memory report (pid 4242, ended by SIGTERM)\n", 51) == 0,
+         "run: text header names the signal");
+  tap_ok(strstr(text, "\n  note: device 0 context 1: left out, its pool was in use\n"
+                      "  note: GPUCAP_TRACE: its last 3 events were not written\n") != NULL &&
+             text[n - 1] == '\n',
+         "run: text ends with the notes");
+  strcpy(full.ended_by, "exit");
+  full.pid = 0;
+  report_format_text(NULL, 0, &full, text, sizeof text);
+  tap_ok(strncmp(text, "gpucap: memory report\n  no device memory was allocated\n  note: ", 63) ==
+             0,
+         "run: no rows, no pid, ended by exit: plain header, then the notes");
+}
+
 /* ---- Buffers, errno, bounds ---- */
 
-typedef size_t (*format_fn)(const report_row_t *, int, long, char *, size_t);
+typedef size_t (*format_fn)(const report_row_t *, int, const report_run_t *, char *, size_t);
 
 static void test_truncation(const char *what, format_fn fn) {
   static char full[BIG], trial[BIG + 64];
-  size_t len = fn(rows, NROWS, PID, full, sizeof full);
+  size_t len = fn(rows, NROWS, &run, full, sizeof full);
   int all_ok = 1;
   for (size_t cap = 1; cap <= len + 2 && all_ok; cap++) {
     memset(trial, '#', cap + 64);
-    size_t got = fn(rows, NROWS, PID, trial, cap);
+    size_t got = fn(rows, NROWS, &run, trial, cap);
     size_t kept = len < cap ? len : cap - 1;
     int ok = got == len && memcmp(trial, full, kept) == 0 && trial[kept] == '\0';
     for (size_t k = cap; k < cap + 64; k++) {
@@ -781,20 +914,20 @@ static void test_truncation(const char *what, format_fn fn) {
          "NUL-terminated, nothing written past cap",
          what);
   trial[0] = '#';
-  TAP_EQ(fn(rows, NROWS, PID, trial, 0), len, "%s: cap 0 measures and writes nothing", what);
+  TAP_EQ(fn(rows, NROWS, &run, trial, 0), len, "%s: cap 0 measures and writes nothing", what);
   tap_ok(trial[0] == '#', "%s: cap 0 leaves the buffer alone", what);
-  TAP_EQ(fn(rows, NROWS, PID, NULL, 0), len, "%s: NULL buffer with cap 0", what);
-  size_t exact = fn(rows, NROWS, PID, trial, len + 1);
+  TAP_EQ(fn(rows, NROWS, &run, NULL, 0), len, "%s: NULL buffer with cap 0", what);
+  size_t exact = fn(rows, NROWS, &run, trial, len + 1);
   tap_ok(exact == len && strcmp(trial, full) == 0, "%s: exact-length buffer holds it all", what);
-  size_t one_short = fn(rows, NROWS, PID, trial, len);
+  size_t one_short = fn(rows, NROWS, &run, trial, len);
   tap_ok(one_short == len && strlen(trial) == len - 1, "%s: one byte short loses the last", what);
 }
 
 static void test_errno(void) {
   char small[8];
   errno = EDOM;
-  report_format_text(rows, NROWS, PID, small, sizeof small);
-  report_format_json(rows, NROWS, PID, small, sizeof small);
+  report_format_text(rows, NROWS, &run, small, sizeof small);
+  report_format_json(rows, NROWS, &run, small, sizeof small);
   report_format_size(12345, small, sizeof small);
   TAP_EQ(errno, EDOM, "errno untouched by every formatter");
 }
@@ -812,11 +945,27 @@ static void test_bounds(void) {
     worst[k].stats.peak_pool_bytes = 1; /* utilization at its largest */
     worst[k].stats.bytes_requested_in_use = 0;
   }
+  /* The longest escapes everywhere: a control byte is 6 characters in JSON. */
+  static report_run_t bad;
+  memset(&bad, 0x01, sizeof bad);
+  bad.pid = LONG_MAX;
+  bad.command_len = sizeof bad.command;
+  bad.start_ns = bad.end_ns = INT64_MAX;
+  bad.njob = REPORT_JOB_MAX;
+  bad.ngpus = REPORT_GPUS_MAX;
+  bad.nnotes = REPORT_NOTES_MAX;
+  strcpy(bad.ended_by, "SIGTERM");
+  for (int k = 0; k < REPORT_GPUS_MAX; k++) {
+    bad.gpus[k].device = INT_MIN;
+  }
+  for (int k = 0; k < REPORT_JOB_MAX; k++) {
+    bad.job[k].key[0] = (char)('a' + k); /* keys of one object differ */
+  }
   static char big[REPORT_JSON_MAX(N) + REPORT_TEXT_MAX(N)];
-  size_t t1 = report_format_text(worst, 1, LONG_MAX, NULL, 0);
-  size_t tn = report_format_text(worst, N, LONG_MAX, NULL, 0);
-  size_t j1 = report_format_json(worst, 1, LONG_MAX, NULL, 0);
-  size_t jn = report_format_json(worst, N, LONG_MAX, big, sizeof big);
+  size_t t1 = report_format_text(worst, 1, &bad, NULL, 0);
+  size_t tn = report_format_text(worst, N, &bad, NULL, 0);
+  size_t j1 = report_format_json(worst, 1, &bad, NULL, 0);
+  size_t jn = report_format_json(worst, N, &bad, big, sizeof big);
   tap_diag("worst case: text %zu / %zu, json %zu / %zu (1 / %d rows)", t1, tn, j1, jn, N);
   tap_ok(t1 < REPORT_TEXT_MAX(1) && tn < REPORT_TEXT_MAX(N), "REPORT_TEXT_MAX bounds the worst");
   tap_ok(j1 < REPORT_JSON_MAX(1) && jn < REPORT_JSON_MAX(N), "REPORT_JSON_MAX bounds the worst");
@@ -834,7 +983,7 @@ static void test_locale(void) {
     tap_skip("json under a decimal-comma locale", "no such locale installed");
     return;
   }
-  report_format_json(rows, NROWS, PID, json, sizeof json);
+  report_format_json(rows, NROWS, &run, json, sizeof json);
   tap_ok(json_parse(json), "json under LC_NUMERIC=%s is still valid", got);
   setlocale(LC_NUMERIC, "C");
 }
@@ -846,13 +995,15 @@ int main(void) {
   test_json();
   test_json_odd_values();
   test_text();
+  test_time();
+  test_run();
   test_truncation("text", report_format_text);
   test_truncation("json", report_format_json);
   test_errno();
   test_bounds();
   test_locale();
   char line[256];
-  report_format_text(rows, NROWS, PID, text, sizeof text);
+  report_format_text(rows, NROWS, &run, text, sizeof text);
   tap_diag("sample text report:");
   for (int k = 0; line_at(text, k, line, sizeof line); k++) {
     tap_diag("%s", line);
