@@ -681,6 +681,9 @@ int cfg_expand_path(const char *path, long pid, char *out, size_t outlen) {
       }
       n += m;
       p++;
+    } else if (p[0] == '%' && p[1] == '%' && n + 1 < outlen) {
+      out[n++] = '%'; /* "%%": a literal '%', so a path can hold "%p" itself */
+      p++;
     } else if (n + 1 < outlen) {
       out[n++] = *p;
     } else {

@@ -114,8 +114,9 @@ int cfg_parse_path(const char *s, char *out, size_t outlen, char *why, size_t wh
 int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen);
 
 /* Copies the path a file setting names into out[outlen] with every `%p` replaced by `pid` in
- * decimal, as the file is created (so the processes of one job write separate files); every
- * other byte is copied as is. Fails iff the result does not fit with its NUL (-ENAMETOOLONG;
+ * decimal, as the file is created (so the processes of one job write separate files), and
+ * every `%%` by one `%` (scanning left to right: `%%p` is `%p`); every other byte is copied as
+ * is. Fails iff the result does not fit with its NUL (-ENAMETOOLONG;
  * out then holds no meaningful text). O(strlen(path)); errno unchanged. */
 int cfg_expand_path(const char *path, long pid, char *out, size_t outlen);
 

@@ -1,10 +1,12 @@
-/* What gpucap does at process exit: withdraws its IPC exports, writes out the allocation
- * trace and, only for a process
- * that allocated (or was refused) device memory, the exit report: a table to stderr or a file
- * (GPUCAP_REPORT) and JSON (GPUCAP_REPORT_JSON). Runs from a destructor: no CUDA call, no
- * malloc (static buffers), files created without following symlinks. A forked child that
- * inherited the parent's pools reports nothing. _exit() and SIGKILL skip all of this.
+/* What gpucap does when the process ends (see shim/exit.h): withdraws its IPC exports, writes
+ * out the allocation trace and, only for a process that allocated (or was refused) device
+ * memory, the exit report: a table to stderr or a file (GPUCAP_REPORT) and JSON
+ * (GPUCAP_REPORT_JSON), with notes saying what could not be included. It runs once, from a
+ * destructor at a normal exit. No CUDA call, no malloc (static buffers), no lock that it waits
+ * for longer than EXIT_WAIT_MS. _exit() and fatal signals skip all of this.
  */
+#include "shim/exit.h"
+
 #include "config/cfg.h"
 #include "core/report.h"
 #include "shim/cap.h"
@@ -17,7 +19,13 @@
 #include "shim/trace.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ROWS (2 * POOL_MAX + CAP_MAX_DEVICES) /* live pools, destroyed ones, pass-through */
@@ -27,7 +35,48 @@ static int nrows;
 static report_run_t run;
 static char text[REPORT_TEXT_MAX(MAX_ROWS)];
 static char json[REPORT_JSON_MAX(MAX_ROWS)];
-static bool fork_child;
+
+enum { RUNNING, ENDING, ENDED };
+static atomic_int phase;
+static _Atomic int64_t deadline;  /* CLOCK_MONOTONIC ns: exit_lock gives up then */
+
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void start_waiting(void) {
+  atomic_store(&deadline, monotonic_ns() + (int64_t)EXIT_WAIT_MS * 1000000);
+}
+
+bool exit_wait(void) {
+  if (monotonic_ns() >= atomic_load(&deadline)) {
+    return false;
+  }
+  struct timespec pause = {0, 200000};
+  nanosleep(&pause, NULL);
+  return true;
+}
+
+bool exit_lock(pthread_mutex_t *m) {
+  while (pthread_mutex_trylock(m) != 0) {
+    if (!exit_wait()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void exit_note(const char *fmt, ...) {
+  if (run.nnotes >= REPORT_NOTES_MAX) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(run.notes[run.nnotes++], REPORT_NOTE_MAX, fmt, ap);
+  va_end(ap);
+}
 
 static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bool destroyed,
                     uint64_t largest_request) {
@@ -48,36 +97,49 @@ static void add_pool(void *arg, const struct pool_report *p) {
   add_row(p->dev, p->index, &p->stats, 1, p->destroyed, p->largest_request);
 }
 
+static void busy_pool(void *arg, int dev, int index) {
+  (void)arg;
+  char held[REPORT_SIZE_MAX];
+  if (dev < 0) {
+    exit_note("the pools of contexts destroyed before exit are left out: their list was in use "
+              "when the process ended");
+    return;
+  }
+  report_format_size(cap_used(dev), held, sizeof held);
+  exit_note("device %d context %d: left out, its pool was in use when the process ended (device "
+            "%d had %s charged then)",
+            dev, index, dev, held);
+}
+
 static void add_passthrough(void *arg, int dev, const bfc_stats_t *stats) {
   (void)arg;
   add_row(dev, 0, stats, 0, false, 0);
 }
 
+/* Writes a whole report file, or leaves it empty after one warning: never a cut one. */
 static void write_file(const char *setting, const char *path, const char *buf, size_t len) {
-  int fd = log_create(setting, path);
-  if (fd >= 0) {
-    log_write_fd(fd, buf, len);
-    close(fd);
-  }
-}
-
-void exit_fork_child(void) {
-  fork_child = true;
-}
-
-__attribute__((destructor)) static void exit_report(void) {
-  int saved = errno;
-  ipc_exit();
-  trace_flush();
-  pool_settle_at_exit();
-  pool_each(add_pool, NULL);
-  memory_each_passthrough(add_passthrough, NULL);
-  if (nrows == 0 || fork_child) {
-    errno = saved;
+  char full[PATH_MAX];
+  int fd = log_create(setting, path, full, sizeof full);
+  if (fd < 0) {
     return;
   }
+  int err = log_write_fd(fd, buf, len, NULL);
+  if (err != 0) {
+    (void)ftruncate(fd, 0); /* fails harmlessly on a pipe or a device */
+  }
+  if (close(fd) != 0 && err == 0) {
+    err = errno; /* a delayed write error (NFS, a full quota) */
+  }
+  if (err != 0) {
+    log_msg(LOG_WARN, "%s: cannot write '%s': %s; the report is not in that file", setting, full,
+            strerror(err));
+  }
+}
+
+static void report(const char *ended_by) {
   const cfg_t *cfg = cap_settings();
-  runinfo_fill(&run, "exit");
+  bool written = false;
+  runinfo_fill(&run, ended_by);
   if (cfg->report.kind != CFG_DEST_OFF) {
     size_t n = report_format_text(rows, nrows, &run, text, sizeof text);
     n = n < sizeof text ? n : sizeof text - 1;
@@ -86,10 +148,43 @@ __attribute__((destructor)) static void exit_report(void) {
     } else {
       log_write_raw(text, n);
     }
+    written = true;
   }
   if (cfg->report_json[0]) {
     size_t n = report_format_json(rows, nrows, &run, json, sizeof json);
     write_file("GPUCAP_REPORT_JSON", cfg->report_json, json, n < sizeof json ? n : sizeof json - 1);
+    written = true;
   }
+  for (int i = 0; !written && i < run.nnotes; i++) {
+    log_msg(LOG_WARN, "at exit: %s", run.notes[i]); /* no report to hold them */
+  }
+}
+
+/* The exit path, once per process; ended_by is "exit". */
+static void finish(const char *ended_by) {
+  int expected = RUNNING;
+  if (!atomic_compare_exchange_strong(&phase, &expected, ENDING)) {
+    return;
+  }
+  int saved = errno;
+  start_waiting();
+  ipc_exit();
+  trace_exit();
+  pool_each(add_pool, busy_pool, NULL);
+  memory_each_passthrough(add_passthrough, NULL);
+  if (nrows > 0 || run.nnotes > 0) {
+    report(ended_by);
+  }
+  atomic_store(&phase, ENDED);
   errno = saved;
+}
+
+void exit_fork_child(void) {
+  nrows = 0;
+  run.nnotes = 0;
+  atomic_store(&phase, RUNNING);
+}
+
+__attribute__((destructor)) static void exit_report(void) {
+  finish("exit");
 }

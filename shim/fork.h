@@ -15,7 +15,7 @@ void vmm_fork_child(void);
 /* The child forgets which stream-ordered pool is on which device (shim/async.c). */
 void async_fork_child(void);
 
-/* The exit report is not written by a fork child. */
+/* The exit path of a fork child starts over (shim/exit.c). */
 void exit_fork_child(void);
 
 #endif

@@ -3,7 +3,9 @@
  * Exporter: cuIpcGetMemHandle of a pooled block asks the driver for its region (address range)
  * and the region's handle, writes {region handle, offset, size} to
  * /dev/shm/gpucap-UID/PID-TOKEN and hands the program a gpucap handle naming that file. The
- * file goes when the block is freed or the process exits.
+ * file goes when the block is freed or the process exits: the exit path removes every file of
+ * its pid from the directory once no thread is creating one, and no thread creates one after
+ * the exit path began (so none outlives the process, whatever the other threads are doing).
  * Importer: cuIpcOpenMemHandle(_v2) of a gpucap handle reads the file, opens the region
  * through the driver, checks the block lies inside what the driver mapped and answers
  * region + offset; each open is one driver open, each cuIpcCloseMemHandle one driver close of
@@ -11,6 +13,7 @@
  */
 #include "shim/ipc.h"
 
+#include "shim/exit.h"
 #include "shim/log.h"
 #include "shim/pool.h"
 #include "shim/real.h"
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
@@ -69,6 +73,13 @@ static struct import *imports;
 static size_t nimports, capimports;
 static atomic_size_t imported; /* == nimports, read without the lock */
 static uint64_t next_token;
+/* Export files and the exit path, sequentially consistent: a thread counts itself in creating,
+ * then creates a file only if exiting is still false; the exit path sets exiting, then waits
+ * for creating to drop to 0 before it scans. Either the thread sees exiting (and creates
+ * nothing) or the exit path sees it counted (and scans after its file exists). */
+static atomic_bool exiting;
+static atomic_int creating;
+static atomic_bool ever_exported;
 
 /* Grows *arr (of elem-sized items) to hold n + 1; false when host memory ran out. */
 static bool reserve_one(void **arr, size_t *cap, size_t n, size_t elem) {
@@ -116,15 +127,23 @@ static void unlink_export(uint64_t token) {
   unlink(path);
 }
 
-/* Writes the export file of token. */
+/* Writes the export file of token; never once the process is exiting. */
 static bool write_record(uint64_t token, const struct record *r) {
   char path[96];
   file_path(path, sizeof path, (uint32_t)getuid(), (int32_t)getpid(), token);
   if (!own_dir()) {
     return false;
   }
+  atomic_store(&ever_exported, true);
+  atomic_fetch_add(&creating, 1);
+  if (atomic_load(&exiting)) {
+    atomic_fetch_sub(&creating, 1);
+    log_msg(LOG_ERROR, "cuIpcGetMemHandle: the process is exiting: nothing is shared any more");
+    return false;
+  }
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
-  bool ok = fd >= 0 && log_write_fd(fd, (const char *)r, sizeof *r);
+  atomic_fetch_sub(&creating, 1);
+  bool ok = fd >= 0 && log_write_fd(fd, (const char *)r, sizeof *r, NULL) == 0;
   if (!ok) {
     log_msg(LOG_ERROR, "cuIpcGetMemHandle: cannot write %s: %s", path, strerror(errno));
   }
@@ -388,16 +407,43 @@ bool ipc_imported_block(uint64_t addr, uint64_t *base, uint64_t *size) {
   return found;
 }
 
+/* A directory entry as getdents64 returns it. */
+struct dirent64_raw {
+  uint64_t ino;
+  int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[];
+};
+
 void ipc_exit(void) {
-  if (pthread_mutex_trylock(&lock) != 0) {
-    return; /* another thread is exporting right now: its files stay (tiny, named by pid) */
+  atomic_store(&exiting, true);
+  if (!atomic_load(&ever_exported)) {
+    return;
   }
-  for (size_t i = 0; i < nexports; i++) {
-    unlink_export(exports[i].token);
+  while (atomic_load(&creating) > 0 && exit_wait()) {
+    /* a thread is creating a file right now: scan once it exists */
   }
-  nexports = 0;
-  atomic_store_explicit(&exported, 0, memory_order_relaxed);
-  pthread_mutex_unlock(&lock);
+  /* Every file of this pid, whether or not another thread holds the list: no lock, no malloc
+   * (getdents64 into a stack buffer). */
+  char dir[64], prefix[24];
+  (void)snprintf(dir, sizeof dir, DIR_FMT, (unsigned)getuid());
+  int plen = snprintf(prefix, sizeof prefix, "%d-", (int)getpid());
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _Alignas(8) char entries[4096];
+  long n;
+  while (dfd >= 0 && (n = syscall(SYS_getdents64, dfd, entries, sizeof entries)) > 0) {
+    for (long at = 0; at < n;) {
+      const struct dirent64_raw *e = (const void *)(entries + at);
+      if (strncmp(e->name, prefix, (size_t)plen) == 0) {
+        unlinkat(dfd, e->name, 0);
+      }
+      at += e->reclen;
+    }
+  }
+  if (dfd >= 0) {
+    close(dfd);
+  }
 }
 
 /* A fork child's lists as the parent left them: kept, not freed (volatile, so the stores
@@ -412,6 +458,9 @@ void ipc_fork_child(void) {
   exports = NULL;
   imports = NULL;
   nexports = nimports = capexports = capimports = 0;
+  atomic_store(&exiting, false);
+  atomic_store(&creating, 0);
+  atomic_store(&ever_exported, false);
   atomic_store_explicit(&exported, 0, memory_order_relaxed);
   atomic_store_explicit(&imported, 0, memory_order_relaxed);
 }

@@ -28,7 +28,9 @@ void ipc_forget_block(uint64_t base);
  * the address the open returned and the block's size. O(imports). */
 bool ipc_imported_block(uint64_t addr, uint64_t *base, uint64_t *size);
 
-/* At exit: withdraws every export of this process (removes its files). No CUDA call. */
+/* At exit: withdraws every export of this process (removes every file of its pid, even while
+ * other threads are exporting: an export finished after this call removes its own file). No
+ * CUDA call, no lock, no malloc; async-signal-safe. */
 void ipc_exit(void);
 
 /* fork() support, in the child: forget every export (the parent's files are the parent's) and

@@ -1,6 +1,8 @@
 /* Messages to stderr for the shim: prefix, stack buffer, one write(2), errno untouched; and
- * safe creation of the files settings name.
- * Verbosity is a relaxed atomic so any thread may log at any time.
+ * safe creation of the files settings name, remembering which file each output setting got so
+ * that two settings never write one file. Verbosity is a relaxed atomic so any thread may log
+ * at any time; the list of created files is append-only, each entry published with a release
+ * store.
  */
 #include "shim/log.h"
 
@@ -13,52 +15,118 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static atomic_int verbosity;
+
+/* The regular files the output settings created, for the same-file check. */
+#define OUTPUTS 8
+static struct output {
+  dev_t dev;
+  ino_t ino;
+  const char *setting;
+  atomic_bool ready;
+} outputs[OUTPUTS];
+static atomic_int noutputs;
 
 void log_set_verbosity(int level) {
   atomic_store_explicit(&verbosity, level, memory_order_relaxed);
 }
 
-bool log_write_fd(int fd, const char *text, size_t len) {
+int log_write_fd(int fd, const char *text, size_t len, size_t *done) {
   int saved = errno;
-  while (len > 0) {
-    ssize_t n = write(fd, text, len);
+  int err = 0;
+  size_t at = 0;
+  while (at < len && err == 0) {
+    ssize_t n = write(fd, text + at, len - at);
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n <= 0) {
+      err = n < 0 ? errno : EIO;
       break;
     }
-    text += n;
-    len -= (size_t)n;
+    at += (size_t)n;
+  }
+  if (done != NULL) {
+    *done = at;
   }
   errno = saved;
-  return len == 0;
+  return err;
 }
 
 void log_write_raw(const char *text, size_t len) {
-  log_write_fd(STDERR_FILENO, text, len);
+  log_write_fd(STDERR_FILENO, text, len, NULL);
 }
 
-int log_create(const char *setting, const char *path) {
-  int saved = errno;
-  char full[PATH_MAX];
-  int fd = -1;
-  if (cfg_expand_path(path, (long)getpid(), full, sizeof full) != 0) {
-    log_msg(LOG_WARN, "%s: '%s' is too long once %%p is expanded", setting, path);
-  } else {
-    /* O_NONBLOCK: a FIFO planted at the path fails (ENXIO) instead of blocking forever. */
-    fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0666);
-    if (fd < 0) {
-      log_msg(LOG_WARN, "%s: cannot create '%s': %s", setting, full, strerror(errno));
-    } else {
-      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+/* The output setting that already created the file st names, or NULL. */
+static const char *created_by(const struct stat *st) {
+  int n = atomic_load_explicit(&noutputs, memory_order_acquire);
+  for (int i = 0; i < n && i < OUTPUTS; i++) {
+    if (atomic_load_explicit(&outputs[i].ready, memory_order_acquire) &&
+        outputs[i].dev == st->st_dev && outputs[i].ino == st->st_ino) {
+      return outputs[i].setting;
     }
   }
+  return NULL;
+}
+
+static void remember(const char *setting, const struct stat *st) {
+  int i = atomic_fetch_add_explicit(&noutputs, 1, memory_order_acq_rel);
+  if (i < OUTPUTS) {
+    outputs[i].dev = st->st_dev;
+    outputs[i].ino = st->st_ino;
+    outputs[i].setting = setting;
+    atomic_store_explicit(&outputs[i].ready, true, memory_order_release);
+  }
+}
+
+int log_create(const char *setting, const char *path, char *full, size_t fullcap) {
+  int saved = errno;
+  struct stat st;
+  if (cfg_expand_path(path, (long)getpid(), full, fullcap) != 0) {
+    log_msg(LOG_WARN, "%s: '%s' is too long once %%p is expanded", setting, path);
+    errno = saved;
+    return -1;
+  }
+  /* O_NONBLOCK: a FIFO planted at the path fails (ENXIO) instead of blocking forever. A file
+   * this call creates is ours whoever the filesystem says owns it (root squashing); an existing
+   * one is opened without O_TRUNC and emptied only once it is known to be ours to write. */
+  const int flags = O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+  int fd = open(full, flags | O_CREAT | O_EXCL, 0666);
+  bool created = fd >= 0;
+  if (fd < 0 && errno == EEXIST) {
+    fd = open(full, flags);
+  }
+  const char *other = NULL;
+  if (fd < 0) {
+    log_msg(LOG_WARN, "%s: cannot create '%s': %s", setting, full, strerror(errno));
+  } else if (fstat(fd, &st) != 0) {
+    log_msg(LOG_WARN, "%s: cannot examine '%s': %s", setting, full, strerror(errno));
+  } else if (!created && S_ISREG(st.st_mode) && st.st_uid != geteuid()) {
+    log_msg(LOG_WARN, "%s: '%s' belongs to user %u, not to this user (%u): not written", setting,
+            full, (unsigned)st.st_uid, (unsigned)geteuid());
+  } else if (!created && S_ISREG(st.st_mode) && (other = created_by(&st)) != NULL) {
+    log_msg(LOG_WARN,
+            "%s: '%s' is the file %s writes: not written (give each setting its "
+            "own path)",
+            setting, full, other);
+  } else if (!created && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) {
+    log_msg(LOG_WARN, "%s: cannot empty '%s': %s", setting, full, strerror(errno));
+  } else {
+    if (S_ISREG(st.st_mode)) {
+      remember(setting, &st);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    errno = saved;
+    return fd;
+  }
+  if (fd >= 0) {
+    close(fd);
+  }
   errno = saved;
-  return fd;
+  return -1;
 }
 
 void log_msg(enum log_level level, const char *fmt, ...) {

@@ -22,15 +22,22 @@ __attribute__((format(printf, 2, 3))) void log_msg(enum log_level level, const c
 /* Writes `len` bytes of already formatted text to stderr as is (used for multi-line reports). */
 void log_write_raw(const char *text, size_t len);
 
-/* Writes all `len` bytes to fd, retrying short writes and EINTR; errno untouched. Returns
- * true iff everything was written. */
-bool log_write_fd(int fd, const char *text, size_t len);
+/* Writes all `len` bytes to fd, retrying short writes and EINTR; errno untouched. Returns 0
+ * iff everything was written, else the errno of the write that failed (ENOSPC, EFBIG, EIO...;
+ * EIO for a write that wrote nothing without an error); *done (when done is not NULL) gets the
+ * bytes written. Async-signal-safe. */
+int log_write_fd(int fd, const char *text, size_t len, size_t *done);
 
-/* Creates (truncates) the file a setting named, for writing, "%p" in the path replaced by the
- * process id (so the processes of one job do not overwrite each other's files): never through
- * a symlink planted at the path (O_NOFOLLOW), mode 0666 less the user's umask, close-on-exec.
- * Returns the fd, or -1 after one warning naming `setting`, the path and the reason. errno
- * untouched. */
-int log_create(const char *setting, const char *path);
+/* Creates the file a setting named, for writing and empty, its path expanded by
+ * cfg_expand_path ("%p" the process id, "%%" a '%': so the processes of one job do not
+ * overwrite each other's files; the result is copied to full[fullcap] for messages): mode 0666
+ * less the user's umask, close-on-exec.
+ * Refuses, after one warning naming `setting`, the path and the reason: a symlink planted at the
+ * path (O_NOFOLLOW), an existing regular file that another user owns (planted in a shared
+ * directory), and a regular file that another of the process's output settings already
+ * created (GPUCAP_REPORT, GPUCAP_REPORT_JSON and GPUCAP_TRACE naming one file would overwrite
+ * each other). An existing file is emptied only once these checks pass; a FIFO or character
+ * device is written as it is. Returns the fd, or -1. errno untouched; no malloc. */
+int log_create(const char *setting, const char *path, char *full, size_t fullcap);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "config/cfg.h"
 #include "shim/cap.h"
+#include "shim/exit.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
 #include "shim/pending.h"
@@ -508,20 +509,6 @@ uint64_t pool_idle_bytes(int dev) {
   return idle;
 }
 
-void pool_settle_at_exit(void) {
-  int n = atomic_load_explicit(&npools, memory_order_acquire);
-  for (int i = 0; i < n; i++) {
-    /* trylock: at exit another thread may still be inside the driver holding a pool. */
-    if (pthread_mutex_trylock(&pools[i].lock) != 0) {
-      continue;
-    }
-    if (pools[i].pool) {
-      bfc_retire(pools[i].pool);
-    }
-    pthread_mutex_unlock(&pools[i].lock);
-  }
-}
-
 /* Sums the bytes of the regions whose chunks are all free (bfc_walk visitor). */
 struct free_regions {
   uint64_t total;  /* bytes of wholly free regions so far */
@@ -553,22 +540,29 @@ static uint64_t largest_request(const bfc_pool_t *pool, const bfc_stats_t *s) {
   return grown > s->largest_free_block_bytes ? grown : s->largest_free_block_bytes;
 }
 
-void pool_each(void (*fn)(void *arg, const struct pool_report *r), void *arg) {
-  if (pthread_mutex_trylock(&registry) == 0) {
+void pool_each(void (*fn)(void *arg, const struct pool_report *r),
+               void (*busy)(void *arg, int dev, int index), void *arg) {
+  if (exit_lock(&registry)) {
     for (int i = 0; i < nended; i++) {
       struct pool_report r = {ended[i].dev, ended[i].index, true, ended[i].stats,
                               ended[i].largest_request};
       fn(arg, &r);
     }
     pthread_mutex_unlock(&registry);
+  } else {
+    busy(arg, -1, -1); /* the pools of destroyed contexts */
   }
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
-    struct pool_report r = {0, 0, false, {0}, 0};
-    if (pthread_mutex_trylock(&pools[i].lock) != 0) {
-      continue; /* busy in another thread at exit: leave it out rather than hang */
+    /* dev and index only change when a slot is reused, under its lock: read again below. */
+    struct pool_report r = {pools[i].dev, pools[i].index, false, {0}, 0};
+    if (!exit_lock(&pools[i].lock)) {
+      busy(arg, r.dev, r.index); /* still busy in another thread at exit: say so, never hang */
+      continue;
     }
     if (pools[i].pool) {
+      /* No block will be handed out again: settle the deferred frees (bookkeeping only). */
+      bfc_retire(pools[i].pool);
       bfc_stats(pools[i].pool, &r.stats);
       r.largest_request = largest_request(pools[i].pool, &r.stats);
     }

@@ -65,11 +65,6 @@ void pool_fork_child(void);
  * deferred chunks. Takes each pool's lock briefly. */
 uint64_t pool_idle_bytes(int dev);
 
-/* For the exit report only: no block will be handed out again, so every deferred free is
- * settled into free chunks (bookkeeping only; no CUDA call) to show the pool as it ends. A
- * pool whose lock another thread holds is skipped (never waits). */
-void pool_settle_at_exit(void);
-
 /* A pool as the exit report sees it. */
 struct pool_report {
   int dev;                  /* its device */
@@ -79,9 +74,13 @@ struct pool_report {
   uint64_t largest_request; /* the largest single request it could serve (docs/report.md) */
 };
 
-/* For the exit report: calls fn for every pool that served or refused at least one
- * allocation (at most POOL_MAX pools of destroyed contexts are kept). A pool whose lock
- * another thread holds is left out (never waits); makes no CUDA call; O(pools + chunks). */
-void pool_each(void (*fn)(void *arg, const struct pool_report *r), void *arg);
+/* For the exit report: settles every deferred free into free chunks (no block will be handed
+ * out again; bookkeeping only) and calls fn for every pool that served or refused at least one
+ * allocation (at most POOL_MAX pools of destroyed contexts are kept), and busy for a pool
+ * whose lock stayed busy at exit (with dev and index -1 for the list of destroyed contexts'
+ * pools). Takes each lock with exit_lock (never waits longer than EXIT_WAIT_MS in all); makes
+ * no CUDA call; O(pools + chunks). */
+void pool_each(void (*fn)(void *arg, const struct pool_report *r),
+               void (*busy)(void *arg, int dev, int index), void *arg);
 
 #endif

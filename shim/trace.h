@@ -1,11 +1,13 @@
 /* GPUCAP_TRACE: every allocation event, in RAPIDS RMM's CSV log format
  * (`Thread,Time,Action,Pointer,Size,Stream`), so RMM's replay benchmark and gpucap-replay can
- * read it. Events are buffered in memory and written in large appends, and at exit.
- * Thread-safe (one mutex around the buffer); a no-op when GPUCAP_TRACE is unset.
+ * read it. Events are buffered in memory and written in large appends, and at exit; the file
+ * only ever holds whole lines. Thread-safe (one mutex around the buffer); a
+ * no-op when GPUCAP_TRACE is unset.
  */
 #ifndef GPUCAP_SHIM_TRACE_H
 #define GPUCAP_SHIM_TRACE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum trace_action { TRACE_ALLOC, TRACE_ALLOC_FAILURE, TRACE_FREE };
@@ -13,11 +15,17 @@ enum trace_action { TRACE_ALLOC, TRACE_ALLOC_FAILURE, TRACE_FREE };
 /* Records one event: the block's address (0 for a failure) and the bytes asked for. */
 void trace_event(enum trace_action action, uint64_t ptr, uint64_t size);
 
-/* Writes out whatever is buffered. Called at exit; safe to call any time. */
-void trace_flush(void);
+/* Writes out whatever is buffered, taking the lock with exit_lock (shim/exit.h). Returns false
+ * iff the lock stayed busy (the buffer is then left as it is). Async-signal-safe. */
+bool trace_flush(void);
 
-/* fork() support, in the child: a fresh lock; the child traces nothing (the file and the
- * buffered lines are the parent's). */
+/* On the exit path: trace_flush, then an exit note for anything the trace lost (events left in
+ * a buffer that stayed busy, or after a write failed). */
+void trace_exit(void);
+
+/* fork() support, in the child: a fresh lock and an empty buffer. The child traces like any
+ * process if its parent had not opened the trace yet, and never if it had (the file is the
+ * parent's). */
 void trace_fork_child(void);
 
 #endif

@@ -37,6 +37,156 @@ done
 is "$hung" 0 "fork stress: no run hung ($RUNS runs of 200 forks while threads trim pools)"
 is "$forked" "$RUNS" "fork stress: every run forked 200 children and ended normally"
 
+# ---- exit while other threads allocate: the report is always written, never silently cut --
+missing=0
+invalid=0
+for i in $(seq "$((2 * RUNS))"); do
+  rm -f "$WORK/busy.json"
+  GPUCAP_MEMORY_LIMIT=32MiB GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/busy.json" \
+    with_shim timeout 60 "$LIFE" busyexit >/dev/null 2>&1
+  if [ ! -s "$WORK/busy.json" ]; then
+    missing=$((missing + 1))
+  elif ! valid_report "$WORK/busy.json" || ! grep -q '"complete": true' "$WORK/busy.json" &&
+    ! grep -q 'are left out: their list was in use\|left out, its pool was in use' \
+      "$WORK/busy.json"; then
+    invalid=$((invalid + 1))
+  fi
+done
+is "$missing" 0 "exit while 4 threads allocate: the JSON report is written ($((2 * RUNS)) runs)"
+is "$invalid" 0 "and it is valid, complete or saying which pools it left out"
+
+# ---- a signal handler calls exit() while the trace is being written ----
+# The trace goes to a FIFO that nobody reads, so the program blocks in a write made with the
+# trace's lock held; once it does (the kernel says it waits in pipe_write, or in the write
+# system call), SIGALRM's handler calls exit() on that very thread. (Under TSan the fake
+# driver's destructor, which frees memory, is reported as unsafe in a signal handler: the
+# program's doing. gpucap's exit path is not excused.)
+mkfifo "$WORK/fifo"
+sleep 120 <"$WORK/fifo" >/dev/null 2>&1 &
+reader=$!
+printf 'signal:fk_mem_teardown\nsignal:fk_stream_teardown\n' >"$WORK/tsan.supp"
+GPUCAP_TRACE="$WORK/fifo" GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/sig.json" \
+  TSAN_OPTIONS="suppressions=$WORK/tsan.supp" LD_LIBRARY_PATH="$FAKE_DIR" \
+  LD_PRELOAD="$(preload)" timeout 60 "$LINKED" sigexit >/dev/null 2>"$WORK/sig.err" &
+waiter=$!
+write_nr=$([ "$(uname -m)" = aarch64 ] && echo 64 || echo 1)
+pid=
+for i in $(seq 1000); do
+  pid=$(pgrep -P "$waiter" | head -n 1)
+  [ -n "$pid" ] && grep -qs pipe_write "/proc/$pid/wchan" && break
+  [ -n "$pid" ] && [ "$(cut -d' ' -f1 "/proc/$pid/syscall" 2>/dev/null)" = "$write_nr" ] && break
+  sleep 0.02
+done
+[ -n "$pid" ] && kill -ALRM "$pid"
+wait "$waiter"
+is "$?" 0 "exit() from a signal handler that interrupted the trace's write does not hang"
+kill "$reader" 2>/dev/null
+wait "$reader" 2>/dev/null
+grep -q 'GPUCAP_TRACE: its last [0-9]* events were not written: the trace was in use' \
+  "$WORK/sig.json" && grep -q '"complete": false' "$WORK/sig.json"
+ok $? "the report is written and says what the trace lost"
+
+# ---- full disk: never a silently cut file ----
+# A file size limit (RLIMIT_FSIZE, SIGXFSZ ignored) cuts the trace after 16 KiB.
+(
+  trap '' XFSZ
+  ulimit -f 16
+  GPUCAP_TRACE="$WORK/cut.csv" GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/cut.json" \
+    with_shim "$LIFE" many 3000 2>"$WORK/cut.err"
+)
+size=$(stat -c %s "$WORK/cut.csv")
+[ "$size" -gt 0 ] && [ "$size" -le 16384 ] && [ "$(tail -c 1 "$WORK/cut.csv" | od -An -c | tr -d ' ')" = '\n' ]
+ok $? "a trace over the file size limit ends at its last whole line ($size bytes)"
+lines=$(($(wc -l <"$WORK/cut.csv") - 1))
+grep -q "GPUCAP_TRACE: cannot write '$WORK/cut.csv': File too large" "$WORK/cut.err"
+ok $? "one warning says so"
+is "$(grep -c 'warning' "$WORK/cut.err")" 1 "only one"
+grep -q "GPUCAP_TRACE: writing failed at .* (File too large): the file ends there; $((6000 - lines)) events were left out" "$WORK/cut.json"
+ok $? "the report notes it, with the $((6000 - lines)) events left out"
+ASAN_OPTIONS=detect_leaks=0 "$BUILD/gpucap" plot "$WORK/cut.csv" -o "$WORK/cut.svg" 2>/dev/null
+ok $? "gpucap plot reads the trace"
+# A report larger than the limit is left empty, with a warning, rather than cut.
+(
+  trap '' XFSZ
+  ulimit -f 1
+  GPUCAP_REPORT_JSON="$WORK/big.json" GPUCAP_REPORT="$WORK/big.txt" with_shim "$LIFE" many 30 \
+    2>"$WORK/big.err"
+)
+is "$(stat -c %s "$WORK/big.json")" 0 "a JSON report over the file size limit is left empty"
+grep -q "GPUCAP_REPORT_JSON: cannot write '$WORK/big.json': File too large" "$WORK/big.err"
+ok $? "with a warning naming it"
+GPUCAP_REPORT_JSON=/dev/full with_shim "$LIFE" many 3 2>"$WORK/full.err" >/dev/null
+grep -q "GPUCAP_REPORT_JSON: cannot write '/dev/full': No space left on device" "$WORK/full.err"
+ok $? "a full device (/dev/full): a warning"
+# A really full filesystem, where one can be mounted (root).
+mkdir "$WORK/tiny"
+if mount -t tmpfs -o size=48k tmpfs "$WORK/tiny" 2>/dev/null; then
+  GPUCAP_TRACE="$WORK/tiny/t.csv" GPUCAP_REPORT=off with_shim "$LIFE" many 3000 2>"$WORK/tiny.err"
+  [ "$(tail -c 1 "$WORK/tiny/t.csv" | od -An -c | tr -d ' ')" = '\n' ] &&
+    grep -q "GPUCAP_TRACE: cannot write '$WORK/tiny/t.csv': No space left on device" \
+      "$WORK/tiny.err"
+  ok $? "a full tmpfs: the trace ends at a whole line, and a warning says why"
+  umount "$WORK/tiny"
+else
+  skip "a full tmpfs" "mounting a tmpfs needs root"
+fi
+
+# ---- forked workers of a parent that never used CUDA report like any process ----
+mkdir "$WORK/workers"
+GPUCAP_REPORT="$WORK/workers/r-%p.txt" GPUCAP_REPORT_JSON="$WORK/workers/j-%p.json" \
+  GPUCAP_TRACE="$WORK/workers/t-%p.csv" with_shim "$LIFE" workers 3
+is "$(ls "$WORK/workers" | grep -c '^j-')" 3 "3 workers: 3 JSON reports"
+is "$(ls "$WORK/workers" | grep -c '^r-')" 3 "3 reports"
+is "$(ls "$WORK/workers" | grep -c '^t-')" 3 "3 traces"
+ok=0
+for j in "$WORK"/workers/j-*.json; do
+  valid_report "$j" && grep -q '"num_allocs": [1-9]' "$j" || ok=1
+done
+ok "$ok" "each a valid report of that worker's allocations"
+
+# ---- IPC export files: none outlives a process that exits while threads export ----
+left=0
+for i in $(seq "$((2 * RUNS))"); do
+  GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off LD_LIBRARY_PATH="$FAKE_DIR" \
+    LD_PRELOAD="$(preload)" "$LIFE" exports >/dev/null 2>&1 &
+  pid=$!
+  wait "$pid"
+  n=$(ls "$SHM" 2>/dev/null | grep -c "^$pid-")
+  [ "$n" -gt 0 ] && left=$((left + 1))
+done
+is "$left" 0 "exit while 4 threads export: no export file of the process is left ($((2 * RUNS)) runs)"
+
+# ---- output files: planted files, one path for two settings, %% ----
+mkdir -m 1777 "$WORK/sticky"
+if chown nobody "$WORK/sticky" 2>/dev/null && echo planted >"$WORK/sticky/r.json" &&
+  chown nobody "$WORK/sticky/r.json" && chmod 666 "$WORK/sticky/r.json"; then
+  GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/sticky/r.json" with_shim "$LIFE" many 3 \
+    2>"$WORK/planted.err"
+  is "$(cat "$WORK/sticky/r.json")" planted "a report file another user planted is not written"
+  grep -q "GPUCAP_REPORT_JSON: '$WORK/sticky/r.json' belongs to user [0-9]*, not to this user" \
+    "$WORK/planted.err"
+  ok $? "a warning says whose it is"
+else
+  skip "a report file another user planted" "needs root to plant it"
+  skip "a warning says whose it is" "needs root"
+fi
+GPUCAP_TRACE="$WORK/same" GPUCAP_REPORT="$WORK/same" GPUCAP_REPORT_JSON="$WORK/./same" \
+  with_shim "$LIFE" many 3 2>"$WORK/same.err"
+is "$(head -n 1 "$WORK/same")" "Thread,Time,Action,Pointer,Size,Stream" \
+  "three settings naming one file: the trace (created first) is not overwritten"
+is "$(wc -l <"$WORK/same")" 7 "it holds all 6 events"
+grep -q "GPUCAP_REPORT: '$WORK/same' is the file GPUCAP_TRACE writes: not written" \
+  "$WORK/same.err" &&
+  grep -q "GPUCAP_REPORT_JSON: '$WORK/./same' is the file GPUCAP_TRACE writes: not written" \
+    "$WORK/same.err"
+ok $? "the other two say why they were not written"
+GPUCAP_REPORT="$WORK/two" GPUCAP_REPORT_JSON="$WORK/two" with_shim "$LIFE" many 3 \
+  2>"$WORK/two.err"
+like "$(head -n 1 "$WORK/two")" '^gpucap: memory report' "report and JSON on one path: the report stays"
+GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/pct-%%p-%p.json" with_shim "$LIFE" many 3
+ls "$WORK" | grep -Eq '^pct-%p-[0-9]+\.json$'
+ok $? "%% in a path is a literal %"
+
 # ---- the exit report: fragmentation that means something, and the run around the pools ----
 GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT_JSON="$WORK/two.json" with_shim "$LIFE" tworegions \
   2>"$WORK/two.txt"

@@ -622,6 +622,8 @@ static void test_paths_and_formats(void) {
   tap_ok(strcmp(out, "/tmp/r.4242.json") == 0, "%%p becomes the process id: %s", out);
   cfg_expand_path("%p%p-%x-%-100%", 7, out, sizeof out);
   tap_ok(strcmp(out, "77-%x-%-100%") == 0, "every %%p is replaced, other bytes copied: %s", out);
+  cfg_expand_path("a%%p-%p%%%p%%", 7, out, sizeof out);
+  tap_ok(strcmp(out, "a%p-7%7%") == 0, "%%%% is a literal %%, read left to right: %s", out);
   TAP_EQ(cfg_expand_path("ab%p", 12345, out, 7), -ENAMETOOLONG, "a pid that does not fit");
   TAP_EQ(cfg_expand_path("abcdef", 1, out, 6), -ENAMETOOLONG, "a path that does not fit");
   TAP_EQ(cfg_expand_path("abcde", 1, out, 6), 0, "a path that just fits");
