@@ -2,8 +2,10 @@
  * out the allocation trace and, only for a process that allocated (or was refused) device
  * memory, the exit report: a table to stderr or a file (GPUCAP_REPORT) and JSON
  * (GPUCAP_REPORT_JSON), with notes saying what could not be included. It runs once, from a
- * destructor at a normal exit. No CUDA call, no malloc (static buffers), no lock that it waits
- * for longer than EXIT_WAIT_MS. _exit() and fatal signals skip all of this.
+ * destructor at a normal exit or from gpucap's handler of SIGTERM or SIGINT (shim/signals.c),
+ * after which the signal terminates the process as it would have. No CUDA call, no malloc
+ * (static buffers), no lock that it waits for longer than EXIT_WAIT_MS. _exit() and SIGKILL
+ * skip all of this.
  */
 #include "shim/exit.h"
 
@@ -16,6 +18,7 @@
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/runinfo.h"
+#include "shim/signals.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -38,6 +41,7 @@ static char json[REPORT_JSON_MAX(MAX_ROWS)];
 
 enum { RUNNING, ENDING, ENDED };
 static atomic_int phase;
+static atomic_int pending_signal; /* a terminating signal that arrived while ENDING */
 static _Atomic int64_t deadline;  /* CLOCK_MONOTONIC ns: exit_lock gives up then */
 
 static int64_t monotonic_ns(void) {
@@ -160,11 +164,12 @@ static void report(const char *ended_by) {
   }
 }
 
-/* The exit path, once per process; ended_by is "exit". */
-static void finish(const char *ended_by) {
+/* The exit path, once per process: returns RUNNING after running it (ended_by is "exit" or the
+ * signal's name), else the phase another caller had already moved it to. */
+static int finish(const char *ended_by) {
   int expected = RUNNING;
   if (!atomic_compare_exchange_strong(&phase, &expected, ENDING)) {
-    return;
+    return expected;
   }
   int saved = errno;
   start_waiting();
@@ -177,12 +182,36 @@ static void finish(const char *ended_by) {
   }
   atomic_store(&phase, ENDED);
   errno = saved;
+  int sig = atomic_exchange(&pending_signal, 0);
+  if (sig != 0) {
+    signals_die(sig); /* a terminating signal came meanwhile: it ends the process now */
+  }
+  return RUNNING;
+}
+
+bool exit_by_signal(int sig, const char *name) {
+  if (finish(name) != ENDING) {
+    return true; /* written now, or long done */
+  }
+  /* Another thread is on the exit path: leave the signal to it. Whichever of the two takes the
+   * pending signal back (with an exchange) raises it, so it is raised exactly once. */
+  atomic_store(&pending_signal, sig);
+  return atomic_load(&phase) == ENDED && atomic_exchange(&pending_signal, 0) != 0;
 }
 
 void exit_fork_child(void) {
   nrows = 0;
   run.nnotes = 0;
   atomic_store(&phase, RUNNING);
+  atomic_store(&pending_signal, 0);
+}
+
+void exit_before_exec(void) {
+  start_waiting();
+  if (!trace_flush()) {
+    log_msg(LOG_WARN, "GPUCAP_TRACE: its last events were not written before exec: the trace "
+                      "was in use");
+  }
 }
 
 __attribute__((destructor)) static void exit_report(void) {

@@ -6,6 +6,7 @@
 #include "config/job.h"
 #include "shim/cap.h"
 #include "shim/real.h"
+#include "shim/signals.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -40,6 +41,7 @@ __attribute__((constructor)) static void runinfo_start(void) {
 static void first_use(void) {
   cfg_job_load(&job, NULL, NULL);
   atomic_store_explicit(&job_ready, true, memory_order_release);
+  signals_arm();
 }
 
 /* "GPU-" and the UUID in nvidia-smi's form. */

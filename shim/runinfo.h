@@ -9,8 +9,8 @@
 #include "core/report.h"
 
 /* At a device's first use (shim/cap.c, when its cap is computed): learns the device's name and
- * UUID from the driver, and at the first call of all the job identifiers (config/job.h).
- * Thread-safe; idempotent; a driver
+ * UUID from the driver, and at the first call of all the job identifiers (config/job.h), and
+ * arms gpucap's handlers of terminating signals (signals_arm). Thread-safe; idempotent; a driver
  * error leaves the name or UUID unknown. */
 void runinfo_learn(int dev);
 

@@ -1,12 +1,12 @@
 # The shim: build/libgpucap.so. It links only libc, libdl and libpthread (by name: glibc before
-# 2.34 defines the dl and pthread functions there; see shim/glibc.c), exports exactly
-# dlsym, dlopen and the hooked names of shim/hooks.def (through a generated version script), and
-# carries its own copy of core/ and config/ objects.
+# 2.34 defines the dl and pthread functions there; see shim/glibc.c), exports exactly dlsym,
+# dlopen, the hooked names of shim/hooks.def and the C library functions of shim/libc.def
+# (through a generated version script), and carries its own copy of core/ and config/ objects.
 
 SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/charges.c shim/context.c shim/deepbind.c \
-             shim/dlsym.c shim/exit.c shim/fork.c shim/hooks.c shim/ipc.c shim/log.c \
+             shim/dlsym.c shim/exec.c shim/exit.c shim/fork.c shim/hooks.c shim/ipc.c shim/log.c \
              shim/memory.c shim/pending.c shim/pool.c shim/procaddr.c shim/ptrquery.c shim/real.c \
-             shim/runinfo.c shim/trace.c shim/vmm.c
+             shim/runinfo.c shim/signals.c shim/trace.c shim/vmm.c
 SHIM_SRCS += shim/glibc.c
 TEST_SCRIPTS += tests/unit/glibc_versions.sh
 SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
@@ -21,10 +21,11 @@ $(BUILD)/obj/%.o: %.S $(FLAGS_STAMP)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The exported names, generated from the hook table so the two cannot drift apart.
-$(SHIM_MAP): shim/hooks.def shim/shim.mk
+$(SHIM_MAP): shim/hooks.def shim/libc.def shim/shim.mk
 	$(Q)mkdir -p $(@D)
 	$(Q){ echo '{ global: dlsym; dlopen;'; \
-	     sed -n 's/^HOOK([^,]*,[^,]*,[^,]*, *\([A-Za-z0-9_]*\)).*/  \1;/p' $<; \
+	     sed -n 's/^HOOK([^,]*,[^,]*,[^,]*, *\([A-Za-z0-9_]*\)).*/  \1;/p' shim/hooks.def; \
+	     sed -n 's/^LIBC(\([A-Za-z0-9_]*\))$$/  \1;/p' shim/libc.def; \
 	     echo 'local: *; };'; } > $@
 
 $(SHIM_LIB): $(SHIM_OBJS) $(CONFIG_OBJS) $(SHIM_MAP)

@@ -1,12 +1,12 @@
 /* The RMM-format allocation trace. The file is created at the first event (shim/log.c's checks:
  * no symlink, no other user's file, no file another output setting writes), with the user's
  * umask; a failure to open it is reported once and tracing stops. Lines are formatted on the
- * stack and appended to a 64 KiB buffer under a mutex; the buffer is written when nearly full
- * and at exit.
+ * stack and appended to a 64 KiB buffer under a mutex; the buffer is written when nearly full,
+ * before an exec and at exit.
  * The file only ever holds whole lines: a write that fails (a full disk, a file size limit) is
  * cut back to the last whole line, one warning says so and tracing stops; the exit report notes
- * it. The exit path takes the mutex with exit_lock and, if it stays busy, notes what it could
- * not write instead of waiting.
+ * it. The exit path and an exec take the mutex with exit_lock and, if it stays busy, note what
+ * they could not write instead of waiting.
  */
 #include "shim/trace.h"
 

@@ -1,7 +1,7 @@
 /* GPUCAP_TRACE: every allocation event, in RAPIDS RMM's CSV log format
  * (`Thread,Time,Action,Pointer,Size,Stream`), so RMM's replay benchmark and gpucap-replay can
- * read it. Events are buffered in memory and written in large appends, and at exit; the file
- * only ever holds whole lines. Thread-safe (one mutex around the buffer); a
+ * read it. Events are buffered in memory and written in large appends, before an exec and at
+ * exit; the file only ever holds whole lines. Thread-safe (one mutex around the buffer); a
  * no-op when GPUCAP_TRACE is unset.
  */
 #ifndef GPUCAP_SHIM_TRACE_H

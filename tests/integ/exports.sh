@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# libgpucap.so exports exactly dlsym, dlopen and the hooked names of shim/hooks.def, needs nothing
+# libgpucap.so exports exactly dlsym, dlopen, the hooked names of shim/hooks.def and the C
+# library functions of shim/libc.def, needs nothing
 # beyond libc (libdl, libpthread), and has no link-time dependency on the driver.
 . "$TOP/tests/integ/lib.sh"
 
 got=$(nm -D --defined-only "$SHIM" | awk '{print $3}' | sed 's/@.*//' | sort -u)
 want=$( { echo dlsym; echo dlopen; sed -n 's/^HOOK([^,]*,[^,]*,[^,]*, *\([A-Za-z0-9_]*\)).*/\1/p' \
-  "$TOP/shim/hooks.def"; } | sort -u)
-is "$got" "$want" "exported symbols are dlsym and dlopen plus shim/hooks.def"
+  "$TOP/shim/hooks.def"; sed -n 's/^LIBC(\([A-Za-z0-9_]*\))$/\1/p' "$TOP/shim/libc.def"; } \
+  | sort -u)
+is "$got" "$want" "exported symbols are dlsym and dlopen plus shim/hooks.def and shim/libc.def"
 needed=$(readelf -d "$SHIM" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')
 like "$needed" '^((ld-linux[-a-z0-9_]*|lib(c|dl|pthread|asan|ubsan|tsan|m|gcc_s|stdc\+\+))\.so[.0-9]* ?)+$' \
   "runtime dependencies: $needed"

@@ -131,6 +131,10 @@ else
   skip "a full tmpfs" "mounting a tmpfs needs root"
 fi
 
+# ---- exec: the buffered trace is written before the image is replaced ----
+GPUCAP_TRACE="$WORK/exec.csv" GPUCAP_REPORT=off with_shim "$LIFE" exec 100
+is "$(wc -l <"$WORK/exec.csv")" 201 "exec: the trace holds the header and all 200 events"
+
 # ---- forked workers of a parent that never used CUDA report like any process ----
 mkdir "$WORK/workers"
 GPUCAP_REPORT="$WORK/workers/r-%p.txt" GPUCAP_REPORT_JSON="$WORK/workers/j-%p.json" \
@@ -186,6 +190,41 @@ like "$(head -n 1 "$WORK/two")" '^gpucap: memory report' "report and JSON on one
 GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/pct-%%p-%p.json" with_shim "$LIFE" many 3
 ls "$WORK" | grep -Eq '^pct-%p-[0-9]+\.json$'
 ok $? "%% in a path is a literal %"
+
+# ---- terminated by a signal it does not handle: the report, the trace, the status ----
+# run_until_killed SIG MODE: starts life MODE, sends SIG once it is ready; sets $status.
+run_until_killed() {
+  rm -f "$WORK/term.json" "$WORK/term.csv" "$WORK/term.out"
+  GPUCAP_REPORT_JSON="$WORK/term.json" GPUCAP_TRACE="$WORK/term.csv" GPUCAP_REPORT=off \
+    LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload)" "$LIFE" "$2" >"$WORK/term.out" 2>&1 &
+  local pid=$! k
+  for k in $(seq 500); do
+    grep -qs ready "$WORK/term.out" && break
+    sleep 0.02
+  done
+  kill -"$1" "$pid"
+  wait "$pid"
+  status=$?
+}
+run_until_killed TERM term
+is "$status" 143 "SIGTERM: the exit status is still the signal's (128 + 15)"
+grep -q '"ended_by": "SIGTERM"' "$WORK/term.json" && valid_report "$WORK/term.json"
+ok $? "the JSON report is written, ended by SIGTERM"
+is "$(wc -l <"$WORK/term.csv")" 4 "the trace holds its last buffer (header and 3 events)"
+run_until_killed INT term
+is "$status" 130 "SIGINT: status 130"
+grep -q '"ended_by": "SIGINT"' "$WORK/term.json"
+ok $? "the report is written, ended by SIGINT"
+run_until_killed TERM ownterm
+is "$status" 3 "a program's own SIGTERM handler runs (it exits 3)"
+grep -q "handled 15" "$WORK/term.out" && grep -q '"ended_by": "exit"' "$WORK/term.json"
+ok $? "it saw the signal, then exited normally with its report"
+run_until_killed TERM lateterm
+is "$(head -n 1 "$WORK/term.out")" "old default" \
+  "a handler installed after CUDA was used sees the default as the previous action"
+is "$status" 3 "and replaces gpucap's: it runs"
+out=$(GPUCAP_REPORT=off with_shim "$LIFE" ignterm 2>&1)
+is "$out" "survived" "an ignored SIGTERM stays ignored"
 
 # ---- the exit report: fragmentation that means something, and the run around the pools ----
 GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT_JSON="$WORK/two.json" with_shim "$LIFE" tworegions \
