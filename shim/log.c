@@ -82,6 +82,29 @@ static void remember(const char *setting, const struct stat *st) {
   }
 }
 
+/* Whether path is a symbolic link, and its owner in *owner. */
+static bool link_of(const char *path, uid_t *owner) {
+  struct stat lst;
+  if (lstat(path, &lst) != 0 || !S_ISLNK(lst.st_mode)) {
+    return false;
+  }
+  *owner = lst.st_uid;
+  return true;
+}
+
+/* "output" or "error" when the regular file st is where fd 1 or 2 writes, else NULL. */
+static const char *std_stream_of(const struct stat *st) {
+  static const char *const names[] = {"output", "error"};
+  for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
+    struct stat f;
+    if (fstat(fd, &f) == 0 && S_ISREG(f.st_mode) && f.st_dev == st->st_dev &&
+        f.st_ino == st->st_ino) {
+      return names[fd - STDOUT_FILENO];
+    }
+  }
+  return NULL;
+}
+
 int log_create(const char *setting, const char *path, char *full, size_t fullcap) {
   int saved = errno;
   struct stat st;
@@ -93,14 +116,27 @@ int log_create(const char *setting, const char *path, char *full, size_t fullcap
   /* O_NONBLOCK: a FIFO planted at the path fails (ENXIO) instead of blocking forever. A file
    * this call creates is ours whoever the filesystem says owns it (root squashing); an existing
    * one is opened without O_TRUNC and emptied only once it is known to be ours to write. */
-  const int flags = O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
-  int fd = open(full, flags | O_CREAT | O_EXCL, 0666);
+  const int flags = O_WRONLY | O_CLOEXEC | O_NONBLOCK;
+  int fd = open(full, flags | O_NOFOLLOW | O_CREAT | O_EXCL, 0666);
   bool created = fd >= 0;
   if (fd < 0 && errno == EEXIST) {
-    fd = open(full, flags);
+    fd = open(full, flags | O_NOFOLLOW);
+  }
+  uid_t link_owner = 0;
+  if (fd < 0 && errno == ELOOP && link_of(full, &link_owner)) {
+    /* A link of the user's own or root's (/dev/stdout) is followed, and one to nothing creates
+     * the file where it points; what it reaches passes the checks below like any file. */
+    fd = link_owner == geteuid() || link_owner == 0 ? open(full, flags | O_CREAT, 0666) : -2;
   }
   const char *other = NULL;
-  if (fd < 0) {
+  const char *stream = NULL;
+  if (fd == -2) {
+    fd = -1;
+    log_msg(LOG_WARN,
+            "%s: '%s' is a symbolic link of another user (uid %u): not followed (it may have "
+            "been planted)",
+            setting, full, (unsigned)link_owner);
+  } else if (fd < 0) {
     log_msg(LOG_WARN, "%s: cannot create '%s': %s", setting, full, strerror(errno));
   } else if (fstat(fd, &st) != 0) {
     log_msg(LOG_WARN, "%s: cannot examine '%s': %s", setting, full, strerror(errno));
@@ -112,6 +148,11 @@ int log_create(const char *setting, const char *path, char *full, size_t fullcap
             "%s: '%s' is the file %s writes: not written (give each setting its "
             "own path)",
             setting, full, other);
+  } else if (!created && S_ISREG(st.st_mode) && (stream = std_stream_of(&st)) != NULL) {
+    log_msg(LOG_WARN,
+            "%s: '%s' is the file the program's standard %s goes to: not written (it would "
+            "overwrite what the program wrote)",
+            setting, full, stream);
   } else if (!created && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) {
     log_msg(LOG_WARN, "%s: cannot empty '%s': %s", setting, full, strerror(errno));
   } else {

@@ -32,12 +32,16 @@ int log_write_fd(int fd, const char *text, size_t len, size_t *done);
  * cfg_expand_path ("%p" the process id, "%%" a '%': so the processes of one job do not
  * overwrite each other's files; the result is copied to full[fullcap] for messages): mode 0666
  * less the user's umask, close-on-exec.
- * Refuses, after one warning naming `setting`, the path and the reason: a symlink planted at the
- * path (O_NOFOLLOW), an existing regular file that another user owns (planted in a shared
- * directory), and a regular file that another of the process's output settings already
- * created (GPUCAP_REPORT, GPUCAP_REPORT_JSON and GPUCAP_TRACE naming one file would overwrite
- * each other). An existing file is emptied only once these checks pass; a FIFO or character
- * device is written as it is. Returns the fd, or -1. errno untouched; no malloc. */
+ * Follows a symbolic link only when it belongs to the user or to root (/dev/stdout), as
+ * `gpucap run` checks (docs/configuration.md, "Output files"); a link of one's own to nothing
+ * creates the file where it points. Refuses, after one warning naming `setting`, the path and
+ * the reason: a symlink of another user (it may have been planted), an existing regular file
+ * that another user owns (planted in a shared directory), the regular file the process's
+ * standard output or error goes to (it would be truncated), and a regular file that another
+ * of the process's output settings already created (GPUCAP_REPORT, GPUCAP_REPORT_JSON and
+ * GPUCAP_TRACE naming one file would overwrite each other). An existing file is emptied only once
+ * these checks pass; a FIFO or character device is written as it is. Returns the fd, or -1. errno
+ * untouched; no malloc. */
 int log_create(const char *setting, const char *path, char *full, size_t fullcap);
 
 #endif

@@ -189,6 +189,12 @@ static_prog() {
   run env LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 bash -c \
     'set -o pipefail; "$0" run --json /dev/stdout --trace /proc/self/fd/1 true | cat' "$GPUCAP"
   status_is 0
+  # A CUDA program's report arrives through that pipe: the library follows root's link too.
+  run env LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
+    bash -c 'set -o pipefail; "$0" run --limit 64MiB --json /dev/stdout -- "$1" | cat' \
+    "$GPUCAP" "$WORKLOAD"
+  status_is 0
+  has '"devices": ['
 }
 
 @test "the command's own output file as an output: refused, it would be overwritten" {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Files gpucap writes, and who chooses them:
 #  - GPUCAP_REPORT, GPUCAP_REPORT_JSON and GPUCAP_TRACE are never written through a symlink
-#    planted at the path (to an existing file or to a new one), and the run goes on with one
-#    warning;
+#    another user owns (planted at the path, to an existing file or to a new one), and the run
+#    goes on with one warning; a link of the user's own is followed, /dev/stdout into a pipe
+#    is written, and the file stdout is redirected to is refused;
 #  - they are created with mode 0666 less the user's umask (077, 022, 0), and an existing file
 #    is truncated, not appended to, and keeps its mode;
 #  - a FIFO planted at the path must not hang the program;
@@ -23,22 +24,54 @@ workload() {
   GPUCAP_MEMORY_LIMIT=16MiB with_shim "$TESTBIN/captest" 0 "$MiB" 4 >/dev/null 2>"$WORK/err"
 }
 
+# A link another user owns may have been planted; one of the user's own (or root's) is followed,
+# as `gpucap run` checks before the program starts.
+planter=$(id -u nobody 2>/dev/null)
 for var in GPUCAP_REPORT GPUCAP_REPORT_JSON GPUCAP_TRACE; do
   d="$WORK/$var"
   mkdir -p "$d"
-  echo precious > "$d/target"
-  ln -s "$d/target" "$d/existing"
-  ln -s "$d/absent" "$d/dangling"
-  for link in existing dangling; do
+  if [ "$(id -u)" -ne 0 ] || [ -z "$planter" ]; then
+    skip "$var: a link of another user is not followed" "needs root to give a link away"
+  else
+    echo precious > "$d/target"
+    ln -s "$d/target" "$d/existing"
+    ln -s "$d/absent" "$d/dangling"
+    chown -h "$planter" "$d/existing" "$d/dangling"
+    for link in existing dangling; do
+      (export "$var=$d/$link" && workload)
+      status=$?
+      [ "$status" -eq 0 ] && [ "$(cat "$d/target")" = precious ] && [ ! -e "$d/absent" ] &&
+        [ -L "$d/$link" ]
+      ok $? "$var: a symlink of another user ($link target) is not followed"
+      like "$(cat "$WORK/err")" \
+        "^gpucap: warning: $var: '$d/$link' is a symbolic link of another user \\(uid $planter\\)" \
+        "  one warning names the setting, the path and the link's owner"
+    done
+  fi
+  echo old > "$d/mine"
+  ln -s "$d/mine" "$d/ownlink"
+  ln -s "$d/new" "$d/owndangling"
+  for link in ownlink owndangling; do
     (export "$var=$d/$link" && workload)
-    status=$?
-    [ "$status" -eq 0 ] && [ "$(cat "$d/target")" = precious ] && [ ! -e "$d/absent" ] &&
-      [ -L "$d/$link" ]
-    ok $? "$var: a symlink planted at the path ($link target) is not followed"
-    like "$(cat "$WORK/err")" "^gpucap: warning: $var: cannot create '$d/$link'" \
-      "  one warning names the setting and the path"
+    ok $? "$var: a run through a link of one's own ($link) succeeds"
+    [ -L "$d/$link" ] && [ -s "$d/$link" ] && ! grep -qx old "$d/$link"
+    ok $? "  the file the link reaches is written, and the link stays a link"
   done
 done
+
+# /dev/stdout is root's link: into a pipe it is written; into the file stdout is redirected to,
+# it would truncate what the program wrote, so it is refused.
+got=$(GPUCAP_REPORT_JSON=/dev/stdout GPUCAP_MEMORY_LIMIT=16MiB with_shim "$TESTBIN/captest" 0 \
+  "$MiB" 4 2>"$WORK/err" | cat)
+like "$got" '"devices": \[' "GPUCAP_REPORT_JSON=/dev/stdout into a pipe: the JSON report arrives"
+GPUCAP_REPORT_JSON=/dev/stdout GPUCAP_MEMORY_LIMIT=16MiB with_shim "$TESTBIN/captest" 0 "$MiB" \
+  4 >"$WORK/job.log" 2>"$WORK/err"
+ok $? "GPUCAP_REPORT_JSON=/dev/stdout with stdout in a file: the run succeeds"
+[ -s "$WORK/job.log" ] && ! grep -q '"devices"' "$WORK/job.log"
+ok $? "  the program's own output is kept, not overwritten by the report"
+like "$(cat "$WORK/err")" \
+  "gpucap: warning: GPUCAP_REPORT_JSON: '/dev/stdout' is the file the program's standard output goes to" \
+  "  one warning says why"
 
 for mask in 077 022 000; do
   d="$WORK/umask$mask"
