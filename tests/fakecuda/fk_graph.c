@@ -10,10 +10,14 @@
  * same work queued directly.
  *
  * Graph memory: a captured cuMemAllocAsync gets its address at once (reserved in the device's
- * address space, no memory held), and its memory is taken at the first launch that reaches the
- * node (counted in the device's used and peak bytes, like any program allocation). A free node
- * (or the program's later cuMemFreeAsync / cuMemFree) gives the allocation back to the device's
- * graph pool, which keeps the memory until cuDeviceGraphMemTrim, as the driver does.
+ * address space, no memory held), and its memory is taken when the graph is uploaded
+ * (cuGraphUpload, or instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) or at the first launch
+ * that reaches the node (counted in the device's used and peak bytes, like any program
+ * allocation). A free node (or the program's later cuMemFreeAsync / cuMemFree) gives the
+ * allocation back to the device's graph pool, which keeps the memory until cuDeviceGraphMemTrim
+ * (or until the last graph naming the allocation is destroyed). Memory nodes can also be added
+ * explicitly (cuGraphAddMemAllocNode / cuGraphAddMemFreeNode) and read back (cuGraphNodeGetType,
+ * cuGraphMemAllocNodeGetParams); a node's handle is its address, stable for the graph's life.
  *
  * Rules the driver enforces and the fake models: waiting for a capturing stream (stream sync or
  * query, a captured event's query or sync, context synchronize) fails with
@@ -21,7 +25,7 @@
  * (allocation, free, synchronous copies, context synchronize) are refused per the calling
  * thread's capture mode; the legacy stream cannot capture; a capture is ended on its origin
  * stream (THREAD_LOCAL/GLOBAL: by the thread that began it). Not modelled: the explicit node
- * API (cuGraphAdd*Node), graph update, child-graph nodes other than a launch into a capturing
+ * API (cuGraphAdd*Node) beyond memory nodes, graph update, child-graph nodes other than a launch into a capturing
  * stream, and the UNJOINED check of streams that forked from a capture and never joined back.
  *
  * Locking: under fk.lock (entry points). The capture mode is per thread.
@@ -42,7 +46,7 @@ struct fk_node {
 struct CUgraph_st {
   struct CUctx_st *ctx;
   int live;
-  struct fk_node *nodes;
+  struct fk_node **nodes; /* each held on its own: its address is its CUgraphNode handle */
   size_t n, cap;
   unsigned long long id;
 };
@@ -88,26 +92,20 @@ static struct CUgraph_st *graph_new(struct CUctx_st *c) {
   return g;
 }
 
-static void graph_add(struct CUgraph_st *g, struct fk_node node) {
-  if (g->n == g->cap) {
-    size_t ncap = g->cap ? g->cap * 2 : 16;
-    struct fk_node *n = realloc(g->nodes, ncap * sizeof *n);
-    if (n == NULL) {
-      fk_log("error: out of host memory");
-      abort();
-    }
-    g->nodes = n;
-    g->cap = ncap;
-  }
-  g->nodes[g->n++] = node;
+static struct fk_node *graph_add(struct CUgraph_st *g, struct fk_node node) {
+  struct fk_node *held = xcalloc(sizeof *held);
+  *held = node;
+  fk_push((void ***)&g->nodes, &g->n, &g->cap, held);
+  return held;
 }
 
 static void graph_clear(struct CUgraph_st *g) {
   for (size_t i = 0; i < g->n; i++) {
-    if (g->nodes[i].work != NULL) {
-      free(g->nodes[i].work->staging);
-      free(g->nodes[i].work);
+    if (g->nodes[i]->work != NULL) {
+      free(g->nodes[i]->work->staging);
+      free(g->nodes[i]->work);
     }
+    free(g->nodes[i]);
   }
   free(g->nodes);
   g->nodes = NULL;
@@ -349,7 +347,7 @@ static const CUgraphNode *capture_deps(const struct fk_capture *cap, size_t *n) 
     *n = 0;
     return NULL;
   }
-  last = (CUgraphNode)&cap->graph->nodes[cap->graph->n - 1];
+  last = (CUgraphNode)cap->graph->nodes[cap->graph->n - 1];
   *n = 1;
   return &last;
 }
@@ -452,10 +450,10 @@ FK_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 
 /* ---- Graph memory. ---- */
 
-CUresult fk_graph_alloc(struct CUstream_st *s, int dev, size_t size, CUdeviceptr *out) {
-  if (s->cap->invalid) {
-    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  }
+/* A graph allocation node of size bytes on dev appended to g: its address is reserved at once
+ * (no memory held). */
+static CUresult alloc_node(struct CUgraph_st *g, int dev, size_t size, CUdeviceptr *out,
+                           struct fk_node **node) {
   size_t span = (size + FK_ALLOC_ALIGN - 1) / FK_ALLOC_ALIGN * FK_ALLOC_ALIGN;
   if (span < size || span > fk.dev[dev].total) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -466,15 +464,38 @@ CUresult fk_graph_alloc(struct CUstream_st *s, int dev, size_t size, CUdeviceptr
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct fk_alloc *a = fk_mem_new(FK_K_GRAPH, base, size, span, dev);
-  graph_add(s->cap->graph, (struct fk_node){.kind = N_ALLOC, .alloc = a});
+  a->ctx = g->ctx; /* freed with it, like everything made in a context */
+  struct fk_node *n = graph_add(g, (struct fk_node){.kind = N_ALLOC, .alloc = a});
+  if (node != NULL) {
+    *node = n;
+  }
   *out = base;
   return CUDA_SUCCESS;
 }
 
-/* A launch reaches an allocation node: the allocation takes its memory (once; it stays in the
- * graph pool) and is live. */
-static CUresult graph_alloc_take(struct fk_alloc *a) {
-  if (a->graph_live) {
+CUresult fk_graph_alloc(struct CUstream_st *s, int dev, size_t size, CUdeviceptr *out) {
+  if (s->cap->invalid) {
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  return alloc_node(s->cap->graph, dev, size, out, NULL);
+}
+
+/* Whether g frees allocation a itself (a free node after its allocation node). */
+static int graph_frees(const struct CUgraph_st *g, const struct fk_alloc *a) {
+  for (size_t i = 0; i < g->n; i++) {
+    const struct fk_work *w = g->nodes[i]->work;
+    if (w != NULL && w->kind == FK_W_FREE && w->dst.alloc_id == a->id) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A launch of g reaches an allocation node: the allocation takes its memory (once; it stays in
+ * the graph pool) and is live. Still live from an earlier launch, it may be allocated again
+ * only when g frees it itself: that earlier launch's free is then ahead in stream order. */
+static CUresult graph_alloc_take(const struct CUgraph_st *g, struct fk_alloc *a) {
+  if (a->graph_live && !graph_frees(g, a)) {
     return CUDA_ERROR_INVALID_VALUE; /* allocated again before being freed */
   }
   CUresult rc = fk_mem_graph_memory(a, 1);
@@ -600,7 +621,7 @@ FK_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
  * when the last graph naming them goes. */
 static void release_allocs(struct CUgraph_st *g) {
   for (size_t i = 0; i < g->n; i++) {
-    struct fk_alloc *a = g->nodes[i].alloc;
+    struct fk_alloc *a = g->nodes[i]->alloc;
     if (a == NULL || a->graph_live) {
       continue;
     }
@@ -608,7 +629,7 @@ static void release_allocs(struct CUgraph_st *g) {
     for (size_t j = 0; j < ngraphs && !named; j++) {
       struct CUgraph_st *o = graphs[j];
       for (size_t k = 0; o != g && o->live && k < o->n && !named; k++) {
-        named = o->nodes[k].alloc == a;
+        named = o->nodes[k]->alloc == a;
       }
     }
     if (!named) {
@@ -644,7 +665,7 @@ static CUresult graph_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
   }
   if (nodes != NULL) {
     for (size_t i = 0; i < *n && i < g->n; i++) {
-      nodes[i] = (CUgraphNode)&g->nodes[i];
+      nodes[i] = (CUgraphNode)g->nodes[i];
     }
     if (*n > g->n) {
       for (size_t i = g->n; i < *n; i++) {
@@ -658,6 +679,144 @@ static CUresult graph_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
 
 FK_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
   FK_BODY(FK_NEED_INIT, graph_nodes(hGraph, nodes, numNodes));
+}
+
+/* The node h of a live graph (its graph in *owner), or NULL. */
+static struct fk_node *node_find(CUgraphNode h, struct CUgraph_st **owner) {
+  for (size_t i = 0; h != NULL && i < ngraphs; i++) {
+    struct CUgraph_st *g = graphs[i];
+    for (size_t k = 0; g->live && k < g->n; k++) {
+      if ((CUgraphNode)g->nodes[k] == h) {
+        if (owner != NULL) {
+          *owner = g;
+        }
+        return g->nodes[k];
+      }
+    }
+  }
+  return NULL;
+}
+
+static CUresult node_type(CUgraphNode h, CUgraphNodeType *type) {
+  const struct fk_node *n = node_find(h, NULL);
+  if (n == NULL || type == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (n->kind == N_ALLOC) {
+    *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    return CUDA_SUCCESS;
+  }
+  switch (n->work->kind) {
+  case FK_W_COPY:
+    *type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    break;
+  case FK_W_SET:
+    *type = CU_GRAPH_NODE_TYPE_MEMSET;
+    break;
+  case FK_W_HOST:
+    *type = CU_GRAPH_NODE_TYPE_HOST;
+    break;
+  case FK_W_WAIT:
+    *type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+    break;
+  case FK_W_FREE:
+  case FK_W_GRAPH_FREE:
+    *type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+    break;
+  default:
+    *type = CU_GRAPH_NODE_TYPE_KERNEL; /* FK_W_HOOK: a kernel's (or a stream operation's) work */
+    break;
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
+  FK_BODY(FK_NEED_INIT, node_type(hNode, type));
+}
+
+static CUresult alloc_node_params(CUgraphNode h, CUDA_MEM_ALLOC_NODE_PARAMS *out) {
+  const struct fk_node *n = node_find(h, NULL);
+  if (n == NULL || n->kind != N_ALLOC || out == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  memset(out, 0, sizeof *out);
+  out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  out->poolProps.location.id = n->alloc->dev;
+  out->bytesize = n->alloc->size;
+  out->dptr = n->alloc->base;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                             CUDA_MEM_ALLOC_NODE_PARAMS *params_out) {
+  FK_BODY(FK_NEED_INIT, alloc_node_params(hNode, params_out));
+}
+
+/* The checks every cuGraphAdd*Node makes: an output, a live graph, and dependencies that are
+ * nodes of that graph (nodes are appended, so replaying in order honours them). */
+static CUresult add_check(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps) {
+  if (out == NULL || !graph_known(g) || (ndeps > 0 && deps == NULL)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; i < ndeps; i++) {
+    struct CUgraph_st *owner = NULL;
+    if (node_find(deps[i], &owner) == NULL || owner != g) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult add_alloc_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                               CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+  CUresult rc = add_check(out, g, deps, ndeps);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (p == NULL || p->bytesize == 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      p->poolProps.location.id < 0 || p->poolProps.location.id >= fk.ndev ||
+      (p->accessDescCount > 0 && p->accessDescs == NULL)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_node *n;
+  rc = alloc_node(g, p->poolProps.location.id, p->bytesize, &p->dptr, &n);
+  if (rc == CUDA_SUCCESS) {
+    *out = (CUgraphNode)n;
+  }
+  return rc;
+}
+
+FK_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode *dependencies, size_t numDependencies,
+                                       CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+  FK_BODY(FK_NEED_INIT,
+          add_alloc_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+}
+
+static CUresult add_free_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                              CUdeviceptr dptr) {
+  CUresult rc = add_check(out, g, deps, ndeps);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
+  if (a == NULL || a->base != (uintptr_t)dptr ||
+      (a->kind != FK_K_GRAPH && a->kind != FK_K_ASYNC)) {
+    return CUDA_ERROR_INVALID_VALUE; /* only graph and stream-ordered allocations */
+  }
+  struct fk_work *w = fk_work_new(FK_W_FREE);
+  w->dst.addr = a->base;
+  w->dst.alloc_id = a->id;
+  *out = (CUgraphNode)graph_add(g, (struct fk_node){.kind = N_WORK, .work = w});
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      CUdeviceptr dptr) {
+  FK_BODY(FK_NEED_INIT, add_free_node(phGraphNode, hGraph, dependencies, numDependencies, dptr));
 }
 
 static CUresult instantiate(CUgraphExec *out, CUgraph g, unsigned long long flags) {
@@ -675,7 +834,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph g, unsigned long long flag
   }
   struct CUgraph_st *copy = graph_new(g->ctx);
   for (size_t i = 0; i < g->n; i++) {
-    struct fk_node node = g->nodes[i];
+    struct fk_node node = *g->nodes[i];
     if (node.work != NULL) {
       node.work = fk_work_clone(node.work);
     }
@@ -716,6 +875,8 @@ FK_API CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
   FK_BODY(FK_NEED_INIT, instantiate_v1(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
 }
 
+static CUresult graph_upload(CUgraphExec e, CUstream h, int ptsz);
+
 static CUresult instantiate_params(CUgraphExec *out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
   if (p == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -723,10 +884,8 @@ static CUresult instantiate_params(CUgraphExec *out, CUgraph g, CUDA_GRAPH_INSTA
   p->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
   p->hErrNode_out = NULL;
   CUresult rc = instantiate(out, g, p->flags);
-  if (rc == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) &&
-      p->hUploadStream != NULL) {
-    struct CUstream_st *s;
-    rc = fk_stream_resolve(p->hUploadStream, 0, &s);
+  if (rc == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)) {
+    rc = graph_upload(*out, p->hUploadStream, 0);
   }
   if (rc != CUDA_SUCCESS) {
     p->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
@@ -771,16 +930,16 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, int ptsz) {
   }
   struct CUgraph_st *g = e->graph;
   for (size_t i = 0; i < g->n; i++) {
-    if (g->nodes[i].kind == N_ALLOC) {
+    if (g->nodes[i]->kind == N_ALLOC) {
       if (s->cap != NULL) {
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* memory nodes in a child graph */
       }
-      rc = graph_alloc_take(g->nodes[i].alloc);
+      rc = graph_alloc_take(g, g->nodes[i]->alloc);
       if (rc != CUDA_SUCCESS) {
         return rc;
       }
     } else {
-      struct fk_work *w = fk_work_clone(g->nodes[i].work);
+      struct fk_work *w = fk_work_clone(g->nodes[i]->work);
       if (w->kind == FK_W_FREE) {
         struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
         if (a != NULL && a->kind == FK_K_GRAPH) {
@@ -803,12 +962,30 @@ FK_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   FK_BODY(FK_NEED_INIT, graph_launch(hGraphExec, hStream, 1));
 }
 
+/* An upload maps the memory of the graph's allocations ahead of its launches (nothing else to
+ * stage on a device that runs nothing); they stay unallocated until a launch reaches them. */
+static CUresult back_allocs(struct CUgraph_st *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    if (g->nodes[i]->kind == N_ALLOC) {
+      CUresult rc = fk_mem_graph_memory(g->nodes[i]->alloc, 1);
+      if (rc != CUDA_SUCCESS) {
+        return rc;
+      }
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 static CUresult graph_upload(CUgraphExec e, CUstream h, int ptsz) {
   if (!exec_known(e)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUstream_st *s;
-  return fk_stream_resolve(h, ptsz, &s); /* nothing to stage on a device that runs nothing */
+  CUresult rc = fk_stream_resolve(h, ptsz, &s);
+  if (rc == CUDA_SUCCESS && s->ctx != e->graph->ctx) {
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return rc == CUDA_SUCCESS ? back_allocs(e->graph) : rc;
 }
 
 FK_API CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {

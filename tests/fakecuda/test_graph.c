@@ -201,6 +201,90 @@ static void graph_memory(CUstream s) {
   TAP_EQ(used(), before, "nothing is left after the graphs are gone");
 }
 
+/* Memory nodes added by hand, read back, and an upload that maps their memory ahead. */
+static void memory_nodes(CUstream s) {
+  size_t before = used();
+  CUgraph g;
+  CK(cuGraphCreate(&g, 0));
+  CUDA_MEM_ALLOC_NODE_PARAMS params = {0};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.poolProps.location.id = 0;
+  params.bytesize = 2 * MiB;
+  CUgraphNode a, f, bad;
+  CK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &params));
+  tap_ok(params.dptr != 0, "an allocation node has its address at once");
+  CK(cuGraphAddMemFreeNode(&f, g, &a, 1, params.dptr));
+  CUgraphNodeType type;
+  CK(cuGraphNodeGetType(a, &type));
+  TAP_EQ(type, CU_GRAPH_NODE_TYPE_MEM_ALLOC, "the allocation node's type");
+  CK(cuGraphNodeGetType(f, &type));
+  TAP_EQ(type, CU_GRAPH_NODE_TYPE_MEM_FREE, "the free node's type");
+  CUDA_MEM_ALLOC_NODE_PARAMS back;
+  CK(cuGraphMemAllocNodeGetParams(a, &back));
+  tap_ok(back.bytesize == 2 * MiB && back.dptr == params.dptr &&
+             back.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+             back.poolProps.location.id == 0,
+         "its parameters read back");
+  TAP_EQ(cuGraphMemAllocNodeGetParams(f, &back), CUDA_ERROR_INVALID_VALUE,
+         "a free node has no allocation parameters");
+  params.bytesize = 0;
+  TAP_EQ(cuGraphAddMemAllocNode(&bad, g, NULL, 0, &params), CUDA_ERROR_INVALID_VALUE,
+         "an allocation of 0 bytes");
+  params.bytesize = MiB;
+  TAP_EQ(cuGraphAddMemAllocNode(&bad, g, NULL, 1, &params), CUDA_ERROR_INVALID_VALUE,
+         "dependencies without an array");
+  TAP_EQ(cuGraphAddMemFreeNode(&bad, g, NULL, 0, params.dptr + 512), CUDA_ERROR_INVALID_VALUE,
+         "a free node of an interior address");
+  size_t n = 0;
+  CK(cuGraphGetNodes(g, NULL, &n));
+  CUgraphNode nodes[4];
+  CK(cuGraphGetNodes(g, nodes, &n));
+  tap_ok(n == 2 && nodes[0] == a && nodes[1] == f, "the graph lists the same two handles");
+  TAP_EQ(used(), before, "no memory before an upload");
+  CUgraphExec e;
+  CK(cuGraphInstantiateWithFlags(&e, g, 0));
+  CK(cuGraphUpload(e, s));
+  TAP_EQ(used(), before + 2 * MiB, "an upload maps the graph's memory");
+  cuuint64_t v = 1;
+  CK(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v));
+  TAP_EQ(v, 0, "... without allocating it");
+  for (int i = 0; i < 3; i++) {
+    CK(cuGraphLaunch(e, s)); /* allocates and frees: relaunching is legal */
+  }
+  CK(cuStreamSynchronize(s));
+  TAP_EQ(used(), before + 2 * MiB, "launches reuse the uploaded memory");
+  CK(cuGraphExecDestroy(e));
+  CK(cuGraphDestroy(g));
+  TAP_EQ(cuGraphNodeGetType(a, &type), CUDA_ERROR_INVALID_VALUE, "a node of a destroyed graph");
+  TAP_EQ(used(), before, "nothing is left after the graphs are gone");
+}
+
+/* A context's destruction frees the graph memory of its graphs, allocations still live and
+ * frees still queued included. */
+static void context_teardown(void) {
+  CUcontext mine, other;
+  CK(cuCtxGetCurrent(&mine));
+  size_t before = used();
+  CK(cuCtxCreate_v2(&other, 0, 0));
+  CUstream s;
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr kept = 0, freed = 0;
+  CUgraph g;
+  CUgraphExec e;
+  CK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CK(cuMemAllocAsync(&kept, 2 * MiB, s));
+  CK(cuMemAllocAsync(&freed, 2 * MiB, s));
+  CK(cuMemFreeAsync(freed, s));
+  CK(cuStreamEndCapture(s, &g));
+  CK(cuGraphInstantiateWithFlags(&e, g, 0));
+  CK(cuGraphLaunch(e, s)); /* the free node is still queued */
+  TAP_EQ(used(), before + 4 * MiB, "the launch took both allocations' memory");
+  CK(cuCtxDestroy_v2(other));
+  CK(cuCtxSetCurrent(mine));
+  TAP_EQ(used(), before, "destroying the context freed all of it");
+}
+
 int main(void) {
   setenv("FAKECUDA_BACKING", "1", 1);
   CK(cuInit(0));
@@ -214,6 +298,8 @@ int main(void) {
   capture_and_replay(s, t);
   capture_rules(s);
   graph_memory(s);
+  memory_nodes(s);
+  context_teardown();
   TAP_EQ(fakecudaHazards(), 0, "no hazards");
   CK(cuCtxDestroy_v2(c));
   return tap_done();
