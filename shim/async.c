@@ -7,7 +7,9 @@
  * none at all). The memory belongs to no context: only a reset of its device's primary context
  * frees it. A cuMemFreeAsync keeps the charge until the stream has reached the free
  * (shim/pending.h). A cuMemFreeAsync of a block from gpucap's own pool is a deferred pool free,
- * reused only after the device has synchronised.
+ * reused only after the device has synchronised. On a stream being captured both become graph
+ * nodes and go to the driver as they are: graph memory is charged when a launch maps it
+ * (shim/graph.h).
  * Pools: the device of each pool is learnt from cuMemPoolCreate (hooked) and, for the default
  * and current pools, by asking the driver for each device's; a pool learnt neither way
  * (imported from another process) is charged to the stream's device until its first block
@@ -16,6 +18,7 @@
  */
 #include "shim/cap.h"
 #include "shim/fork.h"
+#include "shim/graph.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
@@ -197,6 +200,9 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   if (dev == HOST_POOL || !dptr || bytes == 0) {
     return call(w, dptr, bytes, pool, stream); /* host memory, or the driver's own error */
   }
+  if (graph_capturing(stream, o.ptsz)) {
+    return call(w, dptr, bytes, pool, stream); /* a graph's allocation node (shim/graph.h) */
+  }
   /* sure: dev is the device the driver will take the memory from. Otherwise the stream's device
    * is charged meanwhile (none when the driver does not describe the stream: it will refuse
    * it) and the block, if any, tells. */
@@ -253,6 +259,11 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   struct on o = {.stream = stream, .ptsz = ptsz};
   if (!real_driver_ready(NULL)) {
     return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (graph_capturing(stream, ptsz)) {
+    /* A graph's free node: nothing is freed now. A block gpucap charged stays charged until
+     * the driver hands its address out again (mem_track). */
+    return free_async(dptr, &o);
   }
   if (dptr && pool_block(dptr, &(uint64_t){0}, &(uint64_t){0}) != POOL_OUTSIDE) {
     /* A pooled block: the stream must be one the driver would accept (its error, and the

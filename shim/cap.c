@@ -110,6 +110,10 @@ bool cap_charge(int dev, uint64_t bytes) {
   return true;
 }
 
+void cap_add(int dev, uint64_t bytes) {
+  atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+}
+
 void cap_credit(int dev, uint64_t bytes) {
   atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
 }

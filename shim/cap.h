@@ -39,6 +39,9 @@ uint64_t cap_limit(int dev, uint64_t physical_total);
 /* Charges `bytes` to dev iff the charge stays within the cap; returns true iff charged. */
 bool cap_charge(int dev, uint64_t bytes);
 
+/* Charges `bytes` the driver has already taken for the program, over the cap if it must (the
+ * charge follows the driver: graph memory mapped beyond what was admitted, by rounding). */
+void cap_add(int dev, uint64_t bytes);
 /* Returns a previous charge. */
 void cap_credit(int dev, uint64_t bytes);
 

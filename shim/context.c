@@ -9,6 +9,7 @@
 
 #include "shim/array.h"
 #include "shim/cap.h"
+#include "shim/graph.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
 #include "shim/pool.h"
@@ -45,6 +46,7 @@ static void forget(CUcontext ctx) {
     memory_drop_context(ctx);
     array_drop_context(ctx);
     pending_drop_context(ctx);
+    graph_forget_context(ctx);
   }
 }
 
@@ -53,6 +55,7 @@ static void forget(CUcontext ctx) {
  * device reset). */
 static void forget_primary(CUcontext ctx, int dev) {
   forget(ctx);
+  graph_forget_device(ctx, dev);
   memory_drop_ordered(dev);
   pending_drop_device(dev);
 }

@@ -8,6 +8,7 @@
 #include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/context.h"
+#include "shim/graph.h"
 #include "shim/ipc.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
@@ -22,6 +23,7 @@ static void child(void) {
   vmm_fork_child();
   pending_fork_child();
   async_fork_child();
+  graph_fork_child();
   array_fork_child();
   ipc_fork_child();
   trace_fork_child();

@@ -166,7 +166,12 @@ bool mem_admit(int dev, uint64_t bytes) {
     return true;
   }
   pending_wait(dev); /* memory the stream-ordered frees are about to give back */
-  return cap_charge(dev, bytes);
+  if (cap_charge(dev, bytes)) {
+    return true;
+  }
+  /* Regions the pools hold that nothing is allocated in: the program freed that memory, and
+   * this allocation must not fail for want of it. */
+  return pool_trim(dev) > 0 && cap_charge(dev, bytes);
 }
 
 bool mem_recharge(int dev, uint64_t admitted, uint64_t exact) {

@@ -28,8 +28,9 @@ CUresult mem_current_device(int *dev);
 bool mem_prepare(bool args_ok, int *dev, CUresult *rc);
 
 /* Charges `bytes` to dev (from mem_current_device) iff that stays within the cap, waiting for
- * the device's pending stream-ordered frees (shim/pending.h) before giving up; returns true
- * iff charged. */
+ * the device's pending stream-ordered frees (shim/pending.h) and releasing the pools' wholly
+ * free regions on dev (pool_trim) before giving up; returns true iff charged. The caller holds
+ * no pool lock. */
 bool mem_admit(int dev, uint64_t bytes);
 
 /* Moves a charge of `admitted` bytes on dev to `exact` once the driver said what it used:

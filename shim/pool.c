@@ -22,6 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The unit a driver holds device memory in, at the least: what it takes for an allocation
+ * whose size is not a multiple of it (real drivers round large allocations further, to their
+ * page size: see docs/design.md, "Rounding"). */
+#define DRIVER_UNIT ((uint64_t)512)
+
 /* A pool region aligned inside the driver's allocation. */
 struct shifted {
   uint64_t base, driver, extra;
@@ -83,16 +88,23 @@ static bool note_shift(struct ctx_pool *p, uint64_t base, uint64_t driver, uint6
   return true;
 }
 
+/* What a region of `bytes` (regions are multiples of 256 bytes) asks the driver for: whole
+ * driver units, `extra` bytes more when regions must be aligned inside their allocations. The
+ * driver holds whole units whatever it is asked, so that is what is charged. */
+static uint64_t driver_bytes(uint64_t bytes, uint64_t extra) {
+  return (bytes + extra + DRIVER_UNIT - 1) / DRIVER_UNIT * DRIVER_UNIT;
+}
+
 static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
   struct ctx_pool *p = arg;
-  uint64_t extra = p->misaligns ? BFC_MIN_ALLOC : 0;
-  if (!cap_charge(p->dev, bytes + extra)) {
+  uint64_t extra = p->misaligns ? BFC_MIN_ALLOC : 0, ask = driver_bytes(bytes, extra);
+  if (!cap_charge(p->dev, ask)) {
     return -ENOMEM;
   }
   CUdeviceptr d = 0;
-  CUresult rc = real.cuMemAlloc_v2(&d, bytes + extra);
+  CUresult rc = real.cuMemAlloc_v2(&d, ask);
   if (rc != CUDA_SUCCESS) {
-    cap_credit(p->dev, bytes + extra);
+    cap_credit(p->dev, ask);
     p->last_driver_rc = rc;
     p->driver_full |= rc == CUDA_ERROR_OUT_OF_MEMORY;
     return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
@@ -105,14 +117,14 @@ static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
             "are aligned inside allocations 256 bytes larger",
             p->dev, (unsigned long long)d);
     real.cuMemFree_v2(d);
-    cap_credit(p->dev, bytes);
+    cap_credit(p->dev, ask);
     p->misaligns = true;
     return reserve(arg, bytes, base);
   }
   *base = extra ? (d + BFC_MIN_ALLOC - 1) / BFC_MIN_ALLOC * BFC_MIN_ALLOC : d;
   if (extra && !note_shift(p, *base, d, extra)) {
     real.cuMemFree_v2(d);
-    cap_credit(p->dev, bytes + extra);
+    cap_credit(p->dev, ask);
     return -ENOMEM;
   }
   return 0;
@@ -138,7 +150,7 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
   if (i < p->nshifted) {
     p->shifted[i] = p->shifted[--p->nshifted];
   }
-  cap_credit(p->dev, bytes + extra);
+  cap_credit(p->dev, driver_bytes(bytes, extra));
   return 0;
 }
 
@@ -279,21 +291,22 @@ static void settle_other(struct ctx_pool *o, CUcontext mine) {
   }
 }
 
-/* Releases the fully free regions of the other pools on p's device (settling their deferred
- * frees first); returns the bytes released. */
-static uint64_t trim_others(struct ctx_pool *p) {
+/* Releases the fully free regions of the pools on device dev but `skip` (settling their
+ * deferred frees first, `mine` being the thread's current context); returns the bytes
+ * released. Takes each pool's lock in turn: the caller holds none. */
+static uint64_t trim_device(int dev, const struct ctx_pool *skip, CUcontext mine) {
   uint64_t total = 0;
   int n = atomic_load_explicit(&npools, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     struct ctx_pool *o = &pools[i];
     uint64_t released = 0;
-    if (o == p || atomic_load_explicit(&o->dying, memory_order_acquire)) {
+    if (o == skip || atomic_load_explicit(&o->dying, memory_order_acquire)) {
       continue;
     }
     pthread_mutex_lock(&o->lock);
-    bool same_device = o->dev == p->dev;
+    bool same_device = o->dev == dev;
     if (o->pool && same_device) {
-      settle_other(o, atomic_load_explicit(&p->ctx, memory_order_acquire));
+      settle_other(o, mine);
     }
     if (o->pool && same_device) {
       bfc_trim(o->pool, &released);
@@ -302,6 +315,25 @@ static uint64_t trim_others(struct ctx_pool *p) {
     total += released;
   }
   return total;
+}
+
+static uint64_t trim_others(struct ctx_pool *p) {
+  return trim_device(p->dev, p, atomic_load_explicit(&p->ctx, memory_order_acquire));
+}
+
+uint64_t pool_trim(int dev) {
+  bool any = false;
+  int n = atomic_load_explicit(&npools, memory_order_acquire);
+  for (int i = 0; i < n && !any; i++) {
+    pthread_mutex_lock(&pools[i].lock);
+    any = pools[i].pool && pools[i].dev == dev;
+    pthread_mutex_unlock(&pools[i].lock);
+  }
+  CUcontext mine = NULL;
+  if (!any || !real.cuCtxGetCurrent || real.cuCtxGetCurrent(&mine) != CUDA_SUCCESS) {
+    return 0; /* no pool there; or the thread's context, to restore, is not known */
+  }
+  return trim_device(dev, NULL, mine);
 }
 
 /* The setting that would help, after an out-of-memory report. driver_full: the driver itself

@@ -61,6 +61,11 @@ void pool_drop_context(CUcontext ctx);
  * context) with fresh locks, without reading what another thread may have been changing. */
 void pool_fork_child(void);
 
+/* Releases the wholly free regions of every pool on device dev to the driver (after settling
+ * their deferred frees), for an allocation of another kind that would not fit under the cap
+ * otherwise; returns the bytes released. The caller holds no pool lock. */
+uint64_t pool_trim(int dev);
+
 /* Bytes the pools of device dev hold from the driver that the program does not hold: free and
  * deferred chunks. Takes each pool's lock briefly. */
 uint64_t pool_idle_bytes(int dev);

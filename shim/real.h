@@ -41,6 +41,12 @@ struct real_fns {
   X(cuEventSynchronize)                                                                            \
   X(cuEventDestroy_v2)                                                                             \
   X(cuArrayGetMemoryRequirements)                                                                  \
+  X(cuStreamIsCapturing)                                                                           \
+  X(cuStreamIsCapturing_ptsz)                                                                      \
+  X(cuGraphGetNodes)                                                                               \
+  X(cuGraphNodeGetType)                                                                            \
+  X(cuGraphMemAllocNodeGetParams)                                                                  \
+  X(cuDeviceGetGraphMemAttribute)                                                                  \
   X(cuMipmappedArrayGetMemoryRequirements)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)

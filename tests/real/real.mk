@@ -13,7 +13,7 @@ REAL_DIR := tests/real
 REAL_OUT := $(BUILD)/real
 REAL_ARCH := sm_90
 REAL_FAMILIES := malloc pitch async managed host arrays meminfo ptrattr ipc reset devices \
-                 threads fork oom kernel mixed
+                 threads fork oom kernel mixed graphs
 REAL_LIBRARIES := cublas curand cudnn
 
 ifneq ($(NVCC),)

@@ -27,7 +27,6 @@ row threads
 row fork procs=2
 row oom
 row kernel
-row mixed capfact='array_after_free=cudaSuccess|cudaErrorMemoryAllocation' \
-  known="async_after_free:gpucap:$gpucap_bug: idle pool regions are not given back for a stream-ordered allocation" \
-  known="managed_after_free:gpucap:$gpucap_bug: idle pool regions are not given back for a managed allocation"
+row graphs
+row mixed
 done_testing

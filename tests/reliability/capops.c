@@ -22,7 +22,17 @@
 #define MAX_BLOCKS 48
 #define DEV CAPOPS_DEVICES
 
-enum family { POOLED, PITCH, ASYNC, ASYNC_OTHER_POOL, ASYNC_OTHER_STREAM, MANAGED, VMM, ARRAY };
+enum family {
+  POOLED,
+  PITCH,
+  ASYNC,
+  ASYNC_OTHER_POOL,
+  ASYNC_OTHER_STREAM,
+  MANAGED,
+  VMM,
+  ARRAY,
+  GRAPH
+};
 
 const char *const capops_names[CAPOPS_COUNTERS] = {"ops",
                                                    "allocs",
@@ -43,7 +53,8 @@ const char *const capops_names[CAPOPS_COUNTERS] = {"ops",
                                                    "other-device stream",
                                                    "managed",
                                                    "VMM",
-                                                   "arrays"};
+                                                   "arrays",
+                                                   "graph memory"};
 
 struct block {
   int family, dev, slot;
@@ -54,6 +65,7 @@ struct block {
   bool written;
   CUmemGenericAllocationHandle retained; /* VMM: a reference retained again (0: none) */
   CUarray array;
+  CUgraphExec exec; /* GRAPH: what holds the memory (bytes: its allocation) */
 };
 
 struct capops_worker {
@@ -188,8 +200,8 @@ capops_worker_t *capops_worker(int id, bool owner) {
 
 static void write_pattern(capops_worker_t *w, struct block *b) {
   b->pattern = (uint32_t)w->id << 24 | (w->serial++ & 0xffffff);
-  if (!backing || b->family == ARRAY || b->slot < 0) {
-    return; /* arrays have no address; slot -1: made on a stream of another device */
+  if (!backing || b->family == ARRAY || b->family == GRAPH || b->slot < 0) {
+    return; /* arrays and graphs have no address; slot -1: made on a stream of another device */
   }
   CUresult rc;
   if (b->family == MANAGED) {
@@ -243,7 +255,8 @@ static void check_pattern(capops_worker_t *w, const struct block *b) {
 
 /* Records a block just handed out: no pending work may touch it; its pattern is written. */
 static void take(capops_worker_t *w, struct block *b) {
-  if (b->family != ARRAY && b->family != MANAGED && fakecudaClaim(b->ptr, b->bytes) != 0) {
+  if (b->family != ARRAY && b->family != MANAGED && b->family != GRAPH &&
+      fakecudaClaim(b->ptr, b->bytes) != 0) {
     w->st.n[CAPOPS_HAZARDS]++;
   }
   w->b[w->n++] = *b;
@@ -298,6 +311,36 @@ static void alloc_array(capops_worker_t *w, struct block *b, unsigned width, uns
     b->bytes = 0;
     take(w, b);
   }
+}
+
+/* A graph that allocates `size` bytes, writes them and frees them, captured on s (relaxed mode:
+ * other threads' calls go on meanwhile), instantiated and launched once. */
+static void alloc_graph(capops_worker_t *w, struct block *b, size_t size, CUstream s) {
+  CUgraph g = NULL;
+  CUdeviceptr p = 0;
+  CUresult rc = cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED);
+  if (rc == CUDA_SUCCESS && (rc = cuMemAllocAsync(&p, size, s)) == CUDA_SUCCESS) {
+    rc = cuMemsetD32Async(p, 0x6a6a6a6a, size / 4, s);
+    CUresult f = cuMemFreeAsync(p, s);
+    rc = rc == CUDA_SUCCESS ? f : rc;
+  }
+  CUresult end = cuStreamEndCapture(s, &g);
+  rc = rc == CUDA_SUCCESS ? end : rc;
+  if (rc == CUDA_SUCCESS) {
+    rc = cuGraphInstantiateWithFlags(&b->exec, g, 0);
+    cuGraphDestroy(g);
+  }
+  if (rc != CUDA_SUCCESS) {
+    fail(w, rc, "worker %d: capturing a graph", w->id);
+    return;
+  }
+  rc = cuGraphLaunch(b->exec, s);
+  if (!answered(w, rc, "cuGraphLaunch")) {
+    cuGraphExecDestroy(b->exec);
+    return;
+  }
+  b->bytes = size;
+  take(w, b);
 }
 
 static void allocate(capops_worker_t *w, struct reader *r, int op, int dev, int slot) {
@@ -370,6 +413,11 @@ static void allocate(capops_worker_t *w, struct reader *r, int op, int dev, int 
     alloc_vmm(w, &b, (u8(r) % 2 + 1) * 2 * MiB);
     return;
   default:
+    if (u8(r) & 1) {
+      b.family = GRAPH;
+      alloc_graph(w, &b, (u16(r) % 4096 + 1) * UNIT, w->stream[dev][slot][u8(r) & 1]);
+      return;
+    }
     b.family = ARRAY;
     alloc_array(w, &b, 1 + u16(r) % 512, 1 + u16(r) % 1024);
     return;
@@ -416,6 +464,15 @@ static void release(capops_worker_t *w, int i, unsigned how) {
     return;
   case ARRAY:
     freed(w, &b, cuArrayDestroy(b.array), "cuArrayDestroy");
+    return;
+  case GRAPH:
+    if (use(w, b.dev, slot)) {
+      rc = cuGraphExecDestroy(b.exec);
+      if (rc == CUDA_SUCCESS && how % 2) {
+        rc = cuDeviceGraphMemTrim(b.dev);
+      }
+      freed(w, &b, rc, "destroying a graph");
+    }
     return;
   default:
     break;

@@ -5,7 +5,9 @@
  *
  * Families: pooled cuMemAlloc_v2 (pass-through with GPUCAP_POOL=off), cuMemAllocPitch_v2,
  * stream-ordered memory (own stream, another device's pool, another device's stream), managed,
- * VMM (create, map, set access, release at once; sometimes retained again), CUDA arrays. Frees
+ * VMM (create, map, set access, release at once; sometimes retained again), CUDA arrays, graph
+ * memory (a captured stream-ordered allocation and its free, launched: the graph pool keeps
+ * it until the executable graph is destroyed or the pool trimmed). Frees
  * of every kind (synchronous, stream-ordered with device work still pending on the block,
  * unmap, destroy), synchronisation, get-info, a created context destroyed with memory in it,
  * and (for the worker that owns them) a primary-context reset. Request sizes are multiples of
@@ -43,8 +45,8 @@ enum capops_counter {
   CAPOPS_CORRUPT, /* patterns found changed at a free */
   CAPOPS_HAZARDS, /* blocks handed out with device work still pending on them */
   CAPOPS_OVER,    /* get-info above the cap */
-  CAPOPS_FAMILY,  /* + family: allocations of that family (8 of them) */
-  CAPOPS_COUNTERS = CAPOPS_FAMILY + 8
+  CAPOPS_FAMILY,  /* + family: allocations of that family (9 of them) */
+  CAPOPS_COUNTERS = CAPOPS_FAMILY + 9
 };
 
 typedef struct capops_stats {
