@@ -129,7 +129,7 @@ struct fk_capture;
 struct CUstream_st {
   struct CUctx_st *ctx;
   struct fk_capture *cap; /* the capture sequence it takes part in (fk_graph.c), or NULL */
-  int kind; /* FK_S_* */
+  int kind;               /* FK_S_* */
   int live;
   unsigned flags;
   int priority;
@@ -277,8 +277,16 @@ CUresult fk_cls_get(void **value, CUcontext ctx, void *key);
 
 /* ---- Streams, events and the pending-work engine (fk_stream.c). ---- */
 
-enum { FK_W_COPY, FK_W_SET, FK_W_HOOK, FK_W_FREE, FK_W_WAIT, FK_W_HOST, FK_W_GRAPH_ALLOC,
-       FK_W_GRAPH_FREE };
+enum {
+  FK_W_COPY,
+  FK_W_SET,
+  FK_W_HOOK,
+  FK_W_FREE,
+  FK_W_WAIT,
+  FK_W_HOST,
+  FK_W_GRAPH_ALLOC,
+  FK_W_GRAPH_FREE
+};
 
 struct fk_range {
   uintptr_t addr;
@@ -309,6 +317,16 @@ void fk_work_execute(struct fk_work *w);
 
 /* A copy of w for another queue (its staging buffer duplicated). */
 struct fk_work *fk_work_clone(const struct fk_work *w);
+
+/* The driver's own object behind stream handle h (the tools-context table's slot 51): a
+ * created stream, or for NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD the default stream of
+ * ctx (NULL: the current context; ptsz: NULL means the per-thread stream). Fails with the
+ * context's error, CUDA_ERROR_INVALID_HANDLE for an unknown or destroyed stream. */
+CUresult fk_stream_object(CUcontext ctx, CUstream h, int ptsz, struct CUstream_st **out);
+
+/* The unique id (as cuStreamGetId) of a stream object fk_stream_object returned (slot 39).
+ * CUDA_ERROR_INVALID_HANDLE when s is no live stream of a live context. */
+CUresult fk_stream_object_id(const struct CUstream_st *s, unsigned long long *id);
 
 /* Creates a stream of `kind` in c (never fails but for ENOMEM, which aborts). */
 struct CUstream_st *fk_stream_new(struct CUctx_st *c, int kind, unsigned flags, int priority);
@@ -380,7 +398,7 @@ struct fk_alloc {
   size_t span; /* address space and device memory it holds */
   int kind;    /* FK_K_* */
   int dev;
-  int freeing; /* cuMemFreeAsync enqueued: gone for the API, alive for pending work */
+  int freeing;    /* cuMemFreeAsync enqueued: gone for the API, alive for pending work */
   int graph_phys; /* FK_K_GRAPH: its memory is held (counted in used) */
   int graph_live; /* FK_K_GRAPH: allocated by a launch and not freed since */
   struct CUctx_st *ctx;

@@ -53,8 +53,9 @@ static CUresult unmodelled(const char *table, int slot) {
   STUB(t, 2)                                                                                       \
   STUB(t, 3)                                                                                       \
   STUB(t, 4)                                                                                       \
-  STUB(t, 5) STUB(t, 6) STUB(t, 7) STUB(t, 8) STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3)    \
-      STUB10(t, 4) STUB10(t, 5) STUB10(t, 6) STUB10(t, 7) STUB10(t, 8)                             \
+  STUB(t, 5)                                                                                       \
+  STUB(t, 6) STUB(t, 7) STUB(t, 8) STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3) STUB10(t, 4)  \
+      STUB10(t, 5) STUB10(t, 6) STUB10(t, 7) STUB10(t, 8)                                          \
           STUB10(t, 9) static const uintptr_t stubs_##t[100] = {                                   \
               0,           REF(t, 1),   REF(t, 2),   REF(t, 3),   REF(t, 4),                       \
               REF(t, 5),   REF(t, 6),   REF(t, 7),   REF(t, 8),   REF(t, 9),                       \
@@ -161,6 +162,23 @@ static CUresult et_tools_ctx_device(CUcontext ctx, CUdevice *dev) {
 
 static CUresult et_tools_ctx_id(CUcontext ctx, unsigned long long *id) {
   FK_BODY(FK_NEED_INIT, fk_ctx_id_of(ctx, id));
+}
+
+/* Slot 51: the driver's object for a stream handle in a context, (context, stream, out,
+ * per_thread): NULL and CU_STREAM_LEGACY name the context's legacy stream, CU_STREAM_PER_THREAD
+ * (or NULL when per_thread is set) the calling thread's per-thread stream; an unknown handle is
+ * CUDA_ERROR_INVALID_HANDLE. Slot 39: (context, that object, out) writes the stream's unique id.
+ * cuBLAS calls both before a GEMM with its own workspace and keys its per-stream workspaces on
+ * the id (libcublas 13.0: it passes the stream it then waits on with cudaStreamWaitEvent). */
+static CUresult et_tools_stream_object(CUcontext ctx, CUstream h, struct CUstream_st **out,
+                                       int per_thread) {
+  FK_BODY(FK_NEED_INIT, fk_stream_object(ctx, h, per_thread, out));
+}
+
+static CUresult et_tools_stream_id(CUcontext ctx, const struct CUstream_st *s,
+                                   unsigned long long *id) {
+  (void)ctx;
+  FK_BODY(FK_NEED_INIT, fk_stream_object_id(s, id));
 }
 
 /* ---- Tools module (6e163fbe-b958-444d-835c-e182aff1991e): 64 slots, size first. ---- */
@@ -272,6 +290,8 @@ static void build_tables(void) {
   stub_table(tools_context, 95, stubs_tools_context, 1);
   tools_context[3] = FN(et_tools_ctx_device);
   tools_context[4] = FN(et_tools_ctx_id);
+  tools_context[39] = FN(et_tools_stream_id);
+  tools_context[51] = FN(et_tools_stream_object);
   stub_table(tools_module, 64, stubs_tools_module, 1);
 }
 

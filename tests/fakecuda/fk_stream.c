@@ -692,6 +692,45 @@ FK_API CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamI
   FK_BODY(FK_NEED_INIT, stream_get_id(hStream, streamId, 1));
 }
 
+/* The tools-context table's stream look-ups (fk_export.c). */
+CUresult fk_stream_object(CUcontext ctx, CUstream h, int ptsz, struct CUstream_st **out) {
+  if (out == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_or_current(ctx, &c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (h == NULL) {
+    h = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  }
+  if (h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    *out = h == CU_STREAM_LEGACY ? c->legacy : fk_stream_thread(c);
+    return CUDA_SUCCESS;
+  }
+  return fk_stream_resolve(h, ptsz, out);
+}
+
+CUresult fk_stream_object_id(const struct CUstream_st *s, unsigned long long *id) {
+  if (s == NULL || id == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; i < fk.nctxs; i++) {
+    const struct CUctx_st *c = fk.ctxs[i];
+    for (size_t j = 0; j < c->nstreams; j++) {
+      if (c->streams[j] == s) {
+        if (!s->live || !c->active) {
+          return CUDA_ERROR_INVALID_HANDLE;
+        }
+        *id = s->id;
+        return CUDA_SUCCESS;
+      }
+    }
+  }
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
 /* ---- Test hooks. ---- */
 
 static CUresult enqueue_hook(CUstream h, CUdeviceptr p, size_t n) {

@@ -1,8 +1,9 @@
 /* TAP test of the fake driver's private export tables (cuGetExportTable): the directory, the
  * tables' layouts, the runtime interface's primary-context slot, context-local storage with its
  * destructors (run on destroy, primary reset and last release, allowed to call the driver), the
- * integrity handshake's fixed and computed answers. That NVIDIA's runtime accepts all of them
- * is tests/integ/cudart.sh's and the real-program tests' business.
+ * tools-context table's stream look-ups (slots 51 and 39), the integrity handshake's fixed and
+ * computed answers. That NVIDIA's runtime accepts all of them is tests/integ/cudart.sh's and the
+ * real-program tests' business.
  */
 #include <stdint.h>
 #include <string.h>
@@ -37,6 +38,8 @@ typedef CUresult (*integrity_fn)(uint32_t, uint64_t, uint64_t out[2]);
 typedef CUresult (*current_fn)(CUcontext *);
 typedef CUresult (*ctx_device_fn)(CUcontext, CUdevice *);
 typedef CUresult (*ctx_id_fn)(CUcontext, unsigned long long *);
+typedef CUresult (*stream_object_fn)(CUcontext, CUstream, void **, int);
+typedef CUresult (*stream_id_fn)(CUcontext, void *, unsigned long long *);
 typedef CUresult (*unknown_fn)(void);
 
 static const uintptr_t *table(const unsigned char bytes[16]) {
@@ -160,6 +163,41 @@ static void local_storage(void) {
   tap_ok(dtor_key == &key2, "... for the entries put since the reset");
 }
 
+/* Slots 51 and 39 of the tools-context table: a stream handle's object, and its id. */
+static void streams(const uintptr_t *t, CUcontext c) {
+  SLOT(stream_object_fn, object, t, 51);
+  SLOT(stream_id_fn, id, t, 39);
+  CUstream s;
+  CK(cuStreamCreate(&s, 0));
+  void *legacy = NULL, *legacy2 = NULL, *per_thread = NULL, *per_thread2 = NULL, *user = NULL;
+  CK(object(c, NULL, &legacy, 0));
+  CK(object(NULL, CU_STREAM_LEGACY, &legacy2, 0));
+  tap_ok(legacy != NULL && legacy == legacy2, "slot 51: NULL and CU_STREAM_LEGACY are one stream");
+  CK(object(c, CU_STREAM_PER_THREAD, &per_thread, 1));
+  CK(object(c, NULL, &per_thread2, 1));
+  tap_ok(per_thread != NULL && per_thread == per_thread2 && per_thread != legacy,
+         "... CU_STREAM_PER_THREAD (or NULL with the per-thread flag) another");
+  CK(object(c, s, &user, 0));
+  tap_ok(user != NULL && user != legacy && user != per_thread, "... a created stream its own");
+  unsigned long long a = 0, b = 1, l = 0, p = 0;
+  CK(id(c, user, &a));
+  CK(cuStreamGetId(s, &b));
+  tap_ok(a == b, "slot 39: a stream object's id is cuStreamGetId's");
+  CK(id(c, legacy, &l));
+  CK(cuStreamGetId(NULL, &b));
+  CK(id(c, per_thread, &p));
+  tap_ok(l == b && p != l && p != a, "... for the default streams too, each its own");
+  void *out = &out;
+  TAP_EQ(object(c, (CUstream)(uintptr_t)UINT64_MAX, &out, 0), CUDA_ERROR_INVALID_HANDLE,
+         "slot 51: an unknown handle is INVALID_HANDLE");
+  tap_ok(out == &out, "... and nothing is written");
+  TAP_EQ(object(c, NULL, NULL, 0), CUDA_ERROR_INVALID_VALUE, "... NULL output: INVALID_VALUE");
+  CK(cuStreamDestroy_v2(s));
+  TAP_EQ(object(c, s, &out, 0), CUDA_ERROR_INVALID_HANDLE, "... a destroyed stream too");
+  TAP_EQ(id(c, user, &a), CUDA_ERROR_INVALID_HANDLE, "slot 39: a destroyed stream's object");
+  TAP_EQ(id(c, &a, &a), CUDA_ERROR_INVALID_HANDLE, "... or anything else: INVALID_HANDLE");
+}
+
 static void tools(void) {
   const uintptr_t *t = table(tools_tls);
   SLOT(current_fn, current, t, 2);
@@ -178,6 +216,7 @@ static void tools(void) {
   CK(id(NULL, &a));
   CK(cuCtxGetId(c, &b));
   tap_ok(a == b && a != 0, "tools context slot 4: cuCtxGetId of the current context");
+  streams(t, c);
   SLOT(unknown_fn, unknown, t, 50);
   TAP_EQ(unknown(), CUDA_ERROR_NOT_SUPPORTED, "an unmodelled slot answers NOT_SUPPORTED");
   CK(cuCtxDestroy_v2(c));

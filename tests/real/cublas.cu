@@ -1,8 +1,11 @@
 /* cuBLAS: a handle (cuBLAS reserves its own workspace in device memory when it is created),
- * single-precision GEMMs with that workspace on the legacy stream and with a workspace of the
- * program's own on a stream, and a handle asked for when the device is full: cuBLAS answers
- * its own allocation failure and the program goes on once it has made room. The fake runs no device
- * code: the GEMM's status and the queued work are checked, never its result. */
+ * single-precision GEMMs with that workspace on the legacy stream, a stream of the program's
+ * and the per-thread stream (cuBLAS finds the workspace of each stream through the driver's
+ * private tools-context table), with a workspace of the program's own on a stream, and a handle
+ * asked for when the device is full: cuBLAS answers its own allocation failure and the program
+ * goes on once it has made room. The fake runs no device code: a GEMM's status, the device
+ * work it queued (the fake's pending-work counter) and the memory it took are checked, never
+ * its result. */
 #include <cublas_v2.h>
 
 #include "tests/real/real.h"
@@ -10,6 +13,36 @@
 #define BLAS(name, call) blas((name), (call))
 static void blas(const char *name, cublasStatus_t st) {
   real_status(name, st, CUBLAS_STATUS_SUCCESS, cublasGetStatusName(st));
+}
+
+static size_t free_now(const char *name) {
+  size_t f = 0, t = 0;
+  OK(name, cudaMemGetInfo(&f, &t));
+  return f;
+}
+
+/* An SGEMM with cuBLAS's own workspace on stream s: it succeeds, queues device work, takes no
+ * device memory beyond what cublasCreate reserved, and its work completes with the stream. */
+static void own_workspace_gemm(const char *name, cublasHandle_t h, cudaStream_t s, int n,
+                               const float *a, const float *b, float *c) {
+  const float one = 1.0f, zero = 0.0f;
+  char key[96];
+  snprintf(key, sizeof key, "%s_set_stream", name);
+  BLAS(key, cublasSetStream(h, s)); /* also drops any workspace the program had set */
+  snprintf(key, sizeof key, "%s_free_before", name);
+  size_t before = free_now(key);
+  int pending = real_pending();
+  BLAS(name, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
+  snprintf(key, sizeof key, "%s_queued_work", name);
+  real_check(key, real_pending() > pending, "the fake's pending work grew");
+  snprintf(key, sizeof key, "%s_free_after", name);
+  size_t after = free_now(key);
+  snprintf(key, sizeof key, "%s_takes_no_memory", name);
+  real_check(key, after == before, "cudaMemGetInfo's free memory unchanged");
+  snprintf(key, sizeof key, "%s_sync", name);
+  OK(key, cudaStreamSynchronize(s));
+  snprintf(key, sizeof key, "%s_work_done", name);
+  real_check(key, real_pending() == 0, "no pending work after the stream's synchronisation");
 }
 
 int main(void) {
@@ -32,13 +65,15 @@ int main(void) {
   OK("info_after_create", cudaMemGetInfo(&f1, &t));
   FACT("create_takes_device_memory", "%d", f1 < f0);
   const float one = 1.0f, zero = 0.0f;
-  /* With cuBLAS's own workspace, on the legacy stream. */
-  BLAS("sgemm_own_workspace",
-       cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
-  OK("sync_own_workspace", cudaDeviceSynchronize());
-  /* With the program's workspace, on a stream of its own. */
+  /* With cuBLAS's own workspace: on the legacy stream, a stream of the program's, and the
+   * per-thread stream. */
   cudaStream_t s;
   OK("stream", cudaStreamCreate(&s));
+  own_workspace_gemm("sgemm_own_workspace", h, 0, n, a, b, c);
+  own_workspace_gemm("sgemm_own_workspace_stream", h, s, n, a, b, c);
+  own_workspace_gemm("sgemm_own_workspace_per_thread", h, cudaStreamPerThread, n, a, b, c);
+  OK("sync_own_workspace", cudaDeviceSynchronize());
+  /* With the program's workspace, on a stream of its own. */
   BLAS("set_stream", cublasSetStream(h, s));
   void *ws = NULL;
   const size_t wsz = 8 * MiB;

@@ -69,6 +69,22 @@ static inline void real_claim(const void *p, size_t n) {
   }
 }
 
+/* The fake driver's test hook fakecudaPendingWork(): device work items queued and not yet
+ * complete in the process (a kernel queues one per device address among its parameters); -1
+ * when the driver is not the fake. */
+static inline int real_pending(void) {
+  static int (*pending)(void);
+  static int looked;
+  if (!looked) {
+    looked = 1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h != NULL) {
+      pending = (int (*)(void))dlsym(h, "fakecudaPendingWork");
+    }
+  }
+  return pending != NULL ? pending() : -1;
+}
+
 /* cudaMalloc, and claims what it got. */
 static inline cudaError_t real_malloc(void **p, size_t n) {
   cudaError_t e = cudaMalloc(p, n);
