@@ -109,6 +109,7 @@ struct CUctx_st {
   int dev;
   int primary; /* the device's primary context (one per device, never destroyed) */
   int active;  /* created and not destroyed / reset */
+  int dying;   /* its context-local storage destructors are running (lock dropped) */
   unsigned flags;
   int refs; /* primary contexts: retain count */
   unsigned long long id;
@@ -215,6 +216,14 @@ void fk_logs_teardown(void);
 
 /* Releases the lock; returns rc. */
 CUresult fk_leave(CUresult rc);
+
+/* Around a call out of the driver into the program's code (context-local storage destructors):
+ * fk_callout_begin drops the lock when the calling thread holds it once (it is inside one entry
+ * point, not in a call the program made from a callout) and returns whether it did;
+ * fk_callout_end(dropped) takes it back. The real driver cannot hold its own locks there: the
+ * program's code takes its locks and calls the driver, from this thread and others. */
+int fk_callout_begin(void);
+void fk_callout_end(int dropped);
 
 #define FK_BODY(need, expr)                                                                        \
   do {                                                                                             \

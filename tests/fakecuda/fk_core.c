@@ -115,6 +115,20 @@ CUresult fk_leave(CUresult rc) {
   return rc;
 }
 
+int fk_callout_begin(void) {
+  if (trace_depth != 1) {
+    return 0;
+  }
+  pthread_mutex_unlock(&fk.lock);
+  return 1;
+}
+
+void fk_callout_end(int dropped) {
+  if (dropped) {
+    pthread_mutex_lock(&fk.lock);
+  }
+}
+
 int fk_catchall(const char *name) {
   CUresult rc = fk_enter(name, FK_NEED_INIT);
   return (int)fk_leave(rc == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : rc);

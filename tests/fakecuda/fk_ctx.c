@@ -72,18 +72,32 @@ CUresult fk_ctx_current(struct CUctx_st **out) {
 }
 
 /* Runs and drops the context-local storage destructors, first, while the context is still
- * usable (they release the runtime's objects in it). A destructor may put or delete entries. */
+ * usable (they release the runtime's objects in it). Each runs without the lock (when this
+ * thread holds it once, fk_callout_begin): a destructor takes the runtime's own locks and calls
+ * the driver, and other threads that hold those locks call the driver meanwhile, so holding the
+ * driver's lock across it inverts the lock order. A destructor may put or delete entries; the
+ * entries put by any thread meanwhile run too. c->dying marks the window. Returns with the lock
+ * held and no entries left. */
 static void cls_destroy(struct CUctx_st *c) {
+  c->dying = 1;
   while (c->ncls > 0) {
     struct fk_cls e = c->cls[--c->ncls];
     if (e.dtor != NULL) {
+      int dropped = fk_callout_begin();
       e.dtor(c, e.key, e.value);
+      fk_callout_end(dropped);
     }
   }
+  c->dying = 0;
 }
 
-static void deactivate(struct CUctx_st *c) {
+/* Destroys c's resources after its destructors. release: a primary context's last release,
+ * abandoned when another thread retained the context while the destructors ran. */
+static void deactivate(struct CUctx_st *c, int release) {
   cls_destroy(c);
+  if (release && c->refs > 0) {
+    return;
+  }
   fk_graph_free_ctx(c);
   fk_sync_ctx(c);
   fk_module_free_ctx(c);
@@ -456,8 +470,8 @@ static CUresult primary_release(CUdevice dev) {
   if (c->refs == 0) {
     return CUDA_ERROR_INVALID_CONTEXT; /* documented in cuda.h */
   }
-  if (--c->refs == 0 && c->active) {
-    deactivate(c);
+  if (--c->refs == 0 && c->active && !c->dying) {
+    deactivate(c, 1);
   }
   return CUDA_SUCCESS;
 }
@@ -475,8 +489,8 @@ static CUresult primary_reset(CUdevice dev) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
   struct CUctx_st *c = fk.dev[dev].primary;
-  if (c->active) {
-    deactivate(c); /* "does not release it": the retain count stays */
+  if (c->active && !c->dying) { /* dying: another call is resetting it */
+    deactivate(c, 0);           /* "does not release it": the retain count stays */
   }
   return CUDA_SUCCESS;
 }
@@ -607,10 +621,10 @@ static CUresult ctx_destroy(struct CUctx_st *c) {
   if (c == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (!ctx_known(c) || !c->active || c->primary) {
-    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!ctx_known(c) || !c->active || c->dying || c->primary) {
+    return CUDA_ERROR_INVALID_CONTEXT; /* dying: another call is destroying it */
   }
-  deactivate(c);
+  deactivate(c, 0);
   if (depth > 0 && stack[depth - 1] == c) {
     depth--;
   }

@@ -9,8 +9,7 @@
  * refused with CUDA_ERROR_INVALID_VALUE and nothing is written.
  *
  * Locking: every slot that touches driver state runs under fk.lock through FK_BODY, like an
- * exported entry point (the lock is recursive: context-local-storage destructors run under it
- * and may call back into the driver).
+ * exported entry point (context-local-storage destructors run with it dropped, fk_ctx.c).
  */
 #include <stdint.h>
 #include <string.h>
@@ -54,7 +53,8 @@ static CUresult unmodelled(const char *table, int slot) {
   STUB(t, 3)                                                                                       \
   STUB(t, 4)                                                                                       \
   STUB(t, 5)                                                                                       \
-  STUB(t, 6) STUB(t, 7) STUB(t, 8) STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3) STUB10(t, 4)  \
+  STUB(t, 6)                                                                                       \
+  STUB(t, 7) STUB(t, 8) STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3) STUB10(t, 4)             \
       STUB10(t, 5) STUB10(t, 6) STUB10(t, 7) STUB10(t, 8)                                          \
           STUB10(t, 9) static const uintptr_t stubs_##t[100] = {                                   \
               0,           REF(t, 1),   REF(t, 2),   REF(t, 3),   REF(t, 4),                       \

@@ -2,12 +2,18 @@
  * two devices, some on the primary context and some on their own, allocate, set, copy, free
  * (plain and stream-ordered), record and poll events, resolve entry points and use the test
  * hooks at once; the data each thread reads back must be its own and the accounting must
- * balance at the end.
+ * balance at the end. Then the runtime's lock order: a context-local storage destructor that
+ * takes a lock which another thread holds while it calls the driver must not deadlock (the
+ * driver runs destructors without its own lock), with a watchdog for the hang.
  */
 #include <pthread.h>
+#include <errno.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -107,6 +113,103 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* ---- Context-local storage destructors and the runtime's own lock. ---- */
+
+static const unsigned char cls_uuid[16] = {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11,
+                                           0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93};
+typedef CUresult (*cls_put_fn)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
+
+static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER; /* the runtime's own lock */
+static sem_t holding, in_dtor;
+static CUresult holder_rc = CUDA_ERROR_UNKNOWN, dtor_rc = CUDA_ERROR_UNKNOWN;
+static CUresult second_destroy_rc = CUDA_SUCCESS;
+static int key;
+
+/* Like the runtime's: tells the holder it runs, then takes the runtime's lock and calls the
+ * driver on the context it is destroying. */
+static void dtor(CUcontext ctx, void *k, void *v) {
+  (void)k;
+  (void)v;
+  sem_post(&in_dtor);
+  pthread_mutex_lock(&runtime_lock);
+  CUdevice d;
+  dtor_rc = cuCtxGetDevice_v2(&d, ctx);
+  pthread_mutex_unlock(&runtime_lock);
+}
+
+/* Holds the runtime's lock, waits until the destructor runs, then calls the driver: the
+ * destroy's lock order. */
+static void *holder(void *arg) {
+  CUcontext c = arg;
+  pthread_mutex_lock(&runtime_lock);
+  sem_post(&holding);
+  sem_wait(&in_dtor);
+  int n = 0;
+  holder_rc = cuDeviceGetCount(&n);
+  second_destroy_rc = cuCtxDestroy_v2(c); /* the destroy already under way */
+  pthread_mutex_unlock(&runtime_lock);
+  return NULL;
+}
+
+static CUresult destroy_rc = CUDA_ERROR_UNKNOWN;
+static sem_t destroyed;
+
+static void *destroyer(void *arg) {
+  destroy_rc = cuCtxDestroy_v2(arg);
+  sem_post(&destroyed);
+  return NULL;
+}
+
+static void destructor_lock_order(void) {
+  CUuuid id;
+  memcpy(id.bytes, cls_uuid, 16);
+  const uintptr_t *t = NULL;
+  CUresult rc = cuGetExportTable((const void **)&t, &id);
+  TAP_EQ(rc, CUDA_SUCCESS, "context-local storage table");
+  if (rc != CUDA_SUCCESS) {
+    return;
+  }
+  cls_put_fn put;
+  memcpy(&put, &t[0], sizeof put);
+  CUcontext c;
+  TAP_EQ(cuCtxCreate_v2(&c, 0, 0), CUDA_SUCCESS, "a context with a destructor");
+  TAP_EQ(put(c, &key, &key, dtor), CUDA_SUCCESS, "... put");
+  sem_init(&holding, 0, 0);
+  sem_init(&in_dtor, 0, 0);
+  sem_init(&destroyed, 0, 0);
+  pthread_t h, d;
+  pthread_create(&h, NULL, holder, c);
+  sem_wait(&holding);
+  pthread_create(&d, NULL, destroyer, c);
+  /* A watchdog for the hang: the two threads deadlock when the driver holds its lock. */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 60;
+  int r;
+  while ((r = sem_timedwait(&destroyed, &until)) != 0 && errno == EINTR) {
+  }
+  if (r != 0) {
+    tap_ok(0, "a context-local storage destructor deadlocked against the runtime's lock (the "
+              "driver held its lock across it)");
+    int st = tap_done();
+    fflush(stdout);
+    _exit(st); /* the deadlocked threads never end */
+  }
+  pthread_join(d, NULL);
+  pthread_join(h, NULL);
+  TAP_EQ(destroy_rc, CUDA_SUCCESS,
+         "destroying it while another thread holds the runtime's lock and calls the driver");
+  TAP_EQ(holder_rc, CUDA_SUCCESS, "... that thread's call went through during the destructor");
+  TAP_EQ(dtor_rc, CUDA_SUCCESS, "... and the destructor's call on the context");
+  TAP_EQ(second_destroy_rc, CUDA_ERROR_INVALID_CONTEXT,
+         "destroying a context whose destructors are running: INVALID_CONTEXT");
+  TAP_EQ(cuCtxGetDevice_v2(&(CUdevice){0}, c), CUDA_ERROR_CONTEXT_IS_DESTROYED,
+         "the context is destroyed after its destructors");
+  sem_destroy(&in_dtor);
+  sem_destroy(&holding);
+  sem_destroy(&destroyed);
+}
+
 int main(void) {
   setenv("FAKECUDA_BACKING", "1", 1);
   setenv("FAKECUDA_DEVICES", "2", 1);
@@ -140,5 +243,6 @@ int main(void) {
   }
   TAP_EQ(fakecudaPendingWork(), 0, "no pending work left");
   TAP_EQ(fakecudaCalls("cuMemAlloc_v2"), THREADS * ITERATIONS, "every cuMemAlloc_v2 call counted");
+  destructor_lock_order();
   return tap_done();
 }
