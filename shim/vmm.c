@@ -6,11 +6,13 @@
  * only: host and host-NUMA locations are host memory and left alone). The driver frees that
  * memory only when the handle is released AND every mapping of it is unmapped (NVIDIA's
  * samples, PyTorch's expandable segments and NCCL release the handle right after mapping), and
- * cuMemRetainAllocationHandle adds a handle reference. So gpucap keeps, per charged handle, the
+ * cuMemRetainAllocationHandle adds a handle reference, and so does importing a process's own
+ * export when the driver answers with the same handle. So gpucap keeps, per charged handle, the
  * references and mappings the driver holds, and credits the charge when the last of them goes.
  * A driver call that may add or drop one pins the record first, so a concurrent release or
- * unmap cannot credit memory that call is about to keep alive; a retain (which names an
- * address, not a handle) holds every record that drops to nothing meanwhile until it returns.
+ * unmap cannot credit memory that call is about to keep alive; a retain or import (which names
+ * an address or a shareable handle, not a handle) holds every record that drops to nothing
+ * meanwhile until it returns. Imported memory of another process is that process's charge.
  * Locking: one mutex over handles and mappings, never held across a driver call.
  */
 #include "core/addrmap.h"
@@ -210,16 +212,19 @@ GPUCAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return rc;
 }
 
-GPUCAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
-                                                   void *addr) {
-  if (!real_driver_ready(NULL) || !real.cuMemRetainAllocationHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+/* Before a driver call that may add a reference to a handle it does not name (a retain names
+ * an address, an import a shareable handle): from now until adopt(), a record that drops to
+ * nothing stays. */
+static void adopt_begin(void) {
   pthread_mutex_lock(&lock);
   retains++;
   pthread_mutex_unlock(&lock);
-  CUresult rc = real.cuMemRetainAllocationHandle(handle, addr);
-  /* Credits at most a few records per call: those that dropped to nothing meanwhile. */
+}
+
+/* After it: the reference the driver added (rc, *handle) goes to the record gpucap charges for
+ * that handle, if any; then the records that dropped to nothing meanwhile are credited (at most
+ * a few per call). */
+static void adopt(CUresult rc, const CUmemGenericAllocationHandle *handle) {
   int devs[16];
   uint64_t bytes[16];
   int n = 0;
@@ -248,6 +253,31 @@ GPUCAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
   for (int k = 0; k < n; k++) {
     credit(devs[k], bytes[k]);
   }
+}
+
+GPUCAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
+                                                   void *addr) {
+  if (!real_driver_ready(NULL) || !real.cuMemRetainAllocationHandle) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  adopt_begin();
+  CUresult rc = real.cuMemRetainAllocationHandle(handle, addr);
+  adopt(rc, handle);
+  return rc;
+}
+
+/* Memory another process exported stays charged to that process (as legacy IPC memory does):
+ * an imported handle gpucap never saw created is not charged here. A process that imports its
+ * own export may get its own handle back with one more reference, which gpucap counts. */
+GPUCAP_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                      void *osHandle,
+                                                      CUmemAllocationHandleType shHandleType) {
+  if (!real_driver_ready(NULL) || !real.cuMemImportFromShareableHandle) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  adopt_begin();
+  CUresult rc = real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+  adopt(rc, handle);
   return rc;
 }
 

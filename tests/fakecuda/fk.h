@@ -387,9 +387,13 @@ struct fk_phys {
   CUmemGenericAllocationHandle handle;
   size_t size;
   CUmemAllocationProp prop;
-  int refs; /* handle references (cuMemCreate, cuMemRetainAllocationHandle) */
-  int maps; /* live mappings */
-  int fd;   /* memfd holding its bytes (FAKECUDA_BACKING=1), else -1 */
+  int refs;        /* handle references (cuMemCreate, cuMemRetainAllocationHandle, imports) */
+  int maps;        /* live mappings */
+  int fd;          /* memfd: its bytes at data_off (and, when shareable, its description at 0) */
+  int host_bytes;  /* its bytes are host memory at its mappings (FAKECUDA_BACKING=1) */
+  int imported;    /* another process's allocation (cuMemImportFromShareableHandle): not this
+                    * process's device memory */
+  size_t data_off; /* where its bytes start in fd */
   unsigned long long id;
 };
 

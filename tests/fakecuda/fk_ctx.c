@@ -350,6 +350,7 @@ static int attr_value(int attr, int dev) {
   case 97: return hopper ? 232448 : 166912; /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
   case 99: return 1;                  /* HOST_REGISTER_SUPPORTED */
   case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 1;
   case 106: return 32;                /* MAX_BLOCKS_PER_MULTIPROCESSOR */
   case 109: return 134213632;         /* MAX_ACCESS_POLICY_WINDOW_SIZE */
   case 111: return 1024;              /* RESERVED_SHARED_MEMORY_PER_BLOCK */

@@ -1,16 +1,22 @@
 /* Virtual memory management: address reservations (registry entries of kind FK_K_RESERVE,
  * carved from the VMM region), physical allocations (cuMemCreate handles, charged to their
- * device), mappings of one into the other and per-device access.
+ * device), mappings of one into the other, per-device access, and POSIX file-descriptor
+ * shareable handles (export to a descriptor another process can receive, import from one).
  *
  * Invariants: a physical allocation lives while it has a handle reference or a mapping, and
- * holds device memory for exactly that long. Mappings of a reservation are sorted by address
- * and never overlap. With FAKECUDA_BACKING=1 each physical allocation is a memfd, mapped
- * MAP_SHARED at each of its mappings, so two mappings of one handle see the same bytes; host
- * protection follows the widest access any device was granted (none until cuMemSetAccess).
+ * holds device memory for exactly that long (an imported one holds none of this process's).
+ * Mappings of a reservation are sorted by address and never overlap. With FAKECUDA_BACKING=1
+ * each physical allocation's bytes are a memfd, mapped MAP_SHARED at each of its mappings, so
+ * two mappings of one handle see the same bytes; host protection follows the widest access any
+ * device was granted (none until cuMemSetAccess). A shareable allocation always has a memfd: a
+ * description (struct share) in its first page, its bytes after it; an exported descriptor is
+ * a duplicate of it, so an importer reads the description and, with backing, maps the bytes.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/fakecuda/fk.h"
@@ -38,7 +44,9 @@ static void phys_maybe_free(struct fk_phys *p) {
       break;
     }
   }
-  fk.dev[p->prop.location.id].used -= p->size;
+  if (!p->imported) {
+    fk.dev[p->prop.location.id].used -= p->size;
+  }
   if (p->fd >= 0) {
     close(p->fd);
   }
@@ -47,7 +55,7 @@ static void phys_maybe_free(struct fk_phys *p) {
 
 void fk_vmm_leaked(int dev, unsigned long long *count, size_t *bytes) {
   for (size_t i = 0; i < nphys; i++) {
-    if (phys[i]->prop.location.id == dev) {
+    if (phys[i]->prop.location.id == dev && !phys[i]->imported) {
       ++*count;
       *bytes += phys[i]->size;
     }
@@ -162,6 +170,57 @@ FK_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   FK_BODY(FK_NEED_INIT, address_free(ptr, size));
 }
 
+/* The first page of a shareable allocation's memfd: what an importer needs to know. */
+#define SHARE_MAGIC "fakecuda-vmm-1"
+struct share {
+  char magic[16];
+  uint64_t size, id, data_off;
+  int32_t pid, dev;
+  uint32_t handle_types, pad;
+};
+
+/* The handle types a device supports (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_*_SUPPORTED): a POSIX
+ * file descriptor only (no Win32 on Linux, no fabric without NVLink switches and IMEX). */
+#define SUPPORTED_TYPES ((unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+#define KNOWN_TYPES                                                                                \
+  ((unsigned)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_WIN32 |                \
+              CU_MEM_HANDLE_TYPE_WIN32_KMT | CU_MEM_HANDLE_TYPE_FABRIC))
+
+/* A memfd for a new allocation's bytes (size bytes at data_off), and its description when
+ * shareable; -1 when none is needed or the host is out of memory. */
+static int phys_memfd(const struct fk_phys *p, int shareable) {
+  int fd = memfd_create(shareable ? "fakecuda-vmm-shareable" : "fakecuda-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)(p->data_off + p->size)) != 0) {
+    goto fail;
+  }
+  if (shareable) {
+    struct share h = {.size = p->size,
+                      .id = p->id,
+                      .data_off = p->data_off,
+                      .pid = (int32_t)getpid(),
+                      .dev = p->prop.location.id,
+                      .handle_types = (uint32_t)p->prop.requestedHandleTypes};
+    memcpy(h.magic, SHARE_MAGIC, sizeof SHARE_MAGIC);
+    if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+      goto fail;
+    }
+  }
+  return fd;
+fail:
+  if (fd >= 0) {
+    close(fd);
+  }
+  return -1;
+}
+
+/* Registers p (refs 1) under a new handle. */
+static void phys_add(struct fk_phys *p) {
+  p->id = fk_new_id();
+  p->handle = (CUmemGenericAllocationHandle)p->id;
+  p->refs = 1;
+  fk_push((void ***)&phys, &nphys, &capphys, p);
+}
+
 static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags) {
   if (handle == NULL || flags != 0 || size == 0 || size % FK_GRANULARITY != 0) {
@@ -171,37 +230,36 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
-    return CUDA_ERROR_NOT_SUPPORTED; /* shareable handles are not modelled */
+  unsigned types = (unsigned)prop->requestedHandleTypes;
+  if (types & ~KNOWN_TYPES) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (types & ~SUPPORTED_TYPES) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* Win32 handles, fabric: the attributes read 0 */
   }
   struct fk_device *d = &fk.dev[prop->location.id];
   if (size > fk_dev_free(prop->location.id)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  int fd = -1;
-  if (fk.cfg.backing) {
-    fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
-      if (fd >= 0) {
-        close(fd);
-      }
+  struct fk_phys *p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  int shareable = types != 0;
+  p->size = size;
+  p->prop = *prop;
+  p->host_bytes = fk.cfg.backing;
+  p->data_off = shareable ? (size_t)sysconf(_SC_PAGESIZE) : 0;
+  phys_add(p);
+  p->fd = -1;
+  if (shareable || p->host_bytes) {
+    p->fd = phys_memfd(p, shareable);
+    if (p->fd < 0) {
+      nphys--;
+      free(p);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
   }
-  struct fk_phys *p = calloc(1, sizeof *p);
-  if (p == NULL) {
-    if (fd >= 0) {
-      close(fd);
-    }
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  p->id = fk_new_id();
-  p->handle = (CUmemGenericAllocationHandle)p->id;
-  p->size = size;
-  p->prop = *prop;
-  p->refs = 1;
-  p->fd = fd;
-  fk_push((void ***)&phys, &nphys, &capphys, p);
   d->used += size;
   if (d->used > d->peak) {
     d->peak = d->used;
@@ -221,7 +279,7 @@ static CUresult mem_release(CUmemGenericAllocationHandle handle) {
   if (p == NULL || p->refs == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (--p->refs == 0) {
+  if (--p->refs == 0 && !p->imported) {
     fk.dev[p->prop.location.id].free_calls++;
   }
   phys_maybe_free(p);
@@ -252,8 +310,8 @@ static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset,
       (at < r->nmaps && r->maps[at].va < ptr + size)) {
     return CUDA_ERROR_INVALID_VALUE; /* only unmapped parts of a reservation can be mapped */
   }
-  if (p->fd >= 0 && mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd,
-                         0) == MAP_FAILED) {
+  if (p->host_bytes && mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd,
+                            (off_t)p->data_off) == MAP_FAILED) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (r->nmaps == r->capmaps) {
@@ -355,7 +413,7 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
       m->wmask =
           desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? m->wmask | bit : m->wmask & ~bit;
     }
-    if (m->phys->fd >= 0) {
+    if (m->phys->host_bytes) {
       int prot = m->wmask ? PROT_READ | PROT_WRITE : m->rmask ? PROT_READ : PROT_NONE;
       mprotect((void *)m->va, m->size, prot);
     }
@@ -420,6 +478,97 @@ static CUresult retain_handle(CUmemGenericAllocationHandle *handle, void *addr) 
 
 FK_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
   FK_BODY(FK_NEED_INIT, retain_handle(handle, addr));
+}
+
+/* ---- Shareable handles. ---- */
+
+static CUresult export_handle(void *out, CUmemGenericAllocationHandle handle, int type,
+                              unsigned long long flags) {
+  struct fk_phys *p = phys_find(handle);
+  if (out == NULL || flags != 0 || p == NULL || p->refs == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+      !(p->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+    return CUDA_ERROR_INVALID_VALUE; /* a type not requested when it was created */
+  }
+  int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  memcpy(out, &fd, sizeof fd); /* the caller owns it and closes it */
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemExportToShareableHandle(void *shareableHandle,
+                                             CUmemGenericAllocationHandle handle,
+                                             CUmemAllocationHandleType handleType,
+                                             unsigned long long flags) {
+  FK_BODY(FK_NEED_INIT, export_handle(shareableHandle, handle, (int)handleType, flags));
+}
+
+/* The description behind descriptor fd, if the fake made it. */
+static int read_share(int fd, struct share *h) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h ||
+      memcmp(h->magic, SHARE_MAGIC, sizeof SHARE_MAGIC) != 0 || h->size == 0 ||
+      (uint64_t)st.st_size < h->data_off + h->size) {
+    return 0;
+  }
+  return 1;
+}
+
+static CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_handle, int type) {
+  if (handle == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (type == CU_MEM_HANDLE_TYPE_WIN32 || type == CU_MEM_HANDLE_TYPE_WIN32_KMT ||
+      type == CU_MEM_HANDLE_TYPE_FABRIC) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* types the device does not support */
+  }
+  struct share h;
+  int fd = (int)(intptr_t)os_handle; /* "the file descriptor cast to void *" */
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !read_share(fd, &h)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (h.dev < 0 || h.dev >= fk.ndev) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* memory this process cannot support */
+  }
+  if (h.pid == (int32_t)getpid()) {
+    for (size_t i = 0; i < nphys; i++) {
+      if (phys[i]->id == h.id && !phys[i]->imported) { /* this process's own allocation */
+        phys[i]->refs++;
+        *handle = phys[i]->handle;
+        return CUDA_SUCCESS;
+      }
+    }
+  }
+  struct fk_phys *p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the program may close its descriptor */
+  if (p->fd < 0) {
+    free(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  p->size = h.size;
+  p->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p->prop.location.id = h.dev;
+  p->prop.requestedHandleTypes = (CUmemAllocationHandleType)h.handle_types;
+  p->host_bytes = fk.cfg.backing;
+  p->imported = 1;
+  p->data_off = h.data_off;
+  phys_add(p);
+  *handle = p->handle;
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                               CUmemAllocationHandleType shHandleType) {
+  FK_BODY(FK_NEED_INIT, import_handle(handle, osHandle, (int)shHandleType));
 }
 
 void fk_vmm_teardown(void) {

@@ -94,8 +94,9 @@ static void devices(void) {
       {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132, "132 SMs (H100)"},
       {CU_DEVICE_ATTRIBUTE_INTEGRATED, 0, "discrete"},
       {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1, "can map host memory"},
-      {CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0,
-       "no shareable handles (not modelled)"},
+      {CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1,
+       "POSIX file-descriptor shareable handles"},
+      {(CUdevice_attribute)128, 0, "no fabric handles"}, /* HANDLE_TYPE_FABRIC_SUPPORTED */
   };
   for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
     int v = -7;

@@ -308,9 +308,9 @@ static void vmm(void) {
   TAP_EQ(cuMemCreate(&h, 3 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE, "cuMemCreate of 3 MiB");
   TAP_EQ(cuMemCreate(&h, 4 * MiB, &prop, 1), CUDA_ERROR_INVALID_VALUE, "cuMemCreate flags 1");
   bad = prop;
-  bad.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  bad.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
   TAP_EQ(cuMemCreate(&h, 4 * MiB, &bad, 0), CUDA_ERROR_NOT_SUPPORTED,
-         "shareable handles: NOT_SUPPORTED");
+         "fabric handles: NOT_SUPPORTED (descriptors: test_share)");
   TAP_EQ(cuMemCreate(&h, 2 * GiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate beyond memory");
   CK(cuMemCreate(&h, 4 * MiB, &prop, 0));
   TAP_EQ(used(), 4 * MiB, "cuMemCreate charges device memory");

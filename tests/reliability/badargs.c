@@ -165,6 +165,18 @@ static void matrix(const char *phase) {
     SHOW("memcreate(h,2MiB,loc invalid,0)", cuMemCreate(&h, 2 << 20, &prop, 0));
     SHOW("memrelease(0)", cuMemRelease(0));
     SHOW("memrelease(bogus)", cuMemRelease(0xdead0000ull));
+    SHOW("memimport(NULL,0,fd)",
+         cuMemImportFromShareableHandle(NULL, NULL, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    SHOW("memimport(h,stdin,fd)",
+         cuMemImportFromShareableHandle(&h, (void *)(intptr_t)0,
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    SHOW("memimport(h,-1,fd)",
+         cuMemImportFromShareableHandle(&h, (void *)(intptr_t)-1,
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    SHOW("memimport(h,-1,fabric)",
+         cuMemImportFromShareableHandle(&h, (void *)(intptr_t)-1, CU_MEM_HANDLE_TYPE_FABRIC));
+    SHOW("memimport(h,-1,~0)",
+         cuMemImportFromShareableHandle(&h, (void *)(intptr_t)-1, (CUmemAllocationHandleType)~0u));
   }
   SHOW("ipc(NULL,block)", cuIpcGetMemHandle(NULL, block));
   SHOW("ipc(h,0)", cuIpcGetMemHandle((CUipcMemHandle *)(void *)l, 0));

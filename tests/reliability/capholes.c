@@ -3,7 +3,7 @@
  * GPUCAP_MEMORY_LIMIT=64MiB on every device and FAKECUDA_STATS set, so that
  * tests/reliability/capholes.sh can also check from the fake's own per-device peak that no
  * device ever held more than the cap. Prints TAP.
- * usage: capholes vmm|vmm-retain|pool-device|stream-device|no-context|ctx-destroy|
+ * usage: capholes vmm|vmm-retain|vmm-self-import|pool-device|stream-device|no-context|ctx-destroy|
  *                 primary-reset|pending-free|pitch|getinfo-v1|double-free
  * (one scenario per process, so a charge cannot leak from one into the next)
  */
@@ -13,7 +13,9 @@
 #include "tests/tap.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -106,6 +108,31 @@ static void vmm_retain(void) {
   TAP_EQ(free_now(), CAP, "get-info: the whole cap is free");
   TAP_EQ(cuMemCreate(&other, 48 * MiB, &prop, 0), CUDA_SUCCESS, "48 MiB fit now");
   TAP_EQ(cuMemRelease(other) || cuMemAddressFree(va, 64 * MiB), CUDA_SUCCESS, "clean up");
+}
+
+/* A process that imports its own POSIX file-descriptor export gets its handle back with one
+ * more reference: the memory stays until that one is released too. */
+static void vmm_self_import(void) {
+  CUmemAllocationProp prop = device_prop(0);
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle h = 0, imported = 0, other = 0;
+  int fd = -1;
+  TAP_EQ(cuMemCreate(&h, 32 * MiB, &prop, 0), CUDA_SUCCESS, "create 32 MiB, shareable");
+  TAP_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+         CUDA_SUCCESS, "export it to a file descriptor");
+  TAP_EQ(cuMemImportFromShareableHandle(&imported, (void *)(intptr_t)fd,
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+         CUDA_SUCCESS, "import that descriptor in the same process");
+  TAP_EQ(cuMemRelease(h), CUDA_SUCCESS, "release the created handle");
+  TAP_EQ(free_now(), 32 * MiB, "get-info: still 32 MiB held (the imported reference)");
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  TAP_EQ(cuMemCreate(&other, 48 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY,
+         "48 MiB more do not fit");
+  TAP_EQ(cuMemRelease(imported), CUDA_SUCCESS, "release the imported reference");
+  TAP_EQ(free_now(), CAP, "get-info: the whole cap is free");
+  TAP_EQ(cuMemCreate(&other, 48 * MiB, &prop, 0), CUDA_SUCCESS, "48 MiB fit now");
+  TAP_EQ(cuMemRelease(other), CUDA_SUCCESS, "clean up");
+  close(fd);
 }
 
 /* ---- Stream-ordered memory: charged to the device of its pool or stream (pool-device and
@@ -306,6 +333,7 @@ int main(int argc, char **argv) {
   } scenarios[] = {
       {"vmm", vmm},
       {"vmm-retain", vmm_retain},
+      {"vmm-self-import", vmm_self_import},
       {"pool-device", pool_device},
       {"stream-device", stream_device},
       {"no-context", no_context},

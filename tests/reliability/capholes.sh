@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ways past the cap, each tried the way a real program does it (tests/reliability/capholes.c):
-# VMM memory released at once but still mapped, or retained again; stream-ordered memory from
+# VMM memory released at once but still mapped, retained again, or imported again from its own
+# file-descriptor export; stream-ordered memory from
 # another device's pool or stream, or with no current context, kept across a context's
 # destruction, freed by a primary reset, or freed on a stream that has not reached the free;
 # an over-cap pitched request without the pool; the legacy get-info deciding a fractional cap;
@@ -46,6 +47,7 @@ scenario() {
 cap=$((64 * MiB))
 scenario vmm $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
 scenario vmm-retain $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
+scenario vmm-self-import $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
 scenario pool-device - $cap GPUCAP_MEMORY_LIMIT=1:64MiB
 scenario stream-device - $cap GPUCAP_MEMORY_LIMIT=1:64MiB
 scenario no-context $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
