@@ -11,7 +11,8 @@
 
 venv=${FRAMEWORKS_VENV:-}
 py="$venv/bin/python"
-rows="torch-caching torch-no-caching torch-async cupy-pool cupy-async cupy-none numba cuda-python"
+rows="torch-caching torch-no-caching torch-async torch-expandable cupy-pool cupy-async cupy-none
+  numba cuda-python"
 if [ -z "$venv" ] || [ ! -f "$venv/.complete" ]; then
   why="frameworks not installed: run 'make frameworks'"
   [ -n "$venv" ] && [ -f "$venv.failed" ] && why="$(head -n 1 "$venv.failed")"
@@ -38,9 +39,14 @@ run_workload() {
 }
 
 # row NAME CAP EXPECT_OOM SCRIPT [VAR=VALUE...]: the workload without and with gpucap.
+# DRIVER_CALL=NAME among the settings: the fake driver must also have served NAME (the path the
+# row is about).
 row() {
-  name=$1 cap=$2 oom=$3 script=$4
+  name=$1 cap=$2 oom=$3 script=$4 call=""
   shift 4
+  for kv in "$@"; do
+    case $kv in DRIVER_CALL=*) call=${kv#DRIVER_CALL=} ;; esac
+  done
   for shim in without with; do
     stats="$WORK/$name.$shim.json"
     report="$WORK/$name.$shim.report.json"
@@ -55,6 +61,10 @@ row() {
       "$name, $shim gpucap: the driver's peak ${peak:-?} B stays within $total B"
     is "$(json_num "$stats" hazards)/$(json_num "$stats" pending_work)" "0/0" \
       "$name, $shim gpucap: no hazards and no pending work at exit"
+    if [ -n "$call" ]; then
+      n=$(json_obj_num "$stats" calls "$call")
+      ok "$([ "${n:-0}" -gt 0 ]; echo $?)" "$name, $shim gpucap: the driver served $call (${n:-0})"
+    fi
     if [ $shim = with ]; then
       pool=$(grep -o '"peak_pool_bytes": [0-9]*' "$report" | sed 's/.*: //' | sort -n | tail -n 1)
       ok "$([ -n "$pool" ] && [ "$pool" -le "${peak:-0}" ]; echo $?)" \
@@ -70,6 +80,10 @@ row torch-no-caching $((1 << 30)) AcceleratorError torch_workload.py \
 # PyTorch's stream-ordered allocator (cudaMallocAsync, the driver's memory pools).
 row torch-async $((1 << 30)) OutOfMemoryError torch_workload.py \
   PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+# Expandable segments: VMM memory (cuMemCreate with a file-descriptor handle type, cuMemMap)
+# that grows and shrinks; PyTorch asks NVML for fabric support first.
+row torch-expandable $((1 << 30)) OutOfMemoryError torch_workload.py \
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True DRIVER_CALL=cuMemCreate
 case "${SAN_PRELOAD:-}" in
 *libasan*)
   # NVRTC loads its builtins with RTLD_DEEPBIND, which AddressSanitizer refuses.

@@ -1,7 +1,8 @@
 """PyTorch: a small MLP training loop on the CUDA device, the device's memory as PyTorch sees
 it, and an over-size allocation that must raise PyTorch's own out-of-memory error, after which
 the program goes on. PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_CUDA_ALLOC_CONF select the
-allocator mode; EXPECT_OOM names the exception class PyTorch raises in that mode."""
+allocator mode (with expandable_segments:True every segment must be expandable: the VMM path);
+EXPECT_OOM names the exception class PyTorch raises in that mode."""
 import os
 import warnings
 
@@ -28,6 +29,10 @@ for _ in range(5):
     opt.step()
 torch.cuda.synchronize()
 check.ok(True, "five training steps")
+if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+    segments = torch.cuda.memory_snapshot()
+    check.ok(segments and all(s.get("is_expandable") for s in segments),
+             f"every segment is expandable ({len(segments)})")
 raised = None
 try:
     a = torch.empty(total // 4 * 3, dtype=torch.uint8, device=dev)
