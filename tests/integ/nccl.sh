@@ -3,9 +3,9 @@
 # single-rank communicator on device 0 of two. NCCL refuses to start without libnvidia-ml.so.1;
 # with the fake NVML beside the fake driver it must get through its NVML start-up (nvmlInit_v2,
 # the device count, handles, compute capabilities, P2P status of every pair, the handle by PCI bus
-# id) with every call answered, and go on to its next driver call. Whether the communicator then
-# comes up is the driver's business: the result is printed, not asserted. Skipped without a
-# toolkit that has NCCL.
+# id) with every call answered, and go on to its next driver call. The communicator itself, its
+# collectives and memory are a row of tests/real/libs.sh; here the result is printed, not
+# asserted. Skipped without a toolkit that has NCCL.
 . "$TOP/tests/integ/lib.sh"
 unset FAKENVML_FAIL
 

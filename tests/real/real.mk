@@ -14,7 +14,7 @@ REAL_OUT := $(BUILD)/real
 REAL_ARCH := sm_90
 REAL_FAMILIES := malloc pitch async managed host arrays meminfo ptrattr ipc reset devices \
                  threads fork oom kernel mixed graphs
-REAL_LIBRARIES := cublas curand cudnn
+REAL_LIBRARIES := cublas curand cudnn nccl
 
 ifneq ($(NVCC),)
 REAL_CUDA := $(abspath $(dir $(NVCC))..)
@@ -23,6 +23,7 @@ REAL_LIBDIR := $(firstword $(wildcard $(REAL_CUDA)/lib64 $(REAL_CUDA)/lib))
 REAL_HEADER_cublas := cublas_v2.h
 REAL_HEADER_curand := curand.h
 REAL_HEADER_cudnn := cudnn.h
+REAL_HEADER_nccl := nccl.h
 REAL_BUILT := $(REAL_FAMILIES) \
               $(foreach l,$(REAL_LIBRARIES),$(if $(wildcard $(REAL_CUDA)/include/$(REAL_HEADER_$(l))),$(l)))
 REAL_BINS := $(foreach f,$(REAL_BUILT),$(REAL_OUT)/$(f)_static $(REAL_OUT)/$(f)_shared)
@@ -33,6 +34,7 @@ REAL_NVFLAGS_threads := --default-stream per-thread
 REAL_LDLIBS_cublas := -lcublas
 REAL_LDLIBS_curand := -lcurand
 REAL_LDLIBS_cudnn := -lcudnn
+REAL_LDLIBS_nccl := -lnccl
 REAL_RPATH := -Xlinker -rpath -Xlinker $(REAL_LIBDIR)
 
 $(REAL_OUT)/%.o: $(REAL_DIR)/%.cu $(REAL_DIR)/real.h
