@@ -669,6 +669,11 @@ void fk_graph_teardown(void);
  * cuModuleLoadData accepts. */
 CUresult fk_module_load(CUmodule *mod, const void *image, int kind);
 
+/* The tools-module table's slot 7: calls fn(user, function, module) for each kernel of module m
+ * in image order and returns how many it visited (0 for a module that is not loaded). */
+typedef void (*fk_walk_fn)(void *user, CUfunction f, CUmodule m);
+int fk_module_walk(CUmodule m, fk_walk_fn fn, void *user);
+
 /* Unloads every module of context c (its destruction / reset) and frees their memory. */
 void fk_module_free_ctx(struct CUctx_st *c);
 

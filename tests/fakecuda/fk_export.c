@@ -47,20 +47,16 @@ static CUresult unmodelled(const char *table, int slot) {
   REF(t, d##0), REF(t, d##1), REF(t, d##2), REF(t, d##3), REF(t, d##4), REF(t, d##5),              \
       REF(t, d##6), REF(t, d##7), REF(t, d##8), REF(t, d##9)
 /* stubs_T[i] is table T's stub for slot i, 0 < i < 100. */
+/* clang-format off */
 #define STUBS(t)                                                                                   \
-  STUB(t, 1)                                                                                       \
-  STUB(t, 2)                                                                                       \
-  STUB(t, 3)                                                                                       \
-  STUB(t, 4)                                                                                       \
-  STUB(t, 5)                                                                                       \
-  STUB(t, 6)                                                                                       \
-  STUB(t, 7) STUB(t, 8) STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3) STUB10(t, 4)             \
-      STUB10(t, 5) STUB10(t, 6) STUB10(t, 7) STUB10(t, 8)                                          \
-          STUB10(t, 9) static const uintptr_t stubs_##t[100] = {                                   \
-              0,           REF(t, 1),   REF(t, 2),   REF(t, 3),   REF(t, 4),                       \
-              REF(t, 5),   REF(t, 6),   REF(t, 7),   REF(t, 8),   REF(t, 9),                       \
-              REF10(t, 1), REF10(t, 2), REF10(t, 3), REF10(t, 4), REF10(t, 5),                     \
-              REF10(t, 6), REF10(t, 7), REF10(t, 8), REF10(t, 9)};
+  STUB(t, 1) STUB(t, 2) STUB(t, 3) STUB(t, 4) STUB(t, 5) STUB(t, 6) STUB(t, 7) STUB(t, 8)          \
+  STUB(t, 9) STUB10(t, 1) STUB10(t, 2) STUB10(t, 3) STUB10(t, 4) STUB10(t, 5) STUB10(t, 6)         \
+  STUB10(t, 7) STUB10(t, 8) STUB10(t, 9)                                                           \
+  static const uintptr_t stubs_##t[100] = {                                                        \
+      0,           REF(t, 1),   REF(t, 2),   REF(t, 3),   REF(t, 4),   REF(t, 5),   REF(t, 6),     \
+      REF(t, 7),   REF(t, 8),   REF(t, 9),   REF10(t, 1), REF10(t, 2), REF10(t, 3), REF10(t, 4),   \
+      REF10(t, 5), REF10(t, 6), REF10(t, 7), REF10(t, 8), REF10(t, 9)};
+/* clang-format on */
 
 STUBS(cudart_interface)
 STUBS(tools_tls)
@@ -183,7 +179,19 @@ static CUresult et_tools_stream_id(CUcontext ctx, const struct CUstream_st *s,
 
 /* ---- Tools module (6e163fbe-b958-444d-835c-e182aff1991e): 64 slots, size first. ---- */
 
-/* cuFFT refuses to plan without it; no slot it calls is known yet. */
+/* Slot 7: (context, module, fn, user) calls fn(user, function, module) for each function of the
+ * module and returns how many it visited, not a CUresult. cuFFT loads each of its kernels as a
+ * one-kernel module, gets the function this way (its callback stores the second argument) and
+ * requires the answer 1; it then uses the function through the public API only. The context is
+ * not checked. */
+static int et_module_walk(CUcontext ctx, CUmodule m, fk_walk_fn fn, void *user) {
+  (void)ctx;
+  CUresult rc = fk_enter(__func__, FK_NEED_INIT);
+  int n = rc == CUDA_SUCCESS ? fk_module_walk(m, fn, user) : 0;
+  fk_trace("module %p: %d functions walked", (void *)m, n);
+  fk_leave(rc); /* the failure of the call itself (uninitialised), not of the walk */
+  return n;
+}
 
 /* ---- Runtime callback hooks (a094798c-2e74-2e74-93f2-0800200c0a66). ---- */
 
@@ -293,6 +301,7 @@ static void build_tables(void) {
   tools_context[39] = FN(et_tools_stream_id);
   tools_context[51] = FN(et_tools_stream_object);
   stub_table(tools_module, 64, stubs_tools_module, 1);
+  tools_module[7] = FN(et_module_walk);
 }
 
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;

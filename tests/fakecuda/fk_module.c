@@ -481,6 +481,17 @@ FK_API CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int n
   FK_BODY(FK_NEED_INIT, module_enumerate(functions, numFunctions, mod));
 }
 
+int fk_module_walk(CUmodule m, fk_walk_fn fn, void *user) {
+  if (fn == NULL || module_live(m) != CUDA_SUCCESS) {
+    return 0;
+  }
+  size_t n = m->img->nkernels;
+  for (size_t i = 0; i < n; i++) {
+    fn(user, module_function(m, i), m);
+  }
+  return (int)n;
+}
+
 /* ---- Libraries and kernels. ---- */
 
 /* The module of library l in context c, loaded now if it is not there yet. */

@@ -1,9 +1,10 @@
 /* TAP test of the fake driver's private export tables (cuGetExportTable): the directory, the
  * tables' layouts, the runtime interface's primary-context slot, context-local storage with its
  * destructors (run on destroy, primary reset and last release, allowed to call the driver), the
- * tools-context table's stream look-ups (slots 51 and 39), the integrity handshake's fixed and
- * computed answers. That NVIDIA's runtime accepts all of them is tests/integ/cudart.sh's and the
- * real-program tests' business.
+ * tools-context table's stream look-ups (slots 51 and 39), the tools-module table's walk over a
+ * module's functions (slot 7), the integrity handshake's fixed and computed answers. That
+ * NVIDIA's runtime accepts all of them is tests/integ/cudart.sh's and the real-program tests'
+ * business.
  */
 #include <stdint.h>
 #include <string.h>
@@ -26,6 +27,8 @@ static const unsigned char checks[16] = {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x6
                                          0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e};
 static const unsigned char tools_context[16] = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
                                                 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
+static const unsigned char tools_module[16] = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
+                                               0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
 static const unsigned char integrity[16] = {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
                                             0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2};
 
@@ -40,6 +43,8 @@ typedef CUresult (*ctx_device_fn)(CUcontext, CUdevice *);
 typedef CUresult (*ctx_id_fn)(CUcontext, unsigned long long *);
 typedef CUresult (*stream_object_fn)(CUcontext, CUstream, void **, int);
 typedef CUresult (*stream_id_fn)(CUcontext, void *, unsigned long long *);
+typedef void (*walk_cb)(void *, CUfunction, CUmodule);
+typedef int (*walk_fn)(CUcontext, CUmodule, walk_cb, void *);
 typedef CUresult (*unknown_fn)(void);
 
 static const uintptr_t *table(const unsigned char bytes[16]) {
@@ -223,6 +228,48 @@ static void tools(void) {
   TAP_EQ(device(c, &d), CUDA_ERROR_CONTEXT_IS_DESTROYED, "... of a destroyed context");
 }
 
+/* Slot 7 of the tools-module table: a walk over a module's functions. */
+struct walked {
+  int n;
+  CUfunction f[4];
+  CUmodule m[4];
+};
+
+static void walk_one(void *user, CUfunction f, CUmodule m) {
+  struct walked *w = user;
+  if (w->n < 4) {
+    w->f[w->n] = f;
+    w->m[w->n] = m;
+  }
+  w->n++;
+}
+
+static void module_walk(void) {
+  static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                            ".visible .entry first(.param .u64 p) { ret; }\n"
+                            ".visible .entry second() { ret; }\n";
+  const uintptr_t *t = table(tools_module);
+  tap_ok(t != NULL && t[0] == 64 * sizeof(void *), "tools module: 64 slots");
+  SLOT(walk_fn, walk, t, 7);
+  CUcontext c;
+  CUmodule m;
+  CK(cuCtxCreate_v2(&c, 0, 0));
+  CK(cuModuleLoadData(&m, ptx));
+  struct walked w = {0};
+  TAP_EQ(walk(c, m, walk_one, &w), 2, "tools module slot 7: answers the number of functions");
+  TAP_EQ(w.n, 2, "... having called back once for each");
+  CUfunction first = NULL, second = NULL;
+  CK(cuModuleGetFunction(&first, m, "first"));
+  CK(cuModuleGetFunction(&second, m, "second"));
+  tap_ok(w.f[0] == first && w.f[1] == second && w.m[0] == m && w.m[1] == m,
+         "... with the functions cuModuleGetFunction names, in order, and the module");
+  CK(cuModuleUnload(m));
+  w.n = 0;
+  TAP_EQ(walk(c, m, walk_one, &w), 0, "an unloaded module: none");
+  TAP_EQ(w.n, 0, "... and no call");
+  CK(cuCtxDestroy_v2(c));
+}
+
 static void handshake(void) {
   const uintptr_t *t = table(integrity);
   SLOT(integrity_fn, check, t, 1);
@@ -247,6 +294,7 @@ int main(void) {
   primary_slot();
   local_storage();
   tools();
+  module_walk();
   handshake();
   return tap_done();
 }

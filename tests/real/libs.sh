@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Row 2 of the table of real programs (docs/compatibility.md, "Programs and frameworks"): CUDA
-# libraries (cuBLAS, cuRAND, cuDNN, NCCL) used by programs built by nvcc, static and shared
-# runtime, each run over the fake driver without and with gpucap (tests/real/lib.sh says what
-# every row checks). cuFFT is not a row (docs/compatibility.md says why). Skipped, saying why,
-# when nvcc or a library's header was missing at build time.
+# libraries (cuBLAS, cuFFT, cuRAND, cuDNN, NCCL) used by programs built by nvcc, static and
+# shared runtime, each run over the fake driver without and with gpucap (tests/real/lib.sh says
+# what every row checks). Skipped, saying why, when nvcc or a library's header was missing at
+# build time.
 . "$TOP/tests/real/lib.sh"
 
 if [ ! -x "$REAL/malloc_static" ]; then
@@ -12,6 +12,7 @@ if [ ! -x "$REAL/malloc_static" ]; then
 fi
 
 row cublas cap=256MiB mem=1GiB leaks="cuBLAS keeps an allocation after a failed cublasCreate"
+row cufft cap=256MiB mem=1GiB
 row curand cap=256MiB mem=1GiB
 row cudnn cap=256MiB mem=1GiB
 # NCCL holds about 400 MiB for one rank (its buffers are VMM allocations of 2 MiB granularity).

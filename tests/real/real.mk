@@ -14,13 +14,14 @@ REAL_OUT := $(BUILD)/real
 REAL_ARCH := sm_90
 REAL_FAMILIES := malloc pitch async managed host arrays meminfo ptrattr ipc reset devices \
                  threads fork oom kernel mixed graphs
-REAL_LIBRARIES := cublas curand cudnn nccl
+REAL_LIBRARIES := cublas cufft curand cudnn nccl
 
 ifneq ($(NVCC),)
 REAL_CUDA := $(abspath $(dir $(NVCC))..)
 REAL_LIBDIR := $(firstword $(wildcard $(REAL_CUDA)/lib64 $(REAL_CUDA)/lib))
 # A library's program is built only where its header is installed (cuDNN ships separately).
 REAL_HEADER_cublas := cublas_v2.h
+REAL_HEADER_cufft := cufft.h
 REAL_HEADER_curand := curand.h
 REAL_HEADER_cudnn := cudnn.h
 REAL_HEADER_nccl := nccl.h
@@ -32,6 +33,7 @@ TEST_DEPS += $(REAL_BINS)
 REAL_NVFLAGS := -arch=$(REAL_ARCH) -I.
 REAL_NVFLAGS_threads := --default-stream per-thread
 REAL_LDLIBS_cublas := -lcublas
+REAL_LDLIBS_cufft := -lcufft
 REAL_LDLIBS_curand := -lcurand
 REAL_LDLIBS_cudnn := -lcudnn
 REAL_LDLIBS_nccl := -lnccl
