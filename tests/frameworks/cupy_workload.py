@@ -1,7 +1,9 @@
 """CuPy: element-wise kernels (compiled by NVRTC at run time), the device's memory as CuPy
-sees it, and an over-size allocation that must raise CuPy's own error. CUPY_MODE selects the
+sees it, and an over-size allocation that must raise CuPy's own error (EXPECT_OOM names it;
+"None": the allocation succeeds; "-": the mode's usual error). CUPY_MODE selects the
 allocator: pool (CuPy's default memory pool), async (CuPy's stream-ordered pool,
-cudaMallocAsync) or none (every array a cudaMalloc)."""
+cudaMallocAsync), none (every array a cudaMalloc) or managed (a memory pool over
+cudaMallocManaged: every array is managed memory)."""
 import os
 
 import cupy as cp
@@ -9,10 +11,14 @@ import cupy as cp
 import check
 
 mode = os.environ.get("CUPY_MODE", "pool")
+pool = cp.get_default_memory_pool()
 if mode == "none":
     cp.cuda.set_allocator(None)
 elif mode == "async":
     cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+elif mode == "managed":
+    pool = cp.cuda.MemoryPool(cp.cuda.malloc_managed)
+    cp.cuda.set_allocator(pool.malloc)
 free, total = cp.cuda.Device(0).mem_info
 check.ok(total == check.expected_total(), f"mem_info total {total}")
 a = cp.arange(1 << 16, dtype=cp.float32)
@@ -20,7 +26,14 @@ b = a * 2 + 1
 s = cp.sum(b)
 cp.cuda.Device(0).synchronize()
 check.ok(b.shape == (1 << 16,), "element-wise kernels and a reduction")
-expect = "CUDARuntimeError" if mode == "none" else "OutOfMemoryError"
+if mode == "managed":
+    kind = cp.cuda.runtime.pointerGetAttributes(b.data.ptr).type
+    check.ok(kind == cp.cuda.runtime.memoryTypeManaged, f"arrays are managed memory ({kind})")
+expect = os.environ.get("EXPECT_OOM", "-")
+if expect == "-":
+    expect = "CUDARuntimeError" if mode == "none" else "OutOfMemoryError"
+elif expect == "None":
+    expect = None
 raised = None
 try:
     x = cp.empty(total // 4 * 3, dtype=cp.uint8)
@@ -29,7 +42,7 @@ except Exception as e:
     raised = type(e).__name__
 check.ok(raised == expect, f"two 3/4-device arrays: {raised}")
 x = y = None
-cp.get_default_memory_pool().free_all_blocks()
+pool.free_all_blocks()
 z = cp.ones(1 << 20)
 cp.cuda.Device(0).synchronize()
 check.ok(z.size == 1 << 20, "an allocation after the out-of-memory error works")
