@@ -33,12 +33,7 @@ pair() {
   touch "$d/imported" "$d/freed" "$d/done" # never leave the exporter waiting
   wait "$epid"
   estatus=$?
-  sed 's/^/    /' "$d/e.out"
-  sed 's/^/# exporter stderr: /' "$d/e.err" | head -5
-  ok "$estatus" "$desc: the exporter's checks"
-  sed 's/^/    /' "$d/i.out"
-  sed 's/^/# importer stderr: /' "$d/i.err" | head -5
-  ok "$istatus" "$desc: the importer's checks"
+  report_sides "$desc" "$d" "$estatus" "$istatus"
   last="$d"
 }
 

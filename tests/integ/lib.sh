@@ -46,6 +46,17 @@ json_obj_num() {
     | sed 's/.*: *//'
 }
 
+# report_sides DESC DIR ESTATUS ISTATUS: the output of the two sides of a two-process exchange
+# (DIR/e.out and e.err: the exporter; i.out and i.err: the importer), each side one check.
+report_sides() {
+  sed 's/^/    /' "$2/e.out"
+  sed 's/^/# exporter stderr: /' "$2/e.err" | head -5
+  ok "$3" "$1: the exporter's checks"
+  sed 's/^/    /' "$2/i.out"
+  sed 's/^/# importer stderr: /' "$2/i.err" | head -5
+  ok "$4" "$1: the importer's checks"
+}
+
 # Runs a nested TAP program and folds its result into one check of this script.
 tap_program() {
   desc=$1

@@ -36,12 +36,7 @@ pair() {
   istatus=$?
   wait "$epid"
   estatus=$?
-  sed 's/^/    /' "$d/e.out"
-  sed 's/^/# exporter stderr: /' "$d/e.err" | head -5
-  ok "$estatus" "$desc: the exporter's checks"
-  sed 's/^/    /' "$d/i.out"
-  sed 's/^/# importer stderr: /' "$d/i.err" | head -5
-  ok "$istatus" "$desc: the importer's checks"
+  report_sides "$desc" "$d" "$estatus" "$istatus"
   local ep ip
   ep=$(peak "$d/export.json")
   ip=$(peak "$d/import.json")

@@ -69,12 +69,7 @@ static void exec_both(const char *name, cufftHandle p, cufftType type, void *dat
     snprintf(key, sizeof key, "%s_inverse", name);
     fft(key, b);
   }
-  snprintf(key, sizeof key, "%s_queued_work", name);
-  real_check(key, real_pending() > before, "the fake's pending work grew");
-  snprintf(key, sizeof key, "%s_sync", name);
-  OK(key, cudaStreamSynchronize(s));
-  snprintf(key, sizeof key, "%s_work_done", name);
-  real_check(key, real_pending() == 0, "no pending work after the stream's synchronisation");
+  real_queued_then_done(name, before, s);
 }
 
 int main(void) {

@@ -85,6 +85,19 @@ static inline int real_pending(void) {
   return pending != NULL ? pending() : -1;
 }
 
+/* After a library call that queued device work on stream s (real_pending() read `before` just
+ * ahead of it): NAME_queued_work (the fake's pending work grew), NAME_sync, NAME_work_done
+ * (nothing pending once s is synchronised). */
+static inline void real_queued_then_done(const char *name, int before, cudaStream_t s) {
+  char key[96];
+  snprintf(key, sizeof key, "%s_queued_work", name);
+  real_check(key, real_pending() > before, "the fake's pending work grew");
+  snprintf(key, sizeof key, "%s_sync", name);
+  real_expect(key, cudaStreamSynchronize(s), cudaSuccess);
+  snprintf(key, sizeof key, "%s_work_done", name);
+  real_check(key, real_pending() == 0, "no pending work after the stream's synchronisation");
+}
+
 /* cudaMalloc, and claims what it got. */
 static inline cudaError_t real_malloc(void **p, size_t n) {
   cudaError_t e = cudaMalloc(p, n);
