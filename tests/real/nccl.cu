@@ -1,9 +1,12 @@
-/* NCCL: a single-rank communicator on device 0 (ncclCommInitAll), its rank, size and device;
+/* NCCL: a single-rank communicator on device 0 as a multi-process program makes one
+ * (ncclGetUniqueId, whose bootstrap listens on a socket, then ncclCommInitRank), its rank, size
+ * and device;
  * an out-of-place sum all-reduce on a stream of the program's, which for one rank is a
  * device-to-device copy (so with FAKECUDA_BACKING=1 its result is real bytes: the input), and an
  * in-place one that leaves the buffer alone; ncclMemAlloc, NCCL's own VMM allocation (a
  * file-descriptor shareable handle where the device supports one), written and read back, and
- * refused beyond the device; ncclCommDestroy; then the runtime's own over-size allocation. */
+ * refused beyond the device; ncclCommDestroy; then a communicator of ncclCommInitAll (the
+ * single-process shape), and the runtime's own over-size allocation. */
 #include <nccl.h>
 
 #include "tests/real/real.h"
@@ -13,22 +16,34 @@ static int nccl(const char *name, ncclResult_t r) {
   return real_status(name, r, ncclSuccess, ncclGetErrorString(r));
 }
 
+/* Prints a communicator's rank, size and device and checks it is rank 0 of 1 on device 0. */
+static void comm_facts(const char *name, ncclComm_t comm) {
+  int count = -1, device = -1, rank = -1;
+  char key[64];
+  snprintf(key, sizeof key, "%s_count", name);
+  NCCLCALL(key, ncclCommCount(comm, &count));
+  snprintf(key, sizeof key, "%s_cu_device", name);
+  NCCLCALL(key, ncclCommCuDevice(comm, &device));
+  snprintf(key, sizeof key, "%s_user_rank", name);
+  NCCLCALL(key, ncclCommUserRank(comm, &rank));
+  printf("%s=%d ranks, rank %d on device %d\n", name, count, rank, device);
+  snprintf(key, sizeof key, "%s_single_rank", name);
+  CHECK(key, count == 1 && rank == 0 && device == 0);
+}
+
 int main(void) {
   size_t total = real_total("start");
   int version = 0;
   NCCLCALL("version", ncclGetVersion(&version));
   FACT("nccl_version", "%d", version);
   ncclComm_t comm = NULL;
-  int devs[1] = {0};
-  if (!NCCLCALL("init_all", ncclCommInitAll(&comm, 1, devs))) {
+  ncclUniqueId id;
+  OK("set_device", cudaSetDevice(0));
+  if (!NCCLCALL("unique_id", ncclGetUniqueId(&id)) ||
+      !NCCLCALL("init_rank", ncclCommInitRank(&comm, 1, id, 0))) {
     return real_end();
   }
-  int count = -1, device = -1, rank = -1;
-  NCCLCALL("count", ncclCommCount(comm, &count));
-  NCCLCALL("cu_device", ncclCommCuDevice(comm, &device));
-  NCCLCALL("user_rank", ncclCommUserRank(comm, &rank));
-  FACT("comm", "%d ranks, rank %d on device %d", count, rank, device);
-  CHECK("comm_single_rank", count == 1 && rank == 0 && device == 0);
+  comm_facts("comm", comm);
 
   const size_t n = 1 << 18, bytes = n * sizeof(float);
   float *send = NULL, *recv = NULL;
@@ -64,6 +79,12 @@ int main(void) {
   OK("free_send", cudaFree(send));
   OK("free_recv", cudaFree(recv));
   NCCLCALL("destroy", ncclCommDestroy(comm));
+
+  int devs[1] = {0};
+  if (NCCLCALL("init_all", ncclCommInitAll(&comm, 1, devs))) {
+    comm_facts("comm_all", comm);
+    NCCLCALL("destroy_all", ncclCommDestroy(comm));
+  }
   real_over_cap("over", total);
   return real_end();
 }
