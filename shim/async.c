@@ -18,7 +18,7 @@
  */
 #include "shim/cap.h"
 #include "shim/fork.h"
-#include "shim/graph.h"
+#include "shim/capture.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
@@ -200,7 +200,7 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   if (dev == HOST_POOL || !dptr || bytes == 0) {
     return call(w, dptr, bytes, pool, stream); /* host memory, or the driver's own error */
   }
-  if (graph_capturing(stream, o.ptsz)) {
+  if (capture_stream(stream, o.ptsz)) {
     return call(w, dptr, bytes, pool, stream); /* a graph's allocation node (shim/graph.h) */
   }
   /* sure: dev is the device the driver will take the memory from. Otherwise the stream's device
@@ -260,7 +260,7 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   if (!real_driver_ready(NULL)) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
-  if (graph_capturing(stream, ptsz)) {
+  if (capture_stream(stream, ptsz)) {
     /* A graph's free node: nothing is freed now. A block gpucap charged stays charged until
      * the driver hands its address out again (mem_track). */
     return free_async(dptr, &o);

@@ -6,6 +6,7 @@
 #include "shim/fork.h"
 
 #include "shim/array.h"
+#include "shim/capture.h"
 #include "shim/cap.h"
 #include "shim/context.h"
 #include "shim/graph.h"
@@ -24,6 +25,7 @@ static void child(void) {
   pending_fork_child();
   async_fork_child();
   graph_fork_child();
+  capture_fork_child();
   array_fork_child();
   ipc_fork_child();
   trace_fork_child();

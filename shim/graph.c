@@ -46,13 +46,6 @@ static size_t nexecs, capexecs;
 static atomic_size_t listed;              /* nexecs, read without the lock */
 static uint64_t charged[CAP_MAX_DEVICES]; /* the graph pool's memory last seen, charged */
 
-bool graph_capturing(CUstream stream, bool ptsz) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  __typeof__(real.cuStreamIsCapturing) fn =
-      ptsz ? real.cuStreamIsCapturing_ptsz : real.cuStreamIsCapturing;
-  return fn && fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 /* The bytes g's allocation nodes take on each device, in bytes[] (zeroed first). False when the
  * driver cannot list them. */
 static bool footprint(CUgraph g, uint64_t bytes[CAP_MAX_DEVICES]) {

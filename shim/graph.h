@@ -14,11 +14,6 @@
 
 #include <stdbool.h>
 
-/* True iff stream (a per-thread-default-stream call when ptsz) is being captured: a
- * stream-ordered allocation or free on it becomes a graph node, and allocates or frees
- * nothing now. False when the driver cannot say. */
-bool graph_capturing(CUstream stream, bool ptsz);
-
 /* The driver destroyed ctx (its graphs went with it): forgets its executable graphs and
  * brings the charges back to what the graph pools hold. */
 void graph_forget_context(CUcontext ctx);

@@ -9,6 +9,7 @@
 
 #include "config/cfg.h"
 #include "shim/cap.h"
+#include "shim/capture.h"
 #include "shim/exit.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
@@ -272,8 +273,8 @@ static void settle_other(struct ctx_pool *o, CUcontext mine) {
   uint64_t in_use, deferred, free_b, reserved;
   bfc_usage(o->pool, &in_use, &deferred, &free_b, &reserved);
   CUcontext ctx = atomic_load_explicit(&o->ctx, memory_order_acquire);
-  if (deferred == 0 || !ctx) {
-    return;
+  if (deferred == 0 || !ctx || capture_any()) {
+    return; /* a synchronisation would invalidate a capture going on (shim/capture.h) */
   }
   uint64_t mark = bfc_defer_mark(o->pool);
   pthread_mutex_unlock(&o->lock);
@@ -377,7 +378,8 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
     /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
      * request fails lets placement drift around the deferred holes and needs a looser cap
      * (docs/benchmarks.md measures both policies). */
-    bool due = tries == 0 && deferred > 0 && deferred >= free_b / 4;
+    bool can_sync = !capture_any(); /* shim/capture.h */
+    bool due = can_sync && tries == 0 && deferred > 0 && deferred >= free_b / 4;
     if (!due) {
       p->last_driver_rc = CUDA_SUCCESS;
       err = bfc_alloc(p->pool, bytes, &addr);
@@ -394,7 +396,7 @@ CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes) {
           continue; /* retry, or (context destroyed meanwhile) let the driver answer below */
         }
       }
-      if (err != -EAGAIN || tries >= 16) {
+      if (err != -EAGAIN || tries >= 16 || !can_sync) {
         break;
       }
     }

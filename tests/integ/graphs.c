@@ -1,7 +1,7 @@
 /* graphs: graph memory under a 64 MiB cap, over the fake driver (linked with -lcuda and the
  * fake's test hooks), with gpucap preloaded. Prints TAP; tests/integ/graphs.sh judges the cap
  * itself from the fake's own per-device peak.
- * usage: graphs captured|alternate|refuse|upload|kept|threads
+ * usage: graphs captured|alternate|refuse|upload|kept|threads|capture
  * Run with GPUCAP_MEMORY_LIMIT=64MiB (device 0). */
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -171,6 +171,30 @@ static void kept_mode(CUstream s) {
   CK(cuGraphExecDestroy(e));
 }
 
+/* A capture going on while the pool would synchronise its context to reuse deferred frees:
+ * the synchronisation would invalidate the capture, so gpucap does without it. */
+static void capture_mode(CUstream s) {
+  CUdeviceptr a = 0, b = 0, p = 0;
+  CUgraph g = NULL;
+  CK(cuMemAlloc_v2(&a, 32 * MiB));
+  CK(cuMemFree_v2(a)); /* a deferred pool free */
+  CK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CK(cuMemAllocAsync(&p, MiB, s));
+  CK(cuMemFreeAsync(p, s));
+  CUresult rc = cuMemAlloc_v2(&b, 16 * MiB);
+  tap_ok(rc == CUDA_SUCCESS || rc == CUDA_ERROR_OUT_OF_MEMORY,
+         "an allocation during the capture: success or out of memory (%d)", (int)rc);
+  TAP_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS, "the capture was not invalidated");
+  if (rc == CUDA_SUCCESS) {
+    CK(cuMemFree_v2(b));
+  }
+  if (g) {
+    CK(cuGraphDestroy(g));
+  }
+  CK(cuMemAlloc_v2(&b, 48 * MiB)); /* after the capture: the deferred memory is reused */
+  CK(cuMemFree_v2(b));
+}
+
 /* Threads launching their own graphs at once (made beforehand: TAP output is not
  * thread-safe). */
 struct launcher {
@@ -235,6 +259,8 @@ int main(int argc, char **argv) {
     upload_mode(s);
   } else if (strcmp(mode, "kept") == 0) {
     kept_mode(s);
+  } else if (strcmp(mode, "capture") == 0) {
+    capture_mode(s);
   } else if (strcmp(mode, "threads") == 0) {
     threads_mode();
   } else {

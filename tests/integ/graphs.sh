@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Graph memory under the cap (tests/integ/graphs.c): captured and hand-built allocation nodes,
-# launches, uploads, trims, relaunches and four threads launching at once, with the pool and
+# launches, uploads, trims, relaunches, a capture that a pool synchronisation would have
+# invalidated, and four threads launching at once, with the pool and
 # with GPUCAP_POOL=off. Judged from outside by the fake driver's per-device peak: the device
 # never held more than the 64 MiB cap (graph memory is held in 512-byte units, like every
 # allocation the program makes here, so no rounding is allowed for).
@@ -9,7 +10,7 @@
 cap=$((64 << 20))
 export GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off
 for pool in on off; do
-  for mode in captured alternate refuse upload kept threads; do
+  for mode in captured alternate refuse upload kept capture threads; do
     name="$mode (pool $pool)"
     GPUCAP_POOL=$pool FAKECUDA_STATS="$WORK/$mode.json" tap_program "$name" \
       with_shim "$TESTBIN/graphs" $mode

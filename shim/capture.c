@@ -1,0 +1,112 @@
+/* Stream capture (see shim/capture.h): the capture status of a stream, and a count of the
+ * captures begun and not ended, kept by hooks on cuStreamBeginCapture (every ABI),
+ * cuStreamBeginCaptureToGraph and cuStreamEndCapture. A capture counts from a successful begin
+ * to an end that ends it (success, or the capture reported invalidated). Lock-free.
+ */
+#include "shim/capture.h"
+
+#include "shim/real.h"
+
+#include <stdatomic.h>
+
+#define GPUCAP_EXPORT __attribute__((visibility("default")))
+
+static atomic_long active;
+
+bool capture_stream(CUstream stream, bool ptsz) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  __typeof__(real.cuStreamIsCapturing) fn =
+      ptsz ? real.cuStreamIsCapturing_ptsz : real.cuStreamIsCapturing;
+  return fn && fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+bool capture_any(void) {
+  return atomic_load_explicit(&active, memory_order_acquire) > 0;
+}
+
+void capture_fork_child(void) {
+  atomic_store_explicit(&active, 0, memory_order_relaxed);
+}
+
+static CUresult began(CUresult rc) {
+  if (rc == CUDA_SUCCESS) {
+    atomic_fetch_add_explicit(&active, 1, memory_order_acq_rel);
+  }
+  return rc;
+}
+
+static CUresult ended(CUresult rc) {
+  if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+    long n = atomic_load_explicit(&active, memory_order_relaxed);
+    while (n > 0 && !atomic_compare_exchange_weak_explicit(&active, &n, n - 1, memory_order_acq_rel,
+                                                           memory_order_relaxed)) {
+    }
+  }
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuStreamBeginCapture(CUstream hStream) {
+  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return began(real.cuStreamBeginCapture(hStream));
+}
+
+GPUCAP_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture_ptsz) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return began(real.cuStreamBeginCapture_ptsz(hStream));
+}
+
+GPUCAP_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture_v2) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return began(real.cuStreamBeginCapture_v2(hStream, mode));
+}
+
+GPUCAP_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture_v2_ptsz) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return began(real.cuStreamBeginCapture_v2_ptsz(hStream, mode));
+}
+
+GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                                   const CUgraphNode *dependencies,
+                                                   const CUgraphEdgeData *dependencyData,
+                                                   size_t numDependencies,
+                                                   CUstreamCaptureMode mode) {
+  if (!real_driver_ready(NULL) || !real.cuStreamBeginCaptureToGraph) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return began(real.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
+                                                numDependencies, mode));
+}
+
+GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                        const CUgraphNode *dependencies,
+                                                        const CUgraphEdgeData *dependencyData,
+                                                        size_t numDependencies,
+                                                        CUstreamCaptureMode mode) {
+  if (!real_driver_ready(NULL) || !real.cuStreamBeginCaptureToGraph_ptsz) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return began(real.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData,
+                                                     numDependencies, mode));
+}
+
+GPUCAP_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  if (!real_driver_ready(NULL) || !real.cuStreamEndCapture) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return ended(real.cuStreamEndCapture(hStream, phGraph));
+}
+
+GPUCAP_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+  if (!real_driver_ready(NULL) || !real.cuStreamEndCapture_ptsz) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return ended(real.cuStreamEndCapture_ptsz(hStream, phGraph));
+}

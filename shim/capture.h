@@ -1,0 +1,27 @@
+/* Stream capture as gpucap must respect it. While a stream is being captured, work issued to
+ * it becomes graph nodes, and waiting for it (a stream or context synchronisation) fails and
+ * invalidates the capture, in whatever thread the wait is made. So gpucap passes captured
+ * stream-ordered calls through (shim/graph.h charges graph memory at launch), and never
+ * synchronises a context itself while a capture may be going on: it counts the captures that
+ * the program began and has not ended (hooks in shim/capture.c).
+ */
+#ifndef GPUCAP_SHIM_CAPTURE_H
+#define GPUCAP_SHIM_CAPTURE_H
+
+#include "shim/cudadefs.h"
+
+#include <stdbool.h>
+
+/* True iff stream (a per-thread-default-stream call when ptsz) is being captured: a
+ * stream-ordered allocation or free on it becomes a graph node, and allocates or frees
+ * nothing now. False when the driver cannot say. */
+bool capture_stream(CUstream stream, bool ptsz);
+
+/* True iff some capture began and has not ended (a capture ended by its context's destruction
+ * counts until the process ends): gpucap must not synchronise a context then. */
+bool capture_any(void);
+
+/* In a fork child: no capture. */
+void capture_fork_child(void);
+
+#endif
