@@ -8,7 +8,7 @@ FAKECUDA_DIR := tests/fakecuda
 FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx.c fk_stream.c \
                    fk_mem.c fk_pool.c fk_managed.c fk_vmm.c fk_copy.c fk_array.c fk_ipc.c \
                    fk_export.c fk_integrity.c fk_image.c fk_module.c fk_settings.c \
-                   fk_errors.c fk_graph.c fk_line.c)
+                   fk_errors.c fk_graph.c fk_line.c fk_machine.c)
 FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
 FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
 FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
@@ -43,6 +43,7 @@ FAKECUDA_LINKED_TESTS := test_fakecuda_ctx test_fakecuda_mem test_fakecuda_strea
                          test_fakecuda_settings test_fakecuda_graph test_fakecuda_pool \
                          test_fakecuda_copy test_fakecuda_share
 FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa test_fakecuda_md2 \
+                    test_fakecuda_machine \
                     $(FAKECUDA_LINKED_TESTS))
 FAKECUDA_PROBE := $(BUILD)/tests/fakecuda_probe
 FAKECUDA_INTERPOSE := $(BUILD)/tests/libfk_interpose.so
@@ -80,6 +81,13 @@ $(BUILD)/tests/test_fakecuda_md2: $(BUILD)/obj/$(FAKECUDA_DIR)/test_md2.o \
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+# The machine ledger on its own, with real processes.
+$(BUILD)/tests/test_fakecuda_machine: $(BUILD)/obj/$(FAKECUDA_DIR)/test_machine.o \
+                                      $(BUILD)/obj/$(FAKECUDA_DIR)/fk_machine.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+
 $(FAKECUDA_PROBE): $(BUILD)/obj/$(FAKECUDA_DIR)/probe.o $(FAKECUDA_LIB) $(FAKECUDA_CALLER)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
@@ -96,7 +104,7 @@ PROGRAMS += $(FAKECUDA_PROBE)
 TEST_PROGRAMS += $(FAKECUDA_TESTS)
 TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh \
                 $(FAKECUDA_DIR)/test_module.sh
-THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads
+THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads $(BUILD)/tests/test_fakecuda_machine
 
 .PHONY: fakecuda-regen
 fakecuda-regen:
