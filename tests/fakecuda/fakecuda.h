@@ -41,8 +41,9 @@ unsigned long long fakecudaHazards(void);
 unsigned long long fakecudaCalls(const char *name);
 
 /* What this process holds on device `dev`, for the fake NVML (tests/fakecuda/nvml) in the same
- * process: *used is the device memory in use as cuMemGetInfo_v2 counts it (total - free: the
- * program's allocations, arrays, VMM and pool memory, and the driver's own module variables) and
+ * process: *used is the device memory this process holds as cuMemGetInfo_v2 counts it (the
+ * program's allocations, arrays, VMM and pool memory, and the driver's own module variables:
+ * total - free when the process has the device to itself, without FAKECUDA_MACHINE) and
  * *contexts the number of live contexts on the device (created and not destroyed, or primary and
  * retained). Returns CUDA_SUCCESS; CUDA_ERROR_NOT_INITIALIZED before cuInit (or in a forked
  * child), CUDA_ERROR_DEINITIALIZED after unload, CUDA_ERROR_INVALID_DEVICE for a bad ordinal,

@@ -98,13 +98,22 @@ $(FAKECUDA_CALLER): $(BUILD)/obj/$(FAKECUDA_DIR)/caller.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libfk_caller.so -o $@ $^ -ldl
 
+# One process of a shared machine, for test_machine.sh.
+FAKECUDA_MACHINE_WORKER := $(BUILD)/tests/fakecuda_machine_worker
+$(FAKECUDA_MACHINE_WORKER): $(BUILD)/obj/$(FAKECUDA_DIR)/machine_worker.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+PROGRAMS += $(FAKECUDA_MACHINE_WORKER)
+
 # Shell tests need the library and the probe; make them prerequisites of the test programs'
 # build so `make` and `make check` build them.
 PROGRAMS += $(FAKECUDA_PROBE)
 TEST_PROGRAMS += $(FAKECUDA_TESTS)
 TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh \
-                $(FAKECUDA_DIR)/test_module.sh
-THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads $(BUILD)/tests/test_fakecuda_machine
+                $(FAKECUDA_DIR)/test_module.sh $(FAKECUDA_DIR)/test_machine.sh
+THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads $(BUILD)/tests/test_fakecuda_machine \
+                $(FAKECUDA_DIR)/test_machine.sh
 
 .PHONY: fakecuda-regen
 fakecuda-regen:

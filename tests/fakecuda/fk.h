@@ -32,6 +32,7 @@
 #define FK_DEFAULT_MEMORY ((size_t)16 << 30)
 #define FK_POLLS_TO_COMPLETE 2
 #define FK_TEXTURE_MAX 32768 /* every texture and surface extent limit (attributes 21..77) */
+#define FK_MACHINE_NAME_MAX 64
 
 /* ---- Configuration (fk_env.c): pure parsing of the FAKECUDA_* variables. ---- */
 
@@ -48,7 +49,8 @@ struct fk_config {
   int backing;
   int stub; /* FAKECUDA_STUB=1: behave like the toolkit's stub libcuda.so */
   char stats_path[1024];
-  char trace_path[1024]; /* FAKECUDA_TRACE: "1" (stderr) or a file; "" off */
+  char trace_path[1024];                 /* FAKECUDA_TRACE: "1" (stderr) or a file; "" off */
+  char machine[FK_MACHINE_NAME_MAX + 1]; /* FAKECUDA_MACHINE: the shared machine, "" none */
   int nfail;
   struct fk_fail fail[FK_MAX_FAILS];
 };
@@ -271,6 +273,9 @@ void fk_ctx_settings_init(struct CUctx_st *c);
 /* Adds a stream to its context's list. */
 void fk_ctx_add_stream(struct CUctx_st *c, struct CUstream_st *s);
 
+/* Live contexts on device dev: created and not destroyed, or primary and retained. O(contexts). */
+int fk_ctx_live(int dev);
+
 /* Device dev's UUID, and the value of a device attribute (0 for those not modelled). */
 void fk_dev_uuid(int dev, CUuuid *out);
 int fk_dev_attr(int attr, int dev);
@@ -432,8 +437,36 @@ struct fk_alloc {
  * program's like any allocation. Fails with CUDA_ERROR_OUT_OF_MEMORY. */
 CUresult fk_mem_graph_memory(struct fk_alloc *a, int take);
 
-/* Device memory of dev not held by the program or the driver. */
+/* Device memory of dev that cuMemGetInfo_v2 reports free: not held by the program or the driver,
+ * and with FAKECUDA_MACHINE not by any live process of the machine (dead ones reclaimed first). */
 size_t fk_dev_free(int dev);
+
+/* The one accounting point of device memory: takes bytes of dev for the program (driver 0: used,
+ * peak) or the driver itself (driver 1: module variables), iff they fit in what is free on the
+ * device, across the machine's processes with FAKECUDA_MACHINE (admitted atomically there).
+ * Fails with CUDA_ERROR_OUT_OF_MEMORY, changing nothing. Callers take after everything that can
+ * fail for want of address space, so a refused allocation never reaches a peak. */
+CUresult fk_mem_take(int dev, size_t bytes, int driver);
+
+/* Gives back bytes taken by fk_mem_take with the same driver flag. */
+void fk_mem_give(int dev, size_t bytes, int driver);
+
+/* FAKECUDA_MACHINE (cuInit, before anything is set up): maps the machine's ledger and gives this
+ * process a slot in it. No effect without the setting. Fails, with a line on stderr, with
+ * CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (a ledger that is malformed, foreign or made for other
+ * devices), CUDA_ERROR_OUT_OF_MEMORY (no free slot) or CUDA_ERROR_OPERATING_SYSTEM. */
+CUresult fk_mem_machine_join(void);
+
+/* Publishes this process's live contexts on dev to the machine (no effect without one). */
+void fk_mem_machine_contexts(int dev, int n);
+
+/* The machine's figures for dev (fk_machine.h); -1 without a machine. */
+struct fk_machine_usage;
+int fk_mem_machine_usage(int dev, struct fk_machine_usage *u);
+
+/* Leaves the machine: this process's slot is freed (at unload; also in a child forked before
+ * cuInit that joined on its own). */
+void fk_mem_machine_leave(void);
 
 /* Allocates span = size rounded to 512 bytes of device memory on dev in context c: FK_K_DEVICE
  * counts as the program's (used, peak, alloc_calls), FK_K_MODULE as the driver's. Fails with
@@ -446,8 +479,8 @@ CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
  * free. */
 struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span);
 
-/* Adds bytes to dev's device memory in use (and its peak). */
-void fk_mem_charge(int dev, size_t bytes);
+/* Undoes fk_mem_place of an allocation that never held memory (registry, address space, pages). */
+void fk_mem_unplace(struct fk_alloc *a);
 
 /* ---- Stream-ordered memory pools (fk_pool.c). ---- */
 

@@ -160,21 +160,18 @@ static size_t mipmap_held(const struct CUmipmappedArray_st *m) {
 
 /* Takes bytes of device memory on dev for one creation. */
 static CUresult memory_take(int dev, size_t bytes) {
-  struct fk_device *d = &fk.dev[dev];
-  if (bytes > fk_dev_free(dev)) {
+  if (fk_mem_take(dev, bytes, 0) != CUDA_SUCCESS) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (bytes > 0) {
-    d->used += bytes;
-    d->peak = d->used > d->peak ? d->used : d->peak;
-    d->alloc_calls++;
+    fk.dev[dev].alloc_calls++;
   }
   return CUDA_SUCCESS;
 }
 
 static void memory_give(int dev, size_t bytes) {
   if (bytes > 0) {
-    fk.dev[dev].used -= bytes;
+    fk_mem_give(dev, bytes, 0);
     fk.dev[dev].free_calls++;
   }
 }

@@ -18,6 +18,7 @@
 
 #include "tests/fakecuda/fk.h"
 #include "tests/fakecuda/fk_line.h"
+#include "tests/fakecuda/fk_machine.h"
 
 struct fk_global fk = {.lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP, .dev_fd = -1};
 
@@ -208,12 +209,8 @@ static CUresult device_usage(int dev, size_t *used, int *contexts) {
   if (used == NULL || contexts == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  int n = 0;
-  for (size_t i = 0; i < fk.nctxs; i++) {
-    n += fk.ctxs[i]->dev == dev && fk.ctxs[i]->active;
-  }
-  *used = fk.dev[dev].total - fk_dev_free(dev);
-  *contexts = n;
+  *used = fk.dev[dev].used + fk.dev[dev].driver; /* this process's, with or without a machine */
+  *contexts = fk_ctx_live(dev);
   return CUDA_SUCCESS;
 }
 
@@ -294,6 +291,12 @@ static void write_stats(void) {
              FK_DRIVER_VERSION, fk.initialized, fk.hazards);
   out_printf(&o, "\"stale_work\": %llu,\n\"pending_work\": %d,\n", fk.stale_work,
              fk_work_pending());
+  struct fk_machine_usage mu;
+  if (fk.ndev > 0 && fk_mem_machine_usage(0, &mu) == 0) {
+    out_printf(&o, "\"machine\": \"%s\",\n\"machine_reclaimed\": %llu,\n", fk.cfg.machine,
+               (unsigned long long)mu.reclaimed);
+    out_printf(&o, "\"machine_lock_recoveries\": %llu,\n", (unsigned long long)mu.recoveries);
+  }
   out_printf(&o, "\"proc_address_queries\": %llu,\n\"proc_address_callers\": {", fk.gpa_queries);
   for (int i = 0; i < FK_MAX_CALLERS && fk.callers[i].name[0] != '\0'; i++) {
     out_printf(&o, "%s\n  \"%s\": %llu", i ? "," : "", fk.callers[i].name, fk.callers[i].count);
@@ -313,12 +316,19 @@ static void write_stats(void) {
     }
     fk_vmm_leaked(d, &leaked, &leaked_bytes);
     fk_array_leaked(d, &leaked, &leaked_bytes);
+    char machine[160] = "";
+    if (fk_mem_machine_usage(d, &mu) == 0) {
+      (void)snprintf(machine, sizeof machine,
+                     ", \"machine_used_bytes\": %llu, \"machine_peak_bytes\": %llu, "
+                     "\"machine_processes\": %u",
+                     (unsigned long long)mu.used, (unsigned long long)mu.peak, mu.processes);
+    }
     out_printf(&o,
                "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
                "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
-               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu}",
+               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu%s}",
                d ? "," : "", d, dv->total, dv->alloc_calls, dv->free_calls, dv->used, dv->peak,
-               leaked, leaked_bytes, dv->driver);
+               leaked, leaked_bytes, dv->driver, machine);
   }
   out_printf(&o, "\n],\n\"calls\": {");
   int first = 1;
@@ -364,6 +374,10 @@ __attribute__((constructor)) static void fk_load(void) {
 
 __attribute__((destructor)) static void fk_unload(void) {
   if (getpid() != fk.pid) {
+    /* A child forked before cuInit that initialised on its own gives its machine slot back. */
+    pthread_mutex_lock(&fk.lock);
+    fk_mem_machine_leave();
+    pthread_mutex_unlock(&fk.lock);
     return;
   }
   pthread_once(&cfg_once, parse_config);

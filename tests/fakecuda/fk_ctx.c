@@ -54,6 +54,21 @@ static int ctx_known(const struct CUctx_st *c) {
   return 0;
 }
 
+int fk_ctx_live(int dev) {
+  int n = 0;
+  for (size_t i = 0; i < fk.nctxs; i++) {
+    n += fk.ctxs[i]->dev == dev && fk.ctxs[i]->active;
+  }
+  return n;
+}
+
+/* Activates or deactivates c, telling the machine (the fake NVML lists this process on c's
+ * device while it has a live context there). */
+static void set_active(struct CUctx_st *c, int on) {
+  c->active = on;
+  fk_mem_machine_contexts(c->dev, fk_ctx_live(c->dev));
+}
+
 /* A handle a caller may make current: known, and not a destroyed created context. */
 static int ctx_usable(const struct CUctx_st *c) {
   return c != NULL && ctx_known(c) && (c->active || c->primary);
@@ -104,21 +119,26 @@ static void deactivate(struct CUctx_st *c, int release) {
   fk_mem_free_ctx(c, c->primary);
   fk_array_free_ctx(c);
   fk_stream_kill_ctx(c);
-  c->active = 0;
+  set_active(c, 0);
 }
 
 CUresult fk_devices_init(void) {
   if (fk.cfg.ndev == 0) {
     return CUDA_ERROR_NO_DEVICE;
   }
+  CUresult rc = fk_mem_machine_join();
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
   fk.ndev = fk.cfg.ndev;
   for (int d = 0; d < fk.ndev; d++) {
     fk.dev[d].total = fk.cfg.mem[d];
     fk_pool_init_device(d);
   }
-  CUresult rc = fk_mem_init();
+  rc = fk_mem_init();
   if (rc != CUDA_SUCCESS) {
     fk.ndev = 0;
+    fk_mem_machine_leave();
     return rc;
   }
   for (int d = 0; d < fk.ndev; d++) {
@@ -454,7 +474,7 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev) {
   }
   struct CUctx_st *c = fk.dev[dev].primary;
   c->refs++;
-  c->active = 1;
+  set_active(c, 1);
   *pctx = c;
   return CUDA_SUCCESS;
 }
@@ -575,7 +595,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct CUctx_st *c = ctx_new(dev, 0, flags);
-  c->active = 1;
+  set_active(c, 1);
   stack[depth++] = c;
   *pctx = c;
   return CUDA_SUCCESS;

@@ -10,6 +10,7 @@
  *   FAKECUDA_STATS    PATH                 (any non-empty string)
  *   FAKECUDA_STUB     0 | 1
  *   FAKECUDA_TRACE    PATH | 1             1: stderr
+ *   FAKECUDA_MACHINE  NAME                 1..64 of [A-Za-z0-9_.-], not starting with '.'
  */
 #include <errno.h>
 #include <stdio.h>
@@ -121,6 +122,22 @@ static int parse_memory(struct fk_config *cfg, const char *val, char *err, size_
   }
 }
 
+/* A machine name becomes part of a file name in /dev/shm (fk_machine.c): no '/', no "..". */
+static int machine_name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > FK_MACHINE_NAME_MAX || s[0] == '.') {
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-')) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 static int parse_fail(struct fk_config *cfg, const char *val, char *err, size_t errlen) {
   const char *p = val;
   for (;;) {
@@ -172,6 +189,7 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
   const char *cc = get("FAKECUDA_CC"), *backing = get("FAKECUDA_BACKING");
   const char *fail = get("FAKECUDA_FAIL"), *stats = get("FAKECUDA_STATS");
   const char *stub = get("FAKECUDA_STUB"), *trace = get("FAKECUDA_TRACE");
+  const char *machine = get("FAKECUDA_MACHINE");
   memset(cfg, 0, sizeof *cfg);
   cfg->ndev = 1;
   cfg->cc_major = 9;
@@ -225,6 +243,13 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
       return fail_msg(err, errlen, "FAKECUDA_TRACE", trace, "too long");
     }
     strcpy(cfg->trace_path, trace);
+  }
+  if (machine != NULL) {
+    if (!machine_name_ok(machine)) {
+      return fail_msg(err, errlen, "FAKECUDA_MACHINE", machine,
+                      "must be 1..64 letters, digits, '_', '.' or '-', not starting with '.'");
+    }
+    strcpy(cfg->machine, machine);
   }
   return 0;
 }

@@ -11,14 +11,22 @@
  * freed) so copies and memsets move real bytes; without it device bytes are never touched. Managed
  * and pinned host memory are ordinary anonymous mappings, always accessible. Registry: an array of
  * allocations sorted by base address.
+ *
+ * Accounting: every path that holds device memory (allocations, pools, VMM, arrays, graph memory,
+ * module variables) takes and gives it through fk_mem_take / fk_mem_give, the one point where it
+ * is admitted: against this process's device, or with FAKECUDA_MACHINE against the device the
+ * machine's processes share (fk_machine.c), where this process's slot mirrors used + driver.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "tests/fakecuda/fk.h"
+#include "tests/fakecuda/fk_machine.h"
 
 #define PAGE ((uintptr_t)4096)
 
@@ -27,6 +35,7 @@ size_t fk_nallocs;
 static size_t capallocs;
 static void *reservation;
 static size_t reservation_size;
+static struct fk_machine machine; /* FAKECUDA_MACHINE: the ledger, once joined */
 
 static uintptr_t round_up(uintptr_t v, uintptr_t a) {
   return (v + a - 1) / a * a;
@@ -34,6 +43,12 @@ static uintptr_t round_up(uintptr_t v, uintptr_t a) {
 
 static uintptr_t round_down(uintptr_t v, uintptr_t a) {
   return v / a * a;
+}
+
+/* The device's memory this process does not hold. */
+static size_t own_free(int dev) {
+  const struct fk_device *d = &fk.dev[dev];
+  return d->total - d->used - d->driver;
 }
 
 CUresult fk_mem_init(void) {
@@ -195,18 +210,25 @@ static void pages_release(const struct fk_alloc *a) {
   }
 }
 
+void fk_mem_unplace(struct fk_alloc *a) {
+  registry_remove(a);
+  if (fk.cfg.backing) {
+    pages_release(a);
+  }
+  free(a->maps);
+  free(a);
+}
+
 void fk_mem_release(struct fk_alloc *a) {
   registry_remove(a);
   switch (a->kind) {
   case FK_K_DEVICE:
   case FK_K_ASYNC:
   case FK_K_MODULE:
-    if (a->kind == FK_K_MODULE) {
-      fk.dev[a->dev].driver -= a->span;
-    } else if (a->kind == FK_K_ASYNC) {
+    if (a->kind == FK_K_ASYNC) {
       fk_pool_give_back(a);
     } else {
-      fk.dev[a->dev].used -= a->span;
+      fk_mem_give(a->dev, a->span, a->kind == FK_K_MODULE);
     }
     if (fk.cfg.backing) {
       pages_release(a);
@@ -223,7 +245,7 @@ void fk_mem_release(struct fk_alloc *a) {
     break;
   case FK_K_GRAPH:
     if (a->graph_phys) {
-      fk.dev[a->dev].used -= a->span;
+      fk_mem_give(a->dev, a->span, 0);
       fk.dev[a->dev].free_calls++;
       if (fk.cfg.backing) {
         pages_release(a);
@@ -255,34 +277,120 @@ void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
   }
 }
 
+/* Makes a graph allocation's pages inaccessible again (its neighbours' shared pages kept). */
+static void graph_pages_release(struct fk_alloc *a) {
+  if (fk.cfg.backing) {
+    registry_remove(a);
+    pages_release(a);
+    fk_mem_insert(a);
+  }
+}
+
 CUresult fk_mem_graph_memory(struct fk_alloc *a, int take) {
   struct fk_device *d = &fk.dev[a->dev];
   if (take && !a->graph_phys) {
     uintptr_t lo = round_down(a->base, PAGE), hi = round_up(a->base + a->span, PAGE);
-    if (a->span > fk_dev_free(a->dev) ||
+    if (a->span > own_free(a->dev) ||
         (fk.cfg.backing && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    d->used += a->span;
-    d->peak = d->used > d->peak ? d->used : d->peak;
+    if (fk_mem_take(a->dev, a->span, 0) != CUDA_SUCCESS) {
+      graph_pages_release(a);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     d->alloc_calls++;
     a->graph_phys = 1;
   } else if (!take && a->graph_phys) {
-    d->used -= a->span;
+    fk_mem_give(a->dev, a->span, 0);
     d->free_calls++;
     a->graph_phys = 0;
-    if (fk.cfg.backing) {
-      registry_remove(a);
-      pages_release(a);
-      fk_mem_insert(a);
-    }
+    graph_pages_release(a);
   }
   return CUDA_SUCCESS;
 }
 
 size_t fk_dev_free(int dev) {
-  const struct fk_device *d = &fk.dev[dev];
-  return d->total - d->used - d->driver;
+  if (machine.l != NULL) {
+    struct fk_machine_usage u;
+    fk_machine_usage(&machine, dev, &u);
+    return u.used < u.total ? u.total - u.used : 0;
+  }
+  return own_free(dev);
+}
+
+CUresult fk_mem_take(int dev, size_t bytes, int driver) {
+  struct fk_device *d = &fk.dev[dev];
+  int fits = machine.l != NULL ? bytes == 0 || fk_machine_take(&machine, dev, bytes) == 0
+                               : bytes <= own_free(dev);
+  if (!fits) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (driver) {
+    d->driver += bytes;
+  } else {
+    d->used += bytes;
+    d->peak = d->used > d->peak ? d->used : d->peak;
+  }
+  return CUDA_SUCCESS;
+}
+
+void fk_mem_give(int dev, size_t bytes, int driver) {
+  struct fk_device *d = &fk.dev[dev];
+  if (machine.l != NULL && bytes > 0) {
+    fk_machine_give(&machine, dev, bytes);
+  }
+  if (driver) {
+    d->driver -= bytes;
+  } else {
+    d->used -= bytes;
+  }
+}
+
+CUresult fk_mem_machine_join(void) {
+  if (fk.cfg.machine[0] == '\0' || machine.l != NULL) {
+    return CUDA_SUCCESS;
+  }
+  char err[512];
+  int rc = fk_machine_open(fk.cfg.machine, &fk.cfg, &machine, err, sizeof err);
+  if (rc == 0 && fk_machine_join(&machine) != 0) {
+    (void)snprintf(err, sizeof err,
+                   "machine ledger %s: its %u process slots are all held by live "
+                   "processes",
+                   machine.path, FK_MACHINE_SLOTS);
+    fk_machine_close(&machine);
+    rc = -ENOSPC;
+  }
+  if (rc == 0) {
+    return CUDA_SUCCESS;
+  }
+  /* The ledger plays the kernel driver's part: one that disagrees with this process is the
+   * "display driver and CUDA driver" mismatch cuInit documents. */
+  CUresult cr = rc == -EPROTO   ? CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+                : rc == -ENOSPC ? CUDA_ERROR_OUT_OF_MEMORY
+                                : CUDA_ERROR_OPERATING_SYSTEM;
+  fk_log("error: %s; cuInit fails with %s", err,
+         cr == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH ? "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+         : cr == CUDA_ERROR_OUT_OF_MEMORY        ? "CUDA_ERROR_OUT_OF_MEMORY"
+                                                 : "CUDA_ERROR_OPERATING_SYSTEM");
+  return cr;
+}
+
+void fk_mem_machine_contexts(int dev, int n) {
+  if (machine.l != NULL) {
+    fk_machine_contexts(&machine, dev, (unsigned)n);
+  }
+}
+
+int fk_mem_machine_usage(int dev, struct fk_machine_usage *u) {
+  if (machine.l == NULL) {
+    return -1;
+  }
+  fk_machine_usage(&machine, dev, u);
+  return 0;
+}
+
+void fk_mem_machine_leave(void) {
+  fk_machine_close(&machine);
 }
 
 struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
@@ -299,31 +407,23 @@ struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
   return fk_mem_new(kind, base, size, span, dev);
 }
 
-void fk_mem_charge(int dev, size_t bytes) {
-  struct fk_device *d = &fk.dev[dev];
-  d->used += bytes;
-  if (d->used > d->peak) {
-    d->peak = d->used;
-  }
-}
-
 CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out) {
-  struct fk_device *d = &fk.dev[dev];
   size_t span = round_up(size, FK_ALLOC_ALIGN);
-  if (span < size || span > fk_dev_free(dev)) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (span < size || span > own_free(dev)) {
+    return CUDA_ERROR_OUT_OF_MEMORY; /* cannot fit even without the other processes */
   }
   struct fk_alloc *a = fk_mem_place(kind, dev, size, span);
   if (a == NULL) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (fk_mem_take(dev, span, kind == FK_K_MODULE) != CUDA_SUCCESS) {
+    fk_mem_unplace(a);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   a->ctx = c;
-  if (kind == FK_K_MODULE) {
-    d->driver += span;
-  } else {
-    fk_mem_charge(dev, span);
-    d->alloc_calls++;
+  if (kind != FK_K_MODULE) {
+    fk.dev[dev].alloc_calls++;
   }
   *out = a;
   return CUDA_SUCCESS;
@@ -824,4 +924,5 @@ void fk_mem_teardown(void) {
     close(fk.dev_fd);
     fk.dev_fd = -1;
   }
+  fk_mem_machine_leave();
 }

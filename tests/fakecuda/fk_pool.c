@@ -50,7 +50,7 @@ static struct CUmemPoolHandle_st *pool_find(const struct CUmemPoolHandle_st *h) 
 static void pool_release(struct CUmemPoolHandle_st *p, size_t keep) {
   size_t retained = p->reserved - p->used;
   if (retained > keep) {
-    fk.dev[p->dev].used -= retained - keep;
+    fk_mem_give(p->dev, retained - keep, 0);
     p->reserved -= retained - keep;
   }
 }
@@ -352,16 +352,18 @@ static CUresult pool_take(struct CUmemPoolHandle_st *p, size_t size, struct fk_a
   size_t span = (size + FK_ALLOC_ALIGN - 1) / FK_ALLOC_ALIGN * FK_ALLOC_ALIGN;
   size_t retained = p->reserved - p->used;
   size_t need = span > retained ? span - retained : 0;
-  if (span < size || need > fk_dev_free(p->dev) ||
-      (p->max_size != 0 && p->reserved + need > p->max_size)) {
+  if (span < size || (p->max_size != 0 && p->reserved + need > p->max_size)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct fk_alloc *a = fk_mem_place(FK_K_ASYNC, p->dev, size, span);
   if (a == NULL) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (fk_mem_take(p->dev, need, 0) != CUDA_SUCCESS) {
+    fk_mem_unplace(a);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   a->pool = p;
-  fk_mem_charge(p->dev, need);
   fk.dev[p->dev].alloc_calls++;
   p->reserved += need;
   p->used += span;

@@ -45,7 +45,7 @@ static void phys_maybe_free(struct fk_phys *p) {
     }
   }
   if (!p->imported) {
-    fk.dev[p->prop.location.id].used -= p->size;
+    fk_mem_give(p->prop.location.id, p->size, 0);
   }
   if (p->fd >= 0) {
     close(p->fd);
@@ -238,11 +238,12 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_ERROR_NOT_SUPPORTED; /* Win32 handles, fabric: the attributes read 0 */
   }
   struct fk_device *d = &fk.dev[prop->location.id];
-  if (size > fk_dev_free(prop->location.id)) {
+  if (fk_mem_take(prop->location.id, size, 0) != CUDA_SUCCESS) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct fk_phys *p = calloc(1, sizeof *p);
   if (p == NULL) {
+    fk_mem_give(prop->location.id, size, 0);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   int shareable = types != 0;
@@ -257,12 +258,9 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
     if (p->fd < 0) {
       nphys--;
       free(p);
+      fk_mem_give(prop->location.id, size, 0);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-  }
-  d->used += size;
-  if (d->used > d->peak) {
-    d->peak = d->used;
   }
   d->alloc_calls++;
   *handle = p->handle;

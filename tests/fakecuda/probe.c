@@ -14,6 +14,7 @@
  *   stale           a stream-ordered free overtakes a memset queued on another stream
  *   fork            a child that never uses CUDA exits normally
  *   forkcuda        a child calls cuMemGetInfo_v2 and prints its result
+ *   hold            waits until its standard input ends (holding what it allocated)
  * Output lines are "OP RESULT", RESULT being the CUresult or the value asked for.
  */
 #include <dlfcn.h>
@@ -154,6 +155,13 @@ static int run(const char *op) {
     int st = 0;
     waitpid(pid, &st, 0);
     return printf("%s %d\n", op, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+  if (strcmp(op, "hold") == 0) {
+    printf("holding\n");
+    fflush(stdout);
+    while (getchar() != EOF) {
+    }
+    return printf("hold 0\n");
   }
   fprintf(stderr, "fakecuda_probe: unknown operation %s\n", op);
   exit(2);

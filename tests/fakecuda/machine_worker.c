@@ -1,0 +1,196 @@
+/* fakecuda_machine_worker: one process of a shared machine (FAKECUDA_MACHINE) for
+ * tests/fakecuda/test_machine.sh. Its threads take and free device memory of device 0 at random
+ * through every path that holds some (cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemCreate,
+ * arrays), each thread holding at most HELD allocations, and check what they can from inside:
+ * every call answers success or CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo_v2 never reports more
+ * free than total, and (with FAKECUDA_BACKING=1) the bytes written into each cuMemAlloc block
+ * are still there when it is freed. Not a TAP test itself.
+ *
+ *   stress SEED OPS   THREADS threads of OPS operations, then everything freed; prints
+ *                     "stress ok=N oom=N bad=N" and exits 1 if any check failed
+ *   loop SEED         the same without end; prints "running" once its threads hold memory
+ *                     (the process a test kills with kill -9 in the middle of allocating)
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/cudadefs.h"
+#include "tests/fakecuda/fakedefs.h"
+
+#define THREADS 4
+#define HELD 8
+
+enum { K_ALLOC, K_PITCH, K_ASYNC, K_VMM, K_ARRAY, K_KINDS };
+
+struct block {
+  int kind;
+  CUdeviceptr p;
+  CUmemGenericAllocationHandle h;
+  CUarray a;
+  uint32_t mark;
+};
+
+struct worker {
+  unsigned seed;
+  long ops; /* < 0: without end */
+  long ok, oom, bad;
+  CUcontext ctx;
+};
+
+static int backing;
+static long started; /* successful allocations of every thread (atomic) */
+
+/* A pseudo-random number below n from the thread's seed. */
+static unsigned below(unsigned *seed, unsigned n) {
+  return (unsigned)rand_r(seed) % n;
+}
+
+static CUresult take(struct block *b, unsigned *seed, CUstream s) {
+  size_t size = (size_t)(below(seed, 2048) + 1) * 512;
+  size_t pitch;
+  b->kind = (int)below(seed, K_KINDS);
+  switch (b->kind) {
+  case K_ALLOC:
+    return cuMemAlloc_v2(&b->p, size);
+  case K_PITCH:
+    return cuMemAllocPitch_v2(&b->p, &pitch, size / 16 + 1, 16, 4);
+  case K_ASYNC:
+    return cuMemAllocAsync(&b->p, size, s);
+  case K_VMM: {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    return cuMemCreate(&b->h, (size_t)2 << 20, &prop, 0);
+  }
+  default: {
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    memset(&d, 0, sizeof d);
+    d.Width = below(seed, 512) + 1;
+    d.Height = below(seed, 256) + 1;
+    d.Format = CU_AD_FORMAT_FLOAT;
+    d.NumChannels = 1;
+    return cuArray3DCreate_v2(&b->a, &d);
+  }
+  }
+}
+
+static CUresult give(const struct block *b, CUstream s) {
+  switch (b->kind) {
+  case K_ALLOC:
+  case K_PITCH:
+    return cuMemFree_v2(b->p);
+  case K_ASYNC: {
+    CUresult rc = cuMemFreeAsync(b->p, s);
+    return rc == CUDA_SUCCESS ? cuStreamSynchronize(s) : rc; /* the pool releases it there */
+  }
+  case K_VMM:
+    return cuMemRelease(b->h);
+  default:
+    return cuArrayDestroy(b->a);
+  }
+}
+
+/* With backing, a cuMemAlloc block carries 64 bytes of its own at its start. */
+static int mark(struct block *b, int check) {
+  if (!backing || b->kind != K_ALLOC) {
+    return 1;
+  }
+  uint32_t want[16], got[16];
+  for (int i = 0; i < 16; i++) {
+    want[i] = b->mark * 2654435761u + (uint32_t)i;
+  }
+  if (!check) {
+    return cuMemcpyHtoD_v2(b->p, want, sizeof want) == CUDA_SUCCESS;
+  }
+  return cuMemcpyDtoH_v2(got, b->p, sizeof got) == CUDA_SUCCESS &&
+         memcmp(got, want, sizeof got) == 0;
+}
+
+static void *thread_main(void *arg) {
+  struct worker *w = arg;
+  struct block held[HELD];
+  int n = 0;
+  CUstream s = NULL;
+  w->bad += cuCtxSetCurrent(w->ctx) != CUDA_SUCCESS;
+  w->bad += cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS;
+  for (long i = 0; w->ops < 0 || i < w->ops; i++) {
+    if (n == HELD || (n > 0 && below(&w->seed, 3) == 0)) {
+      int k = (int)below(&w->seed, (unsigned)n);
+      w->bad += !mark(&held[k], 1);
+      w->bad += give(&held[k], s) != CUDA_SUCCESS;
+      held[k] = held[--n];
+      continue;
+    }
+    struct block *b = &held[n];
+    CUresult rc = take(b, &w->seed, s);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+      w->oom++;
+      continue;
+    }
+    if (rc != CUDA_SUCCESS) {
+      w->bad++;
+      continue;
+    }
+    b->mark = (uint32_t)rand_r(&w->seed);
+    w->bad += !mark(b, 0);
+    n++;
+    w->ok++;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
+    size_t fr = 0, tot = 0;
+    w->bad += cuMemGetInfo_v2(&fr, &tot) != CUDA_SUCCESS || fr > tot;
+  }
+  while (n > 0) {
+    w->bad += !mark(&held[n - 1], 1);
+    w->bad += give(&held[--n], s) != CUDA_SUCCESS;
+  }
+  w->bad += cuStreamDestroy_v2(s) != CUDA_SUCCESS;
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3 || (strcmp(argv[1], "stress") != 0 && strcmp(argv[1], "loop") != 0)) {
+    fprintf(stderr, "usage: %s stress SEED OPS | loop SEED\n", argv[0]);
+    return 2;
+  }
+  const char *b = getenv("FAKECUDA_BACKING");
+  backing = b != NULL && strcmp(b, "1") == 0;
+  long ops = strcmp(argv[1], "loop") == 0 ? -1 : (argc > 3 ? atol(argv[3]) : 300);
+  CUcontext ctx;
+  if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS) {
+    printf("%s init failed\n", argv[1]);
+    return 1;
+  }
+  struct worker w[THREADS];
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (struct worker){
+        .seed = (unsigned)atoi(argv[2]) * 7919u + (unsigned)i, .ops = ops, .ctx = ctx};
+    pthread_create(&t[i], NULL, thread_main, &w[i]);
+  }
+  if (ops < 0) {
+    while (__atomic_load_n(&started, __ATOMIC_RELAXED) < 4 * THREADS) {
+      sched_yield();
+    }
+    printf("running\n");
+    fflush(stdout);
+  }
+  long ok = 0, oom = 0, bad = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    ok += w[i].ok;
+    oom += w[i].oom;
+    bad += w[i].bad;
+  }
+  size_t fr = 0, tot = 0;
+  cuCtxSynchronize();
+  cuMemGetInfo_v2(&fr, &tot);
+  cuDevicePrimaryCtxRelease_v2(0);
+  printf("stress ok=%ld oom=%ld bad=%ld\n", ok, oom, bad);
+  return bad != 0;
+}

@@ -1,0 +1,183 @@
+#!/bin/sh
+# TAP test of the fake driver's shared machine (FAKECUDA_MACHINE) from outside, with real
+# processes: without the setting each process has a device of its own; with it the processes of
+# a machine see each other's memory in cuMemGetInfo_v2 and are refused what the others hold;
+# processes racing for the last bytes (exactly one wins); a process killed with kill -9 in the
+# middle of allocating while four others allocate at random from four threads each (every call
+# answers success or out of memory, their bytes intact, the machine's peak of the sum within the
+# total, the dead one's memory back); the report's machine figures; a ledger made for other
+# settings, malformed or foreign, refused at cuInit with a clear line.
+. "$TOP/tests/integ/lib.sh"
+probe=$TESTBIN/fakecuda_probe
+worker=$TESTBIN/fakecuda_machine_worker
+uid=$(id -u)
+name=test-$$
+ledger=/dev/shm/fakecuda.$uid.$name
+MiB=1048576
+trap 'rm -f /dev/shm/fakecuda.$uid.test-$$*; rm -rf "$WORK"' EXIT
+export FAKECUDA_MEMORY=1GiB
+
+# await FILE TEXT: waits until FILE holds TEXT (at most a minute: a bound for hangs, not a timing).
+await() {
+  i=0
+  while ! grep -q "$2" "$1" 2>/dev/null && [ $i -lt 1200 ]; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+}
+
+# free_of OUTPUT: the free figure of a probe's "info" line.
+free_of() {
+  printf '%s\n' "$1" | sed -n 's/^info 0 free=\([0-9]*\) .*/\1/p'
+}
+
+# hold N FIFO ARGS...: a probe that runs ARGS then holds what it took until FIFO's writer closes;
+# its output in $WORK/N.out, its pid in $held.
+hold() {
+  n=$1
+  fifo=$2
+  shift 2
+  [ -p "$fifo" ] || mkfifo "$fifo"
+  "$probe" "$@" hold <"$fifo" >"$WORK/$n.out" 2>"$WORK/$n.err" &
+  held=$!
+}
+
+# ---- Without the setting: one device per process, as before. ----
+hold a "$WORK/fa" init ctx alloc:$((300 * MiB))
+exec 3>"$WORK/fa"
+await "$WORK/a.out" holding
+out=$("$probe" init ctx info)
+is "$(free_of "$out")" $((1024 * MiB)) \
+  "without FAKECUDA_MACHINE another process does not see the 300 MiB one holds"
+exec 3>&-
+wait "$held"
+
+# ---- With it: one device for both. ----
+export FAKECUDA_MACHINE=$name
+hold a "$WORK/fa" init ctx alloc:$((300 * MiB))
+exec 3>"$WORK/fa"
+await "$WORK/a.out" holding
+like "$(cat "$WORK/a.out")" "alloc 0" "process A takes 300 MiB of the machine"
+[ -f "$ledger" ] && [ "$(stat -c %a "$ledger")" = 600 ] && [ "$(stat -c %u "$ledger")" = "$uid" ]
+ok $? "the ledger $ledger exists, mode 600, ours"
+out=$(FAKECUDA_STATS="$WORK/b.json" "$probe" init ctx info alloc:$((800 * MiB)) \
+  alloc:$((700 * MiB)) info)
+is "$(free_of "$(printf '%s\n' "$out" | head -3)")" $((724 * MiB)) \
+  "process B: cuMemGetInfo_v2's free is the total less A's 300 MiB"
+like "$out" "alloc 2" "B is refused 800 MiB (CUDA_ERROR_OUT_OF_MEMORY): only 724 are free"
+like "$out" "alloc 0" "... and gets 700"
+is "$(free_of "$(printf '%s\n' "$out" | tail -1)")" $((24 * MiB)) "... leaving 24 MiB free"
+is "$(json_num "$WORK/b.json" live_bytes)" $((700 * MiB)) "B's report: it holds 700 MiB"
+is "$(json_num "$WORK/b.json" machine_used_bytes)" $((1000 * MiB)) \
+  "... the machine 1000 MiB (machine_used_bytes)"
+is "$(json_num "$WORK/b.json" machine_peak_bytes)" $((1000 * MiB)) \
+  "... its peak of the sum 1000 MiB (machine_peak_bytes)"
+is "$(json_num "$WORK/b.json" machine_processes)" 2 "... two processes (machine_processes)"
+grep -q "\"machine\": \"$name\"" "$WORK/b.json"
+ok $? "... and names the machine"
+out=$("$probe" init ctx info)
+is "$(free_of "$out")" $((724 * MiB)) "B exited: its 700 MiB came back, A's 300 are still held"
+exec 3>&-
+wait "$held"
+out=$("$probe" init ctx info)
+is "$(free_of "$out")" $((1024 * MiB)) "A exited: the whole device is free"
+
+# ---- Settings the machine was not made with, malformed and foreign ledgers. ----
+out=$(FAKECUDA_MEMORY=2GiB "$probe" init ctx 2>"$WORK/err")
+like "$out" "init 803" "another FAKECUDA_MEMORY: cuInit fails (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)"
+like "$out" "ctx 3" "... and the driver stays uninitialised"
+like "$(cat "$WORK/err")" \
+  "^fakecuda: error: machine ledger $ledger: device 0 has 1073741824 bytes there [(]FAKECUDA_MEMORY[)], 2147483648 in this process;.* cuInit fails with CUDA_ERROR_SYSTEM_DRIVER_MISMATCH$" \
+  "... saying why on one line"
+out=$(FAKECUDA_DEVICES=2 "$probe" init 2>"$WORK/err")
+like "$(cat "$WORK/err")" "made for FAKECUDA_DEVICES=1, this process has 2" \
+  "another FAKECUDA_DEVICES: refused"
+bad=/dev/shm/fakecuda.$uid.$name-bad
+printf 'not a ledger' >"$bad"
+chmod 600 "$bad"
+out=$(FAKECUDA_MACHINE=$name-bad "$probe" init 2>"$WORK/err")
+like "$out" "init 803" "a malformed ledger: cuInit fails"
+like "$(cat "$WORK/err")" "machine ledger $bad: 12 bytes, not the" "... saying why"
+cp "$ledger" "$bad"
+chmod 644 "$bad"
+FAKECUDA_MACHINE=$name-bad "$probe" init >/dev/null 2>"$WORK/err"
+like "$(cat "$WORK/err")" "mode 0644, not 0600" "a ledger others may read: refused"
+if [ "$uid" = 0 ]; then
+  chmod 600 "$bad"
+  chown 65534 "$bad"
+  out=$(FAKECUDA_MACHINE=$name-bad "$probe" init 2>"$WORK/err")
+  like "$out" "init 803" "a ledger owned by another user: cuInit fails"
+  like "$(cat "$WORK/err")" "owned by uid 65534, not by this user" "... saying why"
+else
+  skip "a ledger owned by another user: cuInit fails" "needs root to give a file away"
+  skip "... saying why" "needs root"
+fi
+rm -f "$bad"
+out=$(FAKECUDA_MACHINE=a/b "$probe" init 2>"$WORK/err")
+like "$out" "init 1" "FAKECUDA_MACHINE=a/b: a malformed setting (CUDA_ERROR_INVALID_VALUE)"
+like "$(cat "$WORK/err")" "FAKECUDA_MACHINE='a/b': must be 1..64 letters" "... saying why"
+
+# ---- Processes racing for the last bytes. ----
+hold a "$WORK/fa" init ctx alloc:$((960 * MiB))
+exec 3>"$WORK/fa"
+await "$WORK/a.out" holding
+apid=$held
+mkfifo "$WORK/go"
+pids=
+for i in 1 2 3 4 5 6; do
+  hold "r$i" "$WORK/go" init ctx alloc:$((64 * MiB))
+  pids="$pids $held"
+done
+exec 4>"$WORK/go" # every racer starts now
+for i in 1 2 3 4 5 6; do
+  await "$WORK/r$i.out" holding
+done
+is "$(cat "$WORK"/r?.out | grep -c '^alloc 0$')" 1 \
+  "six processes race for the last 64 MiB: exactly one gets them"
+is "$(cat "$WORK"/r?.out | grep -c '^alloc 2$')" 5 "... the five others CUDA_ERROR_OUT_OF_MEMORY"
+exec 4>&-
+exec 3>&-
+for p in $apid $pids; do
+  wait "$p"
+done
+
+# ---- kill -9 in the middle of allocating, four processes x four threads around it. ----
+export FAKECUDA_MACHINE=$name-stress FAKECUDA_MEMORY=32MiB FAKECUDA_BACKING=1
+"$worker" loop 99 >"$WORK/victim.out" 2>&1 &
+victim=$!
+await "$WORK/victim.out" running
+pids=
+for i in 1 2 3 4; do
+  FAKECUDA_STATS="$WORK/stress$i.json" "$worker" stress "$i" 400 >"$WORK/stress$i.out" \
+    2>"$WORK/stress$i.err" &
+  pids="$pids $!"
+done
+kill -9 "$victim"
+wait "$victim" 2>/dev/null
+is $? 137 "the victim was killed by SIGKILL while allocating"
+bad=0
+for p in $pids; do
+  wait "$p" || bad=$((bad + 1))
+done
+is "$bad" 0 "four processes x four threads allocating at random beside it: every check passed"
+cat "$WORK"/stress?.out "$WORK"/stress?.err | sed 's/^/# /'
+peak=0
+oom=0
+reclaimed=0
+for i in 1 2 3 4; do
+  p=$(json_num "$WORK/stress$i.json" machine_peak_bytes)
+  [ "${p:-0}" -gt "$peak" ] && peak=$p
+  r=$(json_num "$WORK/stress$i.json" machine_reclaimed)
+  reclaimed=$((reclaimed + ${r:-0}))
+  o=$(sed -n 's/.*oom=\([0-9]*\).*/\1/p' "$WORK/stress$i.out")
+  oom=$((oom + ${o:-0}))
+done
+[ "$peak" -gt 0 ] && [ "$peak" -le $((32 * MiB)) ]
+ok $? "the machine's peak of the sum over processes ($peak) never exceeded the 32 MiB total"
+[ "$oom" -gt 0 ]
+ok $? "the device was full at times: $oom allocations refused"
+[ "$reclaimed" -gt 0 ]
+ok $? "the victim's slot was reclaimed by a survivor"
+out=$("$probe" init ctx info)
+is "$(free_of "$out")" $((32 * MiB)) "all exited: every byte came back, the victim's included"
+done_testing
