@@ -301,20 +301,36 @@ static int free_slot(const struct fk_ledger *l) {
   return l->hi < FK_MACHINE_SLOTS ? (int)l->hi : -1;
 }
 
+/* No slot is occupied (lock held). */
+static int idle(const struct fk_ledger *l) {
+  for (uint32_t i = 0; i < slots_seen(l); i++) {
+    if (l->slots[i].pid != 0) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 int fk_machine_join(struct fk_machine *m) {
   struct fk_ledger *l = m->l;
   lock(m);
+  reclaim(m);
+  if (idle(l)) {
+    /* No live process: whatever the ledger holds is a previous run's (processes killed, or a
+     * test cut off); this process starts a new one, with figures of its own. */
+    memset(l->peak, 0, sizeof l->peak);
+    l->reclaimed = 0;
+    l->recoveries = 0;
+    l->hi = 0;
+  }
   for (uint32_t i = 0; i < slots_seen(l); i++) {
     if (l->slots[i].pid == m->pid && l->slots[i].start == m->start) {
-      l->slots[i].pid = 0; /* this process before an exec, which closed its device files */
+      l->slots[i].pid = 0; /* this process before an exec, which closed its device files (the
+                            * same run goes on: it counted as live above) */
       l->reclaimed++;
     }
   }
   int found = free_slot(l);
-  if (found < 0) {
-    reclaim(m);
-    found = free_slot(l);
-  }
   if (found >= 0) {
     struct fk_machine_slot *s = &l->slots[found];
     memset(s, 0, sizeof *s);

@@ -51,7 +51,8 @@ struct fk_ledger {
   uint64_t peak[FK_MAX_DEVICES];  /* the highest sum over the slots an allocation reached */
   uint64_t reclaimed;             /* slots of dead processes reclaimed */
   uint64_t recoveries;            /* times the lock was taken over from a holder that died */
-  pthread_mutex_t lock;           /* process-shared, robust */
+  /* (peak, reclaimed and recoveries: since the machine was last idle, i.e. this run's) */
+  pthread_mutex_t lock; /* process-shared, robust */
   struct fk_machine_slot slots[FK_MACHINE_SLOTS];
 };
 
@@ -77,9 +78,11 @@ void fk_machine_path(const char *name, char *buf, size_t len);
 int fk_machine_open(const char *name, const struct fk_config *cfg, struct fk_machine *m, char *err,
                     size_t errlen);
 
-/* Gives this process a slot (reclaiming dead ones to find one; a slot already naming this very
- * process is from before an exec and is reclaimed). Fails -ENOSPC when FK_MACHINE_SLOTS live
- * processes hold them all. O(slots). */
+/* Gives this process a slot, after reclaiming the dead processes' slots (a slot already naming
+ * this very process is from before an exec and is reclaimed too). When no live process is left,
+ * the ledger is a previous run's: the peaks and the counters (reclaimed, recoveries) start again
+ * from 0. Fails -ENOSPC when FK_MACHINE_SLOTS live processes hold them all. O(slots) + one /proc
+ * read per occupied slot. */
 int fk_machine_join(struct fk_machine *m);
 
 /* Frees this process's slot (its bytes leave the machine), if it has one and is the process

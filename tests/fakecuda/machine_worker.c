@@ -7,19 +7,27 @@
  * are still there when it is freed. Not a TAP test itself.
  *
  *   stress SEED OPS   THREADS threads of OPS operations, then everything freed; prints
- *                     "stress ok=N oom=N bad=N" and exits 1 if any check failed
+ *                     "joined" after cuInit (it holds a slot of the machine from there on),
+ *                     "stress ok=N oom=N bad=N" at the end, and exits 1 if any check failed
  *   loop SEED         the same without end; prints "running" once its threads hold memory
  *                     (the process a test kills with kill -9 in the middle of allocating)
+ *   wedge BYTES       takes BYTES with cuMemAlloc, then takes the machine ledger's lock itself
+ *                     (through its own mapping of the file) and prints "locked" and waits: the
+ *                     process a test kills with kill -9 while it holds the lock
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
+#include "tests/fakecuda/fk_machine.h"
 
 #define THREADS 4
 #define HELD 8
@@ -153,9 +161,39 @@ static void *thread_main(void *arg) {
   return NULL;
 }
 
+/* Holds BYTES of the machine, then its ledger's lock, until killed. */
+static int wedge(size_t bytes) {
+  CUcontext ctx;
+  CUdeviceptr p;
+  const char *name = getenv("FAKECUDA_MACHINE");
+  if (name == NULL || cuInit(0) != CUDA_SUCCESS ||
+      cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+      cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS) {
+    printf("wedge init failed\n");
+    return 1;
+  }
+  char path[160];
+  (void)snprintf(path, sizeof path, "%s/fakecuda.%u.%s", FK_MACHINE_DIR, (unsigned)geteuid(), name);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct fk_ledger *l =
+      fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (l == MAP_FAILED || pthread_mutex_lock(&l->lock) != 0) {
+    printf("wedge cannot lock %s\n", path);
+    return 1;
+  }
+  printf("locked\n");
+  fflush(stdout);
+  for (;;) {
+    pause();
+  }
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "wedge") == 0) {
+    return wedge((size_t)strtoull(argv[2], NULL, 10));
+  }
   if (argc < 3 || (strcmp(argv[1], "stress") != 0 && strcmp(argv[1], "loop") != 0)) {
-    fprintf(stderr, "usage: %s stress SEED OPS | loop SEED\n", argv[0]);
+    fprintf(stderr, "usage: %s stress SEED OPS | loop SEED | wedge BYTES\n", argv[0]);
     return 2;
   }
   const char *b = getenv("FAKECUDA_BACKING");
@@ -166,6 +204,8 @@ int main(int argc, char **argv) {
     printf("%s init failed\n", argv[1]);
     return 1;
   }
+  printf("joined\n"); /* a process of the machine from here on */
+  fflush(stdout);
   struct worker w[THREADS];
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++) {

@@ -5,8 +5,10 @@
 # processes racing for the last bytes (exactly one wins); a process killed with kill -9 in the
 # middle of allocating while four others allocate at random from four threads each (every call
 # answers success or out of memory, their bytes intact, the machine's peak of the sum within the
-# total, the dead one's memory back); the report's machine figures; a ledger made for other
-# settings, malformed or foreign, refused at cuInit with a clear line.
+# total, the dead one's memory back); a process killed with kill -9 while it holds the ledger's
+# lock (the others go on); a ledger left by a killed run (a new run starts afresh); the report's
+# machine figures; a ledger made for other settings, malformed or foreign, refused at cuInit
+# with a clear line.
 . "$TOP/tests/integ/lib.sh"
 probe=$TESTBIN/fakecuda_probe
 worker=$TESTBIN/fakecuda_machine_worker
@@ -38,6 +40,7 @@ hold() {
   fifo=$2
   shift 2
   [ -p "$fifo" ] || mkfifo "$fifo"
+  rm -f "$WORK/$n.out" # await must not read a previous holder's output
   "$probe" "$@" hold <"$fifo" >"$WORK/$n.out" 2>"$WORK/$n.err" &
   held=$!
 }
@@ -141,6 +144,46 @@ for p in $apid $pids; do
   wait "$p"
 done
 
+# ---- kill -9 of a process holding the ledger's lock: the others go on. ----
+export FAKECUDA_MACHINE=$name-wedge
+mkfifo "$WORK/fw"
+rm -f "$WORK/a.out"
+# timeout: a bound for a wedged lock (a hang fails the test), not a timing.
+timeout 120 "$probe" init ctx alloc:$((200 * MiB)) hold <"$WORK/fw" >"$WORK/a.out" 2>&1 &
+held=$!
+exec 3>"$WORK/fw"
+await "$WORK/a.out" holding
+"$worker" wedge $((100 * MiB)) >"$WORK/wedge.out" 2>&1 &
+wedged=$!
+await "$WORK/wedge.out" locked
+like "$(cat "$WORK/wedge.out")" "^locked" "a process holding 100 MiB takes the ledger's lock and stays"
+kill -9 "$wedged"
+wait "$wedged" 2>/dev/null
+out=$(FAKECUDA_STATS="$WORK/w.json" timeout 60 "$probe" init ctx info alloc:$((824 * MiB)))
+is "$(free_of "$out")" $((824 * MiB)) \
+  "killed inside the lock: a new process still starts, and sees its 100 MiB back (A's 200 held)"
+like "$out" "alloc 0" "... and gets all the rest"
+is "$(json_num "$WORK/w.json" machine_lock_recoveries)" 1 \
+  "... its report: the lock was recovered from the dead holder once"
+is "$(json_num "$WORK/w.json" machine_reclaimed)" 1 "... and the dead process's slot reclaimed"
+exec 3>&-
+wait "$held"
+is $? 0 "A went on past the dead holder and exited normally"
+
+# ---- A ledger left by a previous run (its processes killed) does not confuse a new one. ----
+export FAKECUDA_MACHINE=$name-stale
+hold a "$WORK/fa" init ctx alloc:$((600 * MiB))
+exec 3>"$WORK/fa"
+await "$WORK/a.out" holding
+kill -9 "$held"
+wait "$held" 2>/dev/null
+exec 3>&-
+out=$(FAKECUDA_STATS="$WORK/s.json" "$probe" init ctx info alloc:$((100 * MiB)))
+is "$(free_of "$out")" $((1024 * MiB)) "a new run on a stale ledger: the dead run's 600 MiB are free"
+is "$(json_num "$WORK/s.json" machine_peak_bytes)" $((100 * MiB)) \
+  "... the machine's peak is this run's (100 MiB), not the dead run's 600"
+is "$(json_num "$WORK/s.json" machine_reclaimed)" 0 "... and so are its counters"
+
 # ---- kill -9 in the middle of allocating, four processes x four threads around it. ----
 export FAKECUDA_MACHINE=$name-stress FAKECUDA_MEMORY=32MiB FAKECUDA_BACKING=1
 "$worker" loop 99 >"$WORK/victim.out" 2>&1 &
@@ -151,6 +194,9 @@ for i in 1 2 3 4; do
   FAKECUDA_STATS="$WORK/stress$i.json" "$worker" stress "$i" 400 >"$WORK/stress$i.out" \
     2>"$WORK/stress$i.err" &
   pids="$pids $!"
+done
+for i in 1 2 3 4; do
+  await "$WORK/stress$i.out" joined
 done
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
