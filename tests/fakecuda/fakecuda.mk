@@ -98,12 +98,14 @@ $(FAKECUDA_CALLER): $(BUILD)/obj/$(FAKECUDA_DIR)/caller.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libfk_caller.so -o $@ $^ -ldl
 
-# One process of a shared machine, for test_machine.sh.
+# One process of a shared machine, for test_machine.sh; linked with the fake NVML too
+# (nvml.mk's $(NVML_LIB), named here by its path since nvml.mk is read below).
 FAKECUDA_MACHINE_WORKER := $(BUILD)/tests/fakecuda_machine_worker
-$(FAKECUDA_MACHINE_WORKER): $(BUILD)/obj/$(FAKECUDA_DIR)/machine_worker.o $(FAKECUDA_LIB)
+$(FAKECUDA_MACHINE_WORKER): $(BUILD)/obj/$(FAKECUDA_DIR)/machine_worker.o $(FAKECUDA_LIB) \
+                            $(BUILD)/fakecuda/libnvidia-ml.so.1
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(FAKECUDA_RPATH) -lpthread
 PROGRAMS += $(FAKECUDA_MACHINE_WORKER)
 
 # Shell tests need the library and the probe; make them prerequisites of the test programs'

@@ -1,16 +1,23 @@
 /* fakecuda_machine_worker: one process of a shared machine (FAKECUDA_MACHINE) for
- * tests/fakecuda/test_machine.sh. Its threads take and free device memory of device 0 at random
- * through every path that holds some (cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemCreate,
- * arrays), each thread holding at most HELD allocations, and check what they can from inside:
- * every call answers success or CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo_v2 never reports more
- * free than total, and (with FAKECUDA_BACKING=1) the bytes written into each cuMemAlloc block
- * are still there when it is freed. Not a TAP test itself.
+ * tests/fakecuda/test_machine.sh, linked with both fakes (libcuda.so.1, libnvidia-ml.so.1). Its
+ * threads take and free device memory of device 0 at random through every path that holds some
+ * (cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemCreate, arrays), each thread holding at most
+ * HELD allocations, and check what they can from inside: every call answers success or
+ * CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo_v2 never reports more free than total, and (with
+ * FAKECUDA_BACKING=1) the bytes written into each cuMemAlloc block are still there when it is
+ * freed. Not a TAP test itself.
  *
  *   stress SEED OPS   THREADS threads of OPS operations, then everything freed; prints
  *                     "joined" after cuInit (it holds a slot of the machine from there on),
  *                     "stress ok=N oom=N bad=N" at the end, and exits 1 if any check failed
  *   loop SEED         the same without end; prints "running" once its threads hold memory
  *                     (the process a test kills with kill -9 in the middle of allocating)
+ *   share N BYTES     takes BYTES with cuMemAlloc; once NVML shows N x BYTES used (the N
+ *                     processes of the machine all holding theirs), checks that NVML's memory
+ *                     (v1, v2) agrees with cuMemGetInfo_v2 and that every compute process list
+ *                     (v1, v2, v3) holds N processes of BYTES each, this one among them, with
+ *                     NVML's answer to a buffer too small; prints "memory ...", "procs ...",
+ *                     "bad=N" and holds its bytes until its standard input ends
  *   wedge BYTES       takes BYTES with cuMemAlloc, then takes the machine ledger's lock itself
  *                     (through its own mapping of the file) and prints "locked" and waits: the
  *                     process a test kills with kill -9 while it holds the lock
@@ -28,6 +35,7 @@
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/fk_machine.h"
+#include "tests/fakecuda/nvml/nvmldefs.h"
 
 #define THREADS 4
 #define HELD 8
@@ -161,6 +169,86 @@ static void *thread_main(void *arg) {
   return NULL;
 }
 
+#define MAXPROCS 32
+
+/* The compute process lists of dev in the three layouts (v1 entries, v2 entries, v3 = v2's
+ * layout) agree with each other: nproc processes of bytes each, this one once, MIG ids unset.
+ * Returns the number of failed checks. */
+static int lists_agree(nvmlDevice_t dev, unsigned nproc, size_t bytes) {
+  nvmlProcessInfo_v1_t v1[MAXPROCS];
+  nvmlProcessInfo_v2_t v2[MAXPROCS];
+  nvmlProcessInfo_t v3[MAXPROCS];
+  unsigned n1 = MAXPROCS, n2 = MAXPROCS, n3 = MAXPROCS;
+  int bad = nvmlDeviceGetComputeRunningProcesses(dev, &n1, v1) != NVML_SUCCESS;
+  bad += nvmlDeviceGetComputeRunningProcesses_v2(dev, &n2, v2) != NVML_SUCCESS;
+  bad += nvmlDeviceGetComputeRunningProcesses_v3(dev, &n3, v3) != NVML_SUCCESS;
+  if (bad != 0 || n1 != nproc || n2 != nproc || n3 != nproc) {
+    printf("lists: %d failed, %u %u %u processes\n", bad, n1, n2, n3);
+    return bad + 1;
+  }
+  unsigned self = 0;
+  printf("procs");
+  for (unsigned i = 0; i < nproc; i++) {
+    printf(" %u:%llu", v3[i].pid, v3[i].usedGpuMemory);
+    self += v3[i].pid == (unsigned)getpid();
+    bad += v1[i].pid != v3[i].pid || v2[i].pid != v3[i].pid || v1[i].usedGpuMemory != bytes ||
+           v2[i].usedGpuMemory != bytes || v3[i].usedGpuMemory != bytes ||
+           v2[i].gpuInstanceId != 0xFFFFFFFFu || v3[i].computeInstanceId != 0xFFFFFFFFu;
+  }
+  printf("\n");
+  return bad + (self != 1);
+}
+
+/* One of nproc processes holding bytes each (see the top). */
+static int share(unsigned nproc, size_t bytes) {
+  CUcontext ctx;
+  CUdeviceptr p;
+  nvmlDevice_t dev;
+  if (nproc < 2 || nproc > MAXPROCS || cuInit(0) != CUDA_SUCCESS ||
+      cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+      cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS || nvmlInit_v2() != NVML_SUCCESS ||
+      nvmlDeviceGetHandleByIndex_v2(0, &dev) != NVML_SUCCESS) {
+    printf("share init failed\nbad=1\n");
+    return 1;
+  }
+  /* Until every process holds its bytes: at most a minute, a bound for hangs, not a timing. */
+  unsigned long long want = (unsigned long long)nproc * bytes;
+  nvmlMemory_t m = {0};
+  for (int i = 0; i < 1200 && (nvmlDeviceGetMemoryInfo(dev, &m) != NVML_SUCCESS || m.used != want);
+       i++) {
+    usleep(50000);
+  }
+  size_t cfree = 0, ctotal = 0;
+  nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+  int bad = cuMemGetInfo_v2(&cfree, &ctotal) != CUDA_SUCCESS;
+  bad += nvmlDeviceGetMemoryInfo_v2(dev, &m2) != NVML_SUCCESS;
+  bad += m.used != want || m.free != cfree || m.total != ctotal || m2.used != m.used ||
+         m2.free != m.free || m2.total != m.total;
+  printf("memory used=%llu free=%llu total=%llu cuda free=%zu total=%zu\n", m.used, m.free, m.total,
+         cfree, ctotal);
+
+  /* The size protocol: ask for the count, then offer one entry too few. */
+  unsigned n = 0;
+  bad += nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, NULL) != NVML_ERROR_INSUFFICIENT_SIZE ||
+         n != nproc;
+  nvmlProcessInfo_t few[MAXPROCS];
+  memset(few, 0xab, sizeof few);
+  n = nproc - 1;
+  bad += nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, few) != NVML_ERROR_INSUFFICIENT_SIZE ||
+         n != nproc || few[0].pid != 0xababababu;
+  n = 0;
+  bad += nvmlDeviceGetComputeRunningProcesses(dev, &n, NULL) != NVML_ERROR_INSUFFICIENT_SIZE ||
+         n != nproc;
+  bad += lists_agree(dev, nproc, bytes);
+  printf("bad=%d\n", bad);
+  fflush(stdout);
+  while (getchar() != EOF) {
+  }
+  bad += cuMemFree_v2(p) != CUDA_SUCCESS || nvmlShutdown() != NVML_SUCCESS;
+  cuDevicePrimaryCtxRelease_v2(0);
+  return bad != 0;
+}
+
 /* Holds BYTES of the machine, then its ledger's lock, until killed. */
 static int wedge(size_t bytes) {
   CUcontext ctx;
@@ -189,11 +277,15 @@ static int wedge(size_t bytes) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "share") == 0) {
+    return share((unsigned)atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10));
+  }
   if (argc == 3 && strcmp(argv[1], "wedge") == 0) {
     return wedge((size_t)strtoull(argv[2], NULL, 10));
   }
   if (argc < 3 || (strcmp(argv[1], "stress") != 0 && strcmp(argv[1], "loop") != 0)) {
-    fprintf(stderr, "usage: %s stress SEED OPS | loop SEED | wedge BYTES\n", argv[0]);
+    fprintf(stderr, "usage: %s stress SEED OPS | loop SEED | share N BYTES | wedge BYTES\n",
+            argv[0]);
     return 2;
   }
   const char *b = getenv("FAKECUDA_BACKING");

@@ -2,16 +2,19 @@
 # TAP test of the fake driver's shared machine (FAKECUDA_MACHINE) from outside, with real
 # processes: without the setting each process has a device of its own; with it the processes of
 # a machine see each other's memory in cuMemGetInfo_v2 and are refused what the others hold;
-# processes racing for the last bytes (exactly one wins); a process killed with kill -9 in the
-# middle of allocating while four others allocate at random from four threads each (every call
-# answers success or out of memory, their bytes intact, the machine's peak of the sum within the
-# total, the dead one's memory back); a process killed with kill -9 while it holds the ledger's
-# lock (the others go on); a ledger left by a killed run (a new run starts afresh); the report's
-# machine figures; a ledger made for other settings, malformed or foreign, refused at cuInit
-# with a clear line.
+# processes racing for the last bytes (exactly one wins); five processes seeing each other
+# through the fake NVML (its memory figures and process lists), from inside and from a tool
+# without CUDA (like nvidia-smi); a process killed with kill -9 while it holds the ledger's lock
+# (the others go on); a ledger left by a killed run (a new run starts afresh); a process killed
+# with kill -9 in the middle of allocating while four others allocate at random from four
+# threads each (every call answers success or out of memory, their bytes intact, the machine's
+# peak of the sum within the total, the dead one's memory back); the report's machine figures;
+# a ledger made for other settings, malformed or foreign, refused at cuInit (and nvmlInit) with
+# a clear line.
 . "$TOP/tests/integ/lib.sh"
 probe=$TESTBIN/fakecuda_probe
 worker=$TESTBIN/fakecuda_machine_worker
+nvml=$TESTBIN/test_fakenvml
 uid=$(id -u)
 name=test-$$
 ledger=/dev/shm/fakecuda.$uid.$name
@@ -144,6 +147,42 @@ for p in $apid $pids; do
   wait "$p"
 done
 
+# ---- Five processes sharing the device, seen through NVML from inside and outside. ----
+export FAKECUDA_MACHINE=$name-share
+mkfifo "$WORK/fs"
+pids=
+for i in 1 2 3 4 5; do
+  "$worker" share 5 $((100 * MiB)) <"$WORK/fs" >"$WORK/share$i.out" 2>&1 &
+  pids="$pids $!"
+done
+exec 4>"$WORK/fs" # they start now, together
+for i in 1 2 3 4 5; do
+  await "$WORK/share$i.out" '^bad='
+done
+is "$(cat "$WORK"/share?.out | grep -c '^bad=0$')" 5 \
+  "five processes of 100 MiB each: each sees all five in NVML (v1, v2, v3 lists, INSUFFICIENT_SIZE and the count for a short buffer) and NVML's used/free equal its cuMemGetInfo_v2"
+cat "$WORK"/share?.out | grep -v '^bad=0$' | sed 's/^/# /'
+smi=$("$nvml" child smi 2>&1)
+like "$smi" "used $((500 * MiB)) free $((524 * MiB)) total $((1024 * MiB))" \
+  "an NVML-only tool (no CUDA in it, like nvidia-smi): 500 MiB used, 524 free"
+is "$(printf '%s\n' "$smi" | sed -n 's/^proc \([0-9]*\) \([0-9]*\)$/\1 \2/p' | sort)" \
+  "$(for p in $pids; do echo "$p $((100 * MiB))"; done | sort)" \
+  "... and lists the five processes, 100 MiB each"
+exec 4>&-
+bad=0
+for p in $pids; do
+  wait "$p" || bad=$((bad + 1))
+done
+is "$bad" 0 "the five freed and exited cleanly"
+smi=$("$nvml" child smi 2>&1)
+like "$smi" "used 0 free $((1024 * MiB))" "NVML: all memory back once they exited"
+like "$smi" "processes 0" "... and no process listed"
+out=$(FAKECUDA_MEMORY=2GiB "$nvml" child smi 2>&1)
+like "$out" "init 18" \
+  "NVML with other settings than the machine's: nvmlInit fails (NVML_ERROR_LIB_RM_VERSION_MISMATCH)"
+like "$out" "fakenvml: error: machine ledger .*: device 0 has 1073741824 bytes there" \
+  "... saying why on one line"
+
 # ---- kill -9 of a process holding the ledger's lock: the others go on. ----
 export FAKECUDA_MACHINE=$name-wedge
 mkfifo "$WORK/fw"
@@ -159,6 +198,9 @@ await "$WORK/wedge.out" locked
 like "$(cat "$WORK/wedge.out")" "^locked" "a process holding 100 MiB takes the ledger's lock and stays"
 kill -9 "$wedged"
 wait "$wedged" 2>/dev/null
+smi=$(timeout 60 "$nvml" child smi 2>&1)
+like "$smi" "used $((200 * MiB)) " "NVML, first to look after the kill: A's 200 MiB used, not 300"
+is "$(printf '%s\n' "$smi" | grep -c '^proc ')" 1 "... one process listed (A)"
 out=$(FAKECUDA_STATS="$WORK/w.json" timeout 60 "$probe" init ctx info alloc:$((824 * MiB)))
 is "$(free_of "$out")" $((824 * MiB)) \
   "killed inside the lock: a new process still starts, and sees its 100 MiB back (A's 200 held)"
@@ -178,6 +220,9 @@ await "$WORK/a.out" holding
 kill -9 "$held"
 wait "$held" 2>/dev/null
 exec 3>&-
+smi=$("$nvml" child smi 2>&1)
+like "$smi" "used 0 free $((1024 * MiB))" "NVML on a stale ledger: nothing used"
+like "$smi" "processes 0" "... no process"
 out=$(FAKECUDA_STATS="$WORK/s.json" "$probe" init ctx info alloc:$((100 * MiB)))
 is "$(free_of "$out")" $((1024 * MiB)) "a new run on a stale ledger: the dead run's 600 MiB are free"
 is "$(json_num "$WORK/s.json" machine_peak_bytes)" $((100 * MiB)) \

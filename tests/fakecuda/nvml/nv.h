@@ -8,7 +8,10 @@
  * into the static array nv.dev: never freed, so a handle stays recognisable for the life of the
  * process; a handle of a device beyond FAKECUDA_DEVICES is rejected like any foreign pointer.
  * The devices are the fake CUDA driver's, read from the same FAKECUDA_* settings by the same
- * parser (tests/fakecuda/fk_env.c), with the same UUIDs, PCI bus ids and names.
+ * parser (tests/fakecuda/fk_env.c), with the same UUIDs, PCI bus ids and names. With
+ * FAKECUDA_MACHINE the devices' memory and processes are the machine's (fk_machine.h): the
+ * ledger is mapped from the first nvmlInit* to the last nvmlShutdown, read only under nv.lock
+ * (its own lock innermost), and this library never takes a slot in it.
  */
 #ifndef GPUCAP_TESTS_FAKECUDA_NVML_NV_H
 #define GPUCAP_TESTS_FAKECUDA_NVML_NV_H
@@ -17,6 +20,7 @@
 #include <stddef.h>
 
 #include "tests/fakecuda/fk.h"
+#include "tests/fakecuda/fk_machine.h"
 #include "tests/fakecuda/nvml/nvmldefs.h"
 
 #define NV_API __attribute__((visibility("default")))
@@ -30,9 +34,10 @@ struct nvmlDevice_st {
 
 struct nv_global {
   pthread_mutex_t lock;
-  struct fk_config cfg; /* the FAKECUDA_* settings; fail[] holds FAKENVML_FAIL */
-  int cfg_error;        /* a setting was malformed: every entry point fails */
-  unsigned refs;        /* successful nvmlInit* calls not yet matched by nvmlShutdown */
+  struct fk_config cfg;      /* the FAKECUDA_* settings; fail[] holds FAKENVML_FAIL */
+  int cfg_error;             /* a setting was malformed: every entry point fails */
+  unsigned refs;             /* successful nvmlInit* calls not yet matched by nvmlShutdown */
+  struct fk_machine machine; /* FAKECUDA_MACHINE: its ledger, mapped while refs > 0 (no slot) */
   struct nvmlDevice_st dev[FK_MAX_DEVICES];
   unsigned long long calls[FK_MAX_EXPORTS];
 };

@@ -128,10 +128,34 @@ nvmlReturn_t nv_string(char *buf, unsigned int len, const char *s) {
 
 /* ---- Initialisation: reference counted. ---- */
 
+/* FAKECUDA_MACHINE: maps the machine's ledger (creating it when no process has yet: an idle
+ * machine), as NVIDIA's library opens the device files at init. A ledger that disagrees with this
+ * process's settings is the library/driver mismatch nvidia-smi reports. */
+static nvmlReturn_t machine_open(void) {
+  if (nv.cfg.machine[0] == '\0' || nv.cfg.ndev == 0) {
+    return NVML_SUCCESS;
+  }
+  char err[512];
+  int rc = fk_machine_open(nv.cfg.machine, &nv.cfg, &nv.machine, err, sizeof err);
+  if (rc == 0) {
+    return NVML_SUCCESS;
+  }
+  nvmlReturn_t r = rc == -EPROTO ? NVML_ERROR_LIB_RM_VERSION_MISMATCH : NVML_ERROR_UNKNOWN;
+  nv_log("error: %s; nvmlInit fails with %s", err,
+         r == NVML_ERROR_UNKNOWN ? "NVML_ERROR_UNKNOWN" : "NVML_ERROR_LIB_RM_VERSION_MISMATCH");
+  return r;
+}
+
 static nvmlReturn_t init(unsigned flags) {
   /* Unknown flag bits are ignored (nvml.h lists no error for them). */
   if (nv.cfg.ndev == 0 && !(flags & NVML_INIT_FLAG_NO_GPUS)) {
     return NVML_ERROR_GPU_NOT_FOUND;
+  }
+  if (nv.refs == 0) {
+    nvmlReturn_t rc = machine_open();
+    if (rc != NVML_SUCCESS) {
+      return rc;
+    }
   }
   nv.refs++;
   return NVML_SUCCESS;
@@ -150,7 +174,9 @@ NV_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
 }
 
 static nvmlReturn_t shutdown_once(void) {
-  nv.refs--;
+  if (--nv.refs == 0) {
+    fk_machine_close(&nv.machine);
+  }
   return NVML_SUCCESS;
 }
 

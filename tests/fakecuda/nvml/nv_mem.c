@@ -1,17 +1,21 @@
 /* Memory and processes: device memory (v1 and v2), BAR1, and the compute, graphics and MPS
  * process lists (v1, v2, v3), plus the look-ups of the fake CUDA driver in this process.
  *
- * NVML reports a device's memory across every process. Today the fake knows one process, this
- * one: what the fake CUDA driver loaded here holds (its fakecudaDeviceUsage hook) is the device's
- * used memory, and this process is the one compute process while it holds memory or a context on
- * the device. Other processes' memory is not seen (a later shared ledger adds it). used + free is
- * total and free never underflows. Reserved memory is 0, as the fake driver's contexts cost no
- * device memory, so NVML's free equals cuMemGetInfo's free at every moment.
+ * NVML reports a device's memory across every process. With FAKECUDA_MACHINE that is the
+ * machine's ledger (fk_machine.h): used is what every live process of the machine holds there
+ * (dead ones reclaimed first), and the compute processes are the machine's live processes holding
+ * memory or a context on the device, each with its bytes. Without it the fake knows one process,
+ * this one: what the fake CUDA driver loaded here holds (its fakecudaDeviceUsage hook) is the
+ * device's used memory, and this process is the one compute process while it holds memory or a
+ * context there. Either way used + free is total and free never underflows. Reserved memory is
+ * 0, as the fake driver's contexts cost no device memory, so NVML's free equals cuMemGetInfo's
+ * free at every moment.
  *
  * Locking: the driver look-ups go through the loader (dlopen/dlsym), so they run before
  * nv_enter, without nv.lock; everything else runs under it.
  */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -62,11 +66,18 @@ nvmlReturn_t nv_cuda_version(int *version) {
 
 /* ---- Memory. ---- */
 
-/* Fills total, used and free of device d from u: used never above total. */
+/* Fills total, used and free of device d, from the machine when there is one, else from u (this
+ * process's use): used never above total. */
 static void figures(int d, const struct nv_usage *u, unsigned long long *total,
                     unsigned long long *used, unsigned long long *free_bytes) {
+  uint64_t held = u->used;
+  if (nv.machine.l != NULL) {
+    struct fk_machine_usage mu;
+    fk_machine_usage(&nv.machine, d, &mu);
+    held = mu.used;
+  }
   *total = nv.cfg.mem[d];
-  *used = u->used < *total ? u->used : *total;
+  *used = held < *total ? held : *total;
   *free_bytes = *total - *used;
 }
 
@@ -124,29 +135,46 @@ NV_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Mem
 enum { ENTRY_V1, ENTRY_V2 };       /* nvmlProcessInfo_v1_t, or nvmlProcessInfo_v2_t (= v3's) */
 enum { KIND_COMPUTE, KIND_OTHER }; /* compute processes, or graphics / MPS ones */
 
+/* The compute processes of device d into list (room for FK_MACHINE_SLOTS): the machine's, else
+ * this process when u says it holds memory or a context there. Returns how many. */
+static unsigned compute_processes(int d, const struct nv_usage *u, struct fk_machine_proc *list) {
+  if (nv.machine.l != NULL) {
+    return fk_machine_processes(&nv.machine, d, list, FK_MACHINE_SLOTS);
+  }
+  if (u->used == 0 && u->contexts == 0) {
+    return 0;
+  }
+  list[0] = (struct fk_machine_proc){.pid = getpid(), .used = u->used};
+  return 1;
+}
+
 /* The list of one kind: *count in, the entries needed or written out. u NULL: a kind with no
  * process in the fake (graphics, MPS). infos may be NULL only to ask for the count. Nothing is
  * written to infos unless it all fits. */
 static nvmlReturn_t processes(nvmlDevice_t device, const struct nv_usage *u, unsigned *count,
                               void *infos, int entry) {
-  if (nv_dev(device) < 0 || count == NULL || (infos == NULL && *count != 0)) {
+  int d = nv_dev(device);
+  if (d < 0 || count == NULL || (infos == NULL && *count != 0)) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  unsigned n = u != NULL && (u->used > 0 || u->contexts > 0);
+  struct fk_machine_proc list[FK_MACHINE_SLOTS];
+  unsigned n = u != NULL ? compute_processes(d, u, list) : 0;
   if (*count < n) {
     *count = n;
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
-  if (n == 1 && entry == ENTRY_V1) {
-    nvmlProcessInfo_v1_t *p = infos;
-    p->pid = (unsigned)getpid();
-    p->usedGpuMemory = u->used;
-  } else if (n == 1) {
-    nvmlProcessInfo_v2_t *p = infos;
-    p->pid = (unsigned)getpid();
-    p->usedGpuMemory = u->used;
-    p->gpuInstanceId = 0xFFFFFFFFu; /* MIG is off */
-    p->computeInstanceId = 0xFFFFFFFFu;
+  for (unsigned i = 0; i < n; i++) {
+    if (entry == ENTRY_V1) {
+      nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)infos + i;
+      p->pid = (unsigned)list[i].pid;
+      p->usedGpuMemory = list[i].used;
+    } else {
+      nvmlProcessInfo_v2_t *p = (nvmlProcessInfo_v2_t *)infos + i;
+      p->pid = (unsigned)list[i].pid;
+      p->usedGpuMemory = list[i].used;
+      p->gpuInstanceId = 0xFFFFFFFFu; /* MIG is off */
+      p->computeInstanceId = 0xFFFFFFFFu;
+    }
   }
   *count = n;
   return NVML_SUCCESS;

@@ -6,12 +6,13 @@
 # committed exports.txt and the names the hand-written nv_*.c define ("NV_API ... nvmlNAME(", or
 # "NV_NUMBER(nvmlNAME," for the ones a macro defines).
 # It reads the FAKECUDA_* settings with the driver's own parser (fk_env.o) and writes its lines
-# with the driver's line writer (fk_line.o).
+# with the driver's line writer (fk_line.o); with FAKECUDA_MACHINE it reads the driver's machine
+# ledger (fk_machine.o).
 
 NVML_DIR := tests/fakecuda/nvml
 NVML_SRCS := $(addprefix $(NVML_DIR)/,nv_core.c nv_dev.c nv_topo.c nv_mem.c)
 NVML_OBJS := $(NVML_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/$(FAKECUDA_DIR)/fk_env.o \
-             $(BUILD)/obj/$(FAKECUDA_DIR)/fk_line.o
+             $(BUILD)/obj/$(FAKECUDA_DIR)/fk_line.o $(BUILD)/obj/$(FAKECUDA_DIR)/fk_machine.o
 NVML_GEN := $(BUILD)/gen/fakecuda/nv_gen.c
 NVML_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/nv_gen.o
 NVML_LIB := $(BUILD)/fakecuda/libnvidia-ml.so.1

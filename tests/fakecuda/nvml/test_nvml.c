@@ -4,7 +4,8 @@
  * the catch-all, and (in child processes run with other settings) FAKECUDA_DEVICES=0, malformed
  * settings, FAKENVML_FAIL, FAKECUDA_TRACE, a failing cuDriverGetVersion and the A100 figures
  * below compute capability 9.0. Three devices of 1, 2 and 16 GiB. `test_fakenvml child MODE`
- * runs one child's part (test_nvml_lib.sh runs `child cudaversion` without a driver).
+ * runs one child's part (test_nvml_lib.sh runs `child cudaversion` without a driver,
+ * tests/fakecuda/test_machine.sh `child smi`: device 0's memory and compute processes).
  *
  * Linked with a DT_RPATH to build/fakecuda, which the loader also applies to the dlopen of
  * libcuda.so.1 made by nvmlSystemGetCudaDriverVersion: the fake driver is found there.
@@ -595,6 +596,25 @@ static int child(const char *mode) {
     nvmlDeviceGetBAR1MemoryInfo(d, &b);
     printf("bar1 %llu\n", b.bar1Total >> 30);
     say("mig", nvmlDeviceGetMigMode(d, &u, &v));
+  } else if (strcmp(mode, "smi") == 0) {
+    /* What an nvidia-smi-like tool sees of device 0 (test_machine.sh: a machine's processes). */
+    nvmlReturn_t r = nvmlInit_v2();
+    say("init", r);
+    if (r != NVML_SUCCESS) {
+      return 0;
+    }
+    nvmlDeviceGetHandleByIndex_v2(0, &d);
+    nvmlMemory_t m;
+    say("memory", nvmlDeviceGetMemoryInfo(d, &m));
+    printf("used %llu free %llu total %llu\n", m.used, m.free, m.total);
+    nvmlProcessInfo_t procs[16];
+    n = 0;
+    say("processes", nvmlDeviceGetComputeRunningProcesses_v3(d, &n, NULL));
+    say("listed", nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs));
+    for (unsigned i = 0; i < n && i < 16; i++) {
+      printf("proc %u %llu\n", procs[i].pid, procs[i].usedGpuMemory);
+    }
+    say("shutdown", nvmlShutdown());
   } else if (strcmp(mode, "cudaversion") == 0) {
     int v1 = 0, v2 = 0;
     nvmlReturn_t r2 = nvmlSystemGetCudaDriverVersion_v2(&v2);
