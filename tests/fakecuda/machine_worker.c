@@ -3,13 +3,18 @@
  * threads take and free device memory of device 0 at random through every path that holds some
  * (cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemCreate, arrays), each thread holding at most
  * HELD allocations, and check what they can from inside: every call answers success or
- * CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo_v2 never reports more free than total, and (with
+ * CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo_v2 never reports more free than total, NVML's figures
+ * add up (used + free = total; the compute processes, this one among them, within the total),
+ * and (with
  * FAKECUDA_BACKING=1) the bytes written into each cuMemAlloc block are still there when it is
  * freed. Not a TAP test itself.
  *
- *   stress SEED OPS   THREADS threads of OPS operations, then everything freed; prints
+ *   stress SEED OPS [N]  THREADS threads of OPS operations, then everything freed; prints
  *                     "joined" after cuInit (it holds a slot of the machine from there on),
- *                     "stress ok=N oom=N bad=N" at the end, and exits 1 if any check failed
+ *                     "stress ok=N oom=N bad=N" at the end, and exits 1 if any check failed.
+ *                     With N: starts once NVML lists N processes ("started ..."), requires at
+ *                     least N - 1 in every NVML list it reads (one, the test's victim, may die),
+ *                     and keeps its context until its standard input ends
  *   loop SEED         the same without end; prints "running" once its threads hold memory
  *                     (the process a test kills with kill -9 in the middle of allocating)
  *   share N BYTES     takes BYTES with cuMemAlloc; once NVML shows N x BYTES used (the N
@@ -39,6 +44,7 @@
 
 #define THREADS 4
 #define HELD 8
+#define MAXPROCS 32
 
 enum { K_ALLOC, K_PITCH, K_ASYNC, K_VMM, K_ARRAY, K_KINDS };
 
@@ -58,7 +64,8 @@ struct worker {
 };
 
 static int backing;
-static long started; /* successful allocations of every thread (atomic) */
+static unsigned listed_min; /* stress with N: NVML must list at least N - 1 processes throughout */
+static long started;        /* successful allocations of every thread (atomic) */
 
 /* A pseudo-random number below n from the thread's seed. */
 static unsigned below(unsigned *seed, unsigned n) {
@@ -128,6 +135,28 @@ static int mark(struct block *b, int check) {
          memcmp(got, want, sizeof got) == 0;
 }
 
+/* NVML's view of device 0 while the machine's processes allocate: used + free = total, the
+ * compute processes (this one among them: it has a context) hold at most the total together, and
+ * there are at least listed_min of them (the others of the machine). */
+static int nvml_sane(size_t total) {
+  nvmlDevice_t dev;
+  nvmlMemory_t m;
+  nvmlProcessInfo_t procs[MAXPROCS];
+  unsigned n = MAXPROCS, self = 0;
+  unsigned long long sum = 0;
+  if (nvmlDeviceGetHandleByIndex_v2(0, &dev) != NVML_SUCCESS ||
+      nvmlDeviceGetMemoryInfo(dev, &m) != NVML_SUCCESS ||
+      nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, procs) != NVML_SUCCESS) {
+    return 0;
+  }
+  for (unsigned i = 0; i < n; i++) {
+    sum += procs[i].usedGpuMemory;
+    self += procs[i].pid == (unsigned)getpid();
+  }
+  return m.total == total && m.used <= m.total && m.used + m.free == m.total && sum <= total &&
+         self == 1 && n >= listed_min;
+}
+
 static void *thread_main(void *arg) {
   struct worker *w = arg;
   struct block held[HELD];
@@ -160,6 +189,9 @@ static void *thread_main(void *arg) {
     __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     size_t fr = 0, tot = 0;
     w->bad += cuMemGetInfo_v2(&fr, &tot) != CUDA_SUCCESS || fr > tot;
+    if (below(&w->seed, 8) == 0) {
+      w->bad += !nvml_sane(tot);
+    }
   }
   while (n > 0) {
     w->bad += !mark(&held[n - 1], 1);
@@ -168,8 +200,6 @@ static void *thread_main(void *arg) {
   w->bad += cuStreamDestroy_v2(s) != CUDA_SUCCESS;
   return NULL;
 }
-
-#define MAXPROCS 32
 
 /* The compute process lists of dev in the three layouts (v1 entries, v2 entries, v3 = v2's
  * layout) agree with each other: nproc processes of bytes each, this one once, MIG ids unset.
@@ -284,7 +314,7 @@ int main(int argc, char **argv) {
     return wedge((size_t)strtoull(argv[2], NULL, 10));
   }
   if (argc < 3 || (strcmp(argv[1], "stress") != 0 && strcmp(argv[1], "loop") != 0)) {
-    fprintf(stderr, "usage: %s stress SEED OPS | loop SEED | share N BYTES | wedge BYTES\n",
+    fprintf(stderr, "usage: %s stress SEED OPS [N] | loop SEED | share N BYTES | wedge BYTES\n",
             argv[0]);
     return 2;
   }
@@ -292,12 +322,34 @@ int main(int argc, char **argv) {
   backing = b != NULL && strcmp(b, "1") == 0;
   long ops = strcmp(argv[1], "loop") == 0 ? -1 : (argc > 3 ? atol(argv[3]) : 300);
   CUcontext ctx;
-  if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS) {
+  if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
+      nvmlInit_v2() != NVML_SUCCESS) {
     printf("%s init failed\n", argv[1]);
     return 1;
   }
   printf("joined\n"); /* a process of the machine from here on */
   fflush(stdout);
+  long bad = 0;
+  unsigned peers = argc > 4 ? (unsigned)atoi(argv[4]) : 0;
+  if (peers > 0) {
+    /* Until NVML lists the machine's N processes: at most a minute, a bound for hangs. */
+    nvmlDevice_t dev;
+    unsigned n = 0;
+    nvmlDeviceGetHandleByIndex_v2(0, &dev);
+    for (int i = 0; i < 1200 && n < peers; i++) {
+      n = 0;
+      if (nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, NULL) != NVML_ERROR_INSUFFICIENT_SIZE) {
+        n = 0;
+      }
+      if (n < peers) {
+        usleep(50000);
+      }
+    }
+    bad += n < peers;
+    listed_min = peers - 1;
+    printf("started with %u processes listed\n", n);
+    fflush(stdout);
+  }
   struct worker w[THREADS];
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++) {
@@ -312,7 +364,7 @@ int main(int argc, char **argv) {
     printf("running\n");
     fflush(stdout);
   }
-  long ok = 0, oom = 0, bad = 0;
+  long ok = 0, oom = 0;
   for (int i = 0; i < THREADS; i++) {
     pthread_join(t[i], NULL);
     ok += w[i].ok;
@@ -322,7 +374,13 @@ int main(int argc, char **argv) {
   size_t fr = 0, tot = 0;
   cuCtxSynchronize();
   cuMemGetInfo_v2(&fr, &tot);
-  cuDevicePrimaryCtxRelease_v2(0);
   printf("stress ok=%ld oom=%ld bad=%ld\n", ok, oom, bad);
+  fflush(stdout);
+  if (peers > 0) {
+    while (getchar() != EOF) { /* listed (its context live) until the others are done too */
+    }
+  }
+  cuDevicePrimaryCtxRelease_v2(0);
+  nvmlShutdown();
   return bad != 0;
 }

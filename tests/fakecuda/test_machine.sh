@@ -235,22 +235,29 @@ export FAKECUDA_MACHINE=$name-stress FAKECUDA_MEMORY=32MiB FAKECUDA_BACKING=1
 victim=$!
 await "$WORK/victim.out" running
 pids=
+mkfifo "$WORK/gs"
 for i in 1 2 3 4; do
-  FAKECUDA_STATS="$WORK/stress$i.json" "$worker" stress "$i" 400 >"$WORK/stress$i.out" \
-    2>"$WORK/stress$i.err" &
+  FAKECUDA_STATS="$WORK/stress$i.json" "$worker" stress "$i" 400 5 <"$WORK/gs" \
+    >"$WORK/stress$i.out" 2>"$WORK/stress$i.err" &
   pids="$pids $!"
 done
+exec 4>"$WORK/gs" # they start now; each waits until NVML lists all five (the victim included)
 for i in 1 2 3 4; do
-  await "$WORK/stress$i.out" joined
+  await "$WORK/stress$i.out" started
 done
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
 is $? 137 "the victim was killed by SIGKILL while allocating"
+for i in 1 2 3 4; do
+  await "$WORK/stress$i.out" 'stress ok'
+done
+exec 4>&- # each kept its context (stayed listed in NVML) until all four were done
 bad=0
 for p in $pids; do
   wait "$p" || bad=$((bad + 1))
 done
-is "$bad" 0 "four processes x four threads allocating at random beside it: every check passed"
+is "$bad" 0 \
+  "four processes x four threads allocating at random beside it: every check passed (CUDA's and NVML's figures, NVML listing the four throughout)"
 cat "$WORK"/stress?.out "$WORK"/stress?.err | sed 's/^/# /'
 peak=0
 oom=0
