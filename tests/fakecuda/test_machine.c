@@ -208,24 +208,23 @@ static void checks(void) {
   fk_machine_close(&m);
   fk_machine_path(bad, p, sizeof p);
   unlink(p);
-  snprintf(bad, sizeof bad, "%s-short", name);
-  forge(bad, f_short);
-  refused(bad, -EPROTO, "100 bytes", "a 100-byte file");
-  snprintf(bad, sizeof bad, "%s-magic", name);
-  forge(bad, f_magic);
-  refused(bad, -EPROTO, "bad magic", "another magic");
-  snprintf(bad, sizeof bad, "%s-version", name);
-  forge(bad, f_version);
-  refused(bad, -EPROTO, "ledger version 2", "another version");
-  snprintf(bad, sizeof bad, "%s-slots", name);
-  forge(bad, f_slots);
-  refused(bad, -EPROTO, "malformed header", "more slots used than there are");
-  snprintf(bad, sizeof bad, "%s-uid", name);
-  forge(bad, f_uid);
-  refused(bad, -EPROTO, "made by uid", "a header naming another user");
-  snprintf(bad, sizeof bad, "%s-mode", name);
-  forge(bad, f_mode);
-  refused(bad, -EPROTO, "mode 0644", "mode 0644");
+  static const struct {
+    const char *suffix;
+    void (*fn)(struct fk_ledger *, int fd);
+    const char *why, *what;
+  } forgeries[] = {
+      {"short", f_short, "100 bytes", "a 100-byte file"},
+      {"magic", f_magic, "bad magic", "another magic"},
+      {"version", f_version, "ledger version 2", "another version"},
+      {"slots", f_slots, "malformed header", "more slots used than there are"},
+      {"uid", f_uid, "made by uid", "a header naming another user"},
+      {"mode", f_mode, "mode 0644", "mode 0644"},
+  };
+  for (size_t i = 0; i < sizeof forgeries / sizeof forgeries[0]; i++) {
+    snprintf(bad, sizeof bad, "%s-%s", name, forgeries[i].suffix);
+    forge(bad, forgeries[i].fn);
+    refused(bad, -EPROTO, forgeries[i].why, forgeries[i].what);
+  }
   if (geteuid() == 0) {
     snprintf(bad, sizeof bad, "%s-owner", name);
     forge(bad, f_owner);
