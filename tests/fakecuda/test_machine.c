@@ -3,7 +3,9 @@
  * of another machine, malformed, foreign, a symbolic link), admission at the boundary (processes
  * racing for the last bytes: exactly one wins), a process killed with kill -9 in the middle of
  * allocating and while it holds the ledger's lock (its bytes come back, the survivors go on),
- * pid reuse and zombies (forged slots), and processes x threads allocating at random (the sum
+ * pid reuse and zombies (forged slots), the process list per device (what the fake NVML shows:
+ * memory or a context; a list longer than the room given), a ledger whose processes are all
+ * gone (the next one starts a new run), and processes x threads allocating at random (the sum
  * over processes never above the total, everything back at the end). Linked with fk_machine.o
  * alone; every wait is bounded by alarm() so a wedged lock fails instead of hanging.
  */
@@ -512,6 +514,77 @@ static void forged(void) {
   fk_machine_close(&m);
 }
 
+/* ---- The process list (what the fake NVML shows). ---- */
+
+static int holder(struct fk_machine *m, void *arg) {
+  const int *ready = arg;
+  if (ready[1] != 0) {
+    fk_machine_take(m, 0, 5 * MiB); /* the other holds nothing: joined, never listed */
+  }
+  put_byte(ready[0]);
+  pause();
+  return 0;
+}
+
+static void listing(void) {
+  struct fk_machine m;
+  fk_machine_open(name, &cfg, &m, err, sizeof err);
+  fk_machine_join(&m);
+  fk_machine_take(&m, 1, 3 * MiB);
+  fk_machine_contexts(&m, 0, 1); /* a context on device 0, no memory there */
+  int fds[2];
+  (void)!pipe(fds);
+  int with[2] = {fds[1], 1}, without[2] = {fds[1], 0};
+  pid_t kid = spawn(holder, with), idle_kid = spawn(holder, without);
+  wait_byte(fds[0]);
+  wait_byte(fds[0]);
+  struct fk_machine_proc list[4];
+  memset(list, 0, sizeof list);
+  unsigned n = fk_machine_processes(&m, 0, list, 4);
+  tap_ok(n == 2 && list[0].pid == getpid() && list[0].used == 0 && list[0].contexts == 1 &&
+             list[1].pid == kid && list[1].used == 5 * MiB && list[1].contexts == 0,
+         "device 0 lists this process (a context, no memory) and the child (5 MiB), not the "
+         "child that holds nothing");
+  n = fk_machine_processes(&m, 1, list, 4);
+  tap_ok(n == 1 && list[0].pid == getpid() && list[0].used == 3 * MiB,
+         "device 1 lists this process only, with its 3 MiB");
+  struct fk_machine_usage u;
+  fk_machine_usage(&m, 0, &u);
+  TAP_EQ(u.processes, 2, "the usage counts the same two processes on device 0");
+  memset(list, 0x5a, sizeof list);
+  n = fk_machine_processes(&m, 0, list, 1);
+  tap_ok(n == 2 && list[0].pid == getpid() && list[1].pid == 0x5a5a5a5a,
+         "room for one: the count is still 2, one entry written");
+  kill(kid, SIGKILL);
+  status_of(kid);
+  n = fk_machine_processes(&m, 0, list, 4);
+  tap_ok(n == 1 && list[0].pid == getpid(), "the child killed: it leaves the list");
+  kill(idle_kid, SIGKILL);
+  status_of(idle_kid);
+  close(fds[0]);
+  close(fds[1]);
+  fk_machine_close(&m);
+}
+
+/* A ledger whose processes all died: the next process to join starts a new run. */
+static void new_run(void) {
+  struct fk_machine m;
+  fk_machine_open(name, &cfg, &m, err, sizeof err);
+  status_of(spawn(exiter, NULL)); /* dies holding 9 MiB: its slot stays until someone looks */
+  unsigned occupied = 0;
+  for (uint32_t i = 0; i < m.l->hi; i++) {
+    occupied += m.l->slots[i].pid != 0;
+  }
+  tap_ok(m.l->peak[0] >= 9 * MiB && occupied > 0,
+         "a run whose last process died holding 9 MiB left its slot and a peak of %llu",
+         (unsigned long long)m.l->peak[0]);
+  TAP_EQ(fk_machine_join(&m), 0, "a process of a new run joins");
+  tap_ok(m.l->peak[0] == 0 && m.l->peak[1] == 0 && m.l->reclaimed == 0 && m.l->recoveries == 0 &&
+             used(&m, 0) == 0,
+         "... the old run's memory, peaks and counters are gone");
+  fk_machine_close(&m);
+}
+
 /* ---- Processes x threads at random. ---- */
 
 enum { PROCS = 4, THREADS = 4, OPS = 1500 };
@@ -607,6 +680,8 @@ int main(void) {
   boundary();
   killed();
   forged();
+  listing();
+  new_run();
   unlink(path);
   strcat(name, "-stress"); /* a fresh machine: its peaks start at 0 */
   fk_machine_path(name, path, sizeof path);
