@@ -183,6 +183,16 @@ like "$out" "init 18" \
 like "$out" "fakenvml: error: machine ledger .*: device 0 has 1073741824 bytes there" \
   "... saying why on one line"
 
+# An NVML tool first on a machine no process has used: it sees an idle device, and the ledger
+# it made serves the CUDA processes after it.
+export FAKECUDA_MACHINE=$name-nvmlfirst
+smi=$("$nvml" child smi 2>&1)
+like "$smi" "used 0 free $((1024 * MiB))" "NVML first on a new machine: an idle device"
+[ "$(stat -c %a "/dev/shm/fakecuda.$uid.$name-nvmlfirst")" = 600 ]
+ok $? "... its ledger made owner-only"
+out=$("$probe" init ctx alloc:$((1024 * MiB)) info)
+like "$out" "alloc 0" "... and a CUDA process after it gets the whole device"
+
 # ---- kill -9 of a process holding the ledger's lock: the others go on. ----
 export FAKECUDA_MACHINE=$name-wedge
 mkfifo "$WORK/fw"
