@@ -13,7 +13,8 @@
 
 void *gpucap_dlsym_pre(void *handle, const char *name);
 
-__attribute__((visibility("hidden"))) SHIM_UNINSTRUMENTED void *gpucap_dlsym_pre(void *handle, const char *name) {
+__attribute__((visibility("hidden"))) SHIM_UNINSTRUMENTED void *gpucap_dlsym_pre(void *handle,
+                                                                                 const char *name) {
   real_dlsym_init();
   if (!name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_NEXT) {
     return NULL;

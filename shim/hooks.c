@@ -69,9 +69,10 @@ void *hooks_route(const char *base, int version, cuuint64_t flags, void *got) {
   }
   void *exported = real_driver_sym(e->symbol);
   if (exported != got) {
-    log_msg(LOG_DEBUG, "cuGetProcAddress(%s, %d, %llu): driver answered %p, its %s is %p; "
-            "routing by the version rule", base, version, (unsigned long long)flags, got,
-            e->symbol, exported);
+    log_msg(LOG_DEBUG,
+            "cuGetProcAddress(%s, %d, %llu): driver answered %p, its %s is %p; "
+            "routing by the version rule",
+            base, version, (unsigned long long)flags, got, e->symbol, exported);
   }
   return hooks_fn_ptr(e->hook);
 }

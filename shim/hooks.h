@@ -35,8 +35,9 @@ void *hooks_export(const char *symbol);
 const struct hook_entry *hooks_select(const char *base, int version, cuuint64_t flags);
 
 /* What gpucap hands out for a successful driver answer `got` to (base, version, flags): the
- * selected hook, or `got` itself when base or the selected variant is not hooked. Logs at debug level when `got` is
- * not the driver's export of the selected symbol (the rule wins; see docs/design.md). */
+ * selected hook, or `got` itself when base or the selected variant is not hooked. Logs at debug
+ * level when `got` is not the driver's export of the selected symbol (the rule wins; see
+ * docs/design.md). */
 void *hooks_route(const char *base, int version, cuuint64_t flags, void *got);
 
 #endif

@@ -144,8 +144,8 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
   }
   CUresult rc = p->gone ? CUDA_SUCCESS : real.cuMemFree_v2(driver);
   if (rc != CUDA_SUCCESS) {
-    log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)",
-            p->dev, (unsigned long long)bytes, rc);
+    log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)", p->dev,
+            (unsigned long long)bytes, rc);
     return -EIO;
   }
   if (i < p->nshifted) {
@@ -257,8 +257,8 @@ static struct ctx_pool *current_pool(CUresult *rc) {
   CUresult drc = cap_current_device(&dev);
   if (drc != CUDA_SUCCESS) {
     *rc = drc == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_OUT_OF_MEMORY
-          : cap_no_context(drc)          ? CUDA_SUCCESS
-                                         : drc;
+          : cap_no_context(drc)            ? CUDA_SUCCESS
+                                           : drc;
     return NULL;
   }
   p = create(ctx, dev);
@@ -343,15 +343,17 @@ static void oom_hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_
   uint64_t cap = cap_limit(dev, 0);
   if (s->free_bytes >= bytes && s->largest_free_block_bytes < bytes) {
     log_msg(LOG_INFO, "hint: enough memory is free but fragmented; GPUCAP_ALLOW_GROWTH=false "
-            "preallocates one region and fragments less");
+                      "preallocates one region and fragments less");
   } else if (driver_full) {
     log_msg(LOG_INFO,
             "hint: device %d itself is out of memory (the driver refused it, below "
             "the cap): other processes or allocations outside gpucap's pools hold the rest",
             dev);
   } else if (cap != CAP_NONE) {
-    log_msg(LOG_INFO, "hint: the cap on device %d is %llu bytes; raise GPUCAP_MEMORY_LIMIT or "
-            "GPUCAP_MEMORY_FRACTION if the device has room", dev, (unsigned long long)cap);
+    log_msg(LOG_INFO,
+            "hint: the cap on device %d is %llu bytes; raise GPUCAP_MEMORY_LIMIT or "
+            "GPUCAP_MEMORY_FRACTION if the device has room",
+            dev, (unsigned long long)cap);
   } else {
     log_msg(LOG_INFO, "hint: device %d itself is out of memory (no cap is set)", dev);
   }

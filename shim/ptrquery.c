@@ -44,8 +44,8 @@ GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
 
 /* Rewrites one attribute value for a pooled address; returns false when it is not a range
  * attribute (the driver's answer stands). */
-static bool patch(CUpointer_attribute attribute, void *data, enum pool_where where,
-                  uint64_t base, uint64_t size) {
+static bool patch(CUpointer_attribute attribute, void *data, enum pool_where where, uint64_t base,
+                  uint64_t size) {
   if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
     *(CUdeviceptr *)data = where == POOL_BLOCK ? base : 0;
     return true;

@@ -48,12 +48,12 @@ __attribute__((unused)) static void tap_skip(const char *what, const char *why) 
 }
 
 /* Compares two integers, printing both on mismatch. */
-#define TAP_EQ(got, want, ...)                                                                   \
-  do {                                                                                           \
-    long long tap_g_ = (long long)(got), tap_w_ = (long long)(want);                             \
-    if (!tap_ok(tap_g_ == tap_w_, __VA_ARGS__)) {                                                \
-      tap_diag("  got %lld, want %lld (%s:%d)", tap_g_, tap_w_, __FILE__, __LINE__);             \
-    }                                                                                            \
+#define TAP_EQ(got, want, ...)                                                                     \
+  do {                                                                                             \
+    long long tap_g_ = (long long)(got), tap_w_ = (long long)(want);                               \
+    if (!tap_ok(tap_g_ == tap_w_, __VA_ARGS__)) {                                                  \
+      tap_diag("  got %lld, want %lld (%s:%d)", tap_g_, tap_w_, __FILE__, __LINE__);               \
+    }                                                                                              \
   } while (0)
 
 /* Prints the plan and returns the exit status for main(). */

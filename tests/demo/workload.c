@@ -33,7 +33,7 @@ int main(void) {
   for (; n < 16; n++, size *= 2) {
     rc = cuMemAlloc_v2(&act[n], size);
     printf("  activations %5.0f MiB -> %s\n", (double)size / MiB,
-           rc == CUDA_SUCCESS             ? "ok"
+           rc == CUDA_SUCCESS               ? "ok"
            : rc == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
                                             : "error");
     if (rc != CUDA_SUCCESS) {

@@ -25,8 +25,9 @@
  * (allocation, free, synchronous copies, context synchronize) are refused per the calling
  * thread's capture mode; the legacy stream cannot capture; a capture is ended on its origin
  * stream (THREAD_LOCAL/GLOBAL: by the thread that began it). Not modelled: the explicit node
- * API (cuGraphAdd*Node) beyond memory nodes, graph update, child-graph nodes other than a launch into a capturing
- * stream, and the UNJOINED check of streams that forked from a capture and never joined back.
+ * API (cuGraphAdd*Node) beyond memory nodes, graph update, child-graph nodes other than a launch
+ * into a capturing stream, and the UNJOINED check of streams that forked from a capture and never
+ * joined back.
  *
  * Locking: under fk.lock (entry points). The capture mode is per thread.
  */
@@ -775,9 +776,8 @@ static CUresult add_alloc_node(CUgraphNode *out, CUgraph g, const CUgraphNode *d
     return rc;
   }
   if (p == NULL || p->bytesize == 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-      p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      p->poolProps.location.id < 0 || p->poolProps.location.id >= fk.ndev ||
-      (p->accessDescCount > 0 && p->accessDescs == NULL)) {
+      p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || p->poolProps.location.id < 0 ||
+      p->poolProps.location.id >= fk.ndev || (p->accessDescCount > 0 && p->accessDescs == NULL)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct fk_node *n;
@@ -802,8 +802,7 @@ static CUresult add_free_node(CUgraphNode *out, CUgraph g, const CUgraphNode *de
     return rc;
   }
   struct fk_alloc *a = fk_mem_find((uintptr_t)dptr);
-  if (a == NULL || a->base != (uintptr_t)dptr ||
-      (a->kind != FK_K_GRAPH && a->kind != FK_K_ASYNC)) {
+  if (a == NULL || a->base != (uintptr_t)dptr || (a->kind != FK_K_GRAPH && a->kind != FK_K_ASYNC)) {
     return CUDA_ERROR_INVALID_VALUE; /* only graph and stream-ordered allocations */
   }
   struct fk_work *w = fk_work_new(FK_W_FREE);

@@ -262,9 +262,9 @@ void fk_mem_release(struct fk_alloc *a) {
 void fk_mem_free_ctx(struct CUctx_st *c, int pools) {
   for (size_t i = 0; i < fk_nallocs;) {
     struct fk_alloc *a = fk_allocs[i];
-    int mine = a->ctx == c && (a->kind == FK_K_DEVICE || a->kind == FK_K_MANAGED ||
-                               a->kind == FK_K_HOST || a->kind == FK_K_IPC ||
-                               a->kind == FK_K_GRAPH);
+    int mine =
+        a->ctx == c && (a->kind == FK_K_DEVICE || a->kind == FK_K_MANAGED || a->kind == FK_K_HOST ||
+                        a->kind == FK_K_IPC || a->kind == FK_K_GRAPH);
     int pool = pools && a->kind == FK_K_ASYNC && a->dev == c->dev;
     if (mine || pool) {
       fk_mem_release(a); /* shifts the array down: stay at i */

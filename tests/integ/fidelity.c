@@ -94,8 +94,7 @@ static void pointers(void) {
          "RANGE_START_ADDR of A+10");
   TAP_EQ(cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 10), 0,
          "RANGE_SIZE of A+10");
-  tap_ok(start == a && rsize == 1000, "describe A (%#llx, %zu)", (unsigned long long)start,
-         rsize);
+  tap_ok(start == a && rsize == 1000, "describe A (%#llx, %zu)", (unsigned long long)start, rsize);
   int ordinal = -1;
   TAP_EQ(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a), 0,
          "other attributes come from the driver");

@@ -105,8 +105,8 @@ int main(int argc, char **argv) {
   char line[512];
   int queries = 0, bad = 0, not_found = 0, in_shim = 0, in_driver = 0;
   void *mem[8] = {0}; /* cuInit, DeviceGet, PrimaryCtxRetain, CtxSetCurrent, Alloc, Free, Info */
-  const char *mem_names[8] = {"cuInit",        "cuDeviceGet",  "cuDevicePrimaryCtxRetain",
-                              "cuCtxSetCurrent", "cuMemAlloc_v2", "cuMemFree_v2",
+  const char *mem_names[8] = {"cuInit",          "cuDeviceGet",       "cuDevicePrimaryCtxRetain",
+                              "cuCtxSetCurrent", "cuMemAlloc_v2",     "cuMemFree_v2",
                               "cuMemGetInfo_v2", "cuMemAllocPitch_v2"};
   while (fgets(line, sizeof line, rf)) {
     char name[128], want[128];
@@ -149,10 +149,8 @@ int main(int argc, char **argv) {
   }
   fclose(rf);
   tap_ok(queries > 400, "replayed %d queries%s", queries, fallback ? " via dlsym" : "");
-  tap_ok(bad == 0, "every answer names the expected symbol in the expected object (%d bad)",
-         bad);
-  tap_ok(in_shim >= 5, "%d answers are gpucap hooks, %d are the driver's own", in_shim,
-         in_driver);
+  tap_ok(bad == 0, "every answer names the expected symbol in the expected object (%d bad)", bad);
+  tap_ok(in_shim >= 5, "%d answers are gpucap hooks, %d are the driver's own", in_shim, in_driver);
   if (!fallback) {
     tap_ok(not_found > 0, "%d interop names answer CUDA_ERROR_NOT_FOUND", not_found);
   }

@@ -22,8 +22,7 @@ int main(int argc, char **argv) {
   const char *obj = target && dladdr(target, &info) && info.dli_fname ? info.dli_fname : "?";
   const char *slash = strrchr(obj, '/');
   obj = slash ? slash + 1 : obj;
-  tap_ok(strcmp(obj, argv[1]) == 0, "RTLD_NEXT from libnext.so finds %s (want %s)", obj,
-         argv[1]);
+  tap_ok(strcmp(obj, argv[1]) == 0, "RTLD_NEXT from libnext.so finds %s (want %s)", obj, argv[1]);
   CUdevice dev;
   CUcontext ctx;
   CUdeviceptr p = 0;

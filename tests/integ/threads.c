@@ -1,7 +1,7 @@
 /* threads: several threads allocate, export over IPC and free random sizes through the shim at
  * once, under a cap. Every call must answer CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY, and at
- * the end all memory is back. (The test script checks from the driver's side that its peak never passed
- * the cap.) Linked with -lcuda. Prints TAP. usage: threads NTHREADS ITERATIONS */
+ * the end all memory is back. (The test script checks from the driver's side that its peak never
+ * passed the cap.) Linked with -lcuda. Prints TAP. usage: threads NTHREADS ITERATIONS */
 #include "shim/cudadefs.h"
 #include "tests/tap.h"
 
