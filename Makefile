@@ -10,6 +10,8 @@
 #   make quick        the fast loop: the tests of this configuration but the framework rows
 #   make demo         run the bundled workload under a cap over the fake driver
 #   make bench        replay the bundled traces through the pool and print the results table
+#   make format       clang-format every tracked .c and .h file in place
+#   make format-check fail on any file clang-format would change (CI runs it)
 #   DEBUG=1           -O0, assertions and invariant checks after every pool operation
 #   SANITIZER=address|undefined|thread|address,undefined
 #   WERROR=1          warnings are errors (CI builds so, with gcc and with clang)
@@ -67,7 +69,7 @@ ifneq ($(FLAGS_NOW),$(shell cat $(FLAGS_STAMP) 2>/dev/null))
 endif
 
 .DEFAULT_GOAL := all
-.PHONY: all test check quick demo bench install uninstall clean format
+.PHONY: all test check quick demo bench install uninstall clean format format-check
 
 # Filled in by the fragments.
 PROGRAMS :=
@@ -100,5 +102,8 @@ clean:
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
