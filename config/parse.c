@@ -59,7 +59,7 @@ static const uint64_t pow10_table[FRAC_DIGITS_MAX + 1] = {
     UINT64_C(1000000000000000000),
 };
 
-_Static_assert(CFG_MAX_DEVICES == 64, "cfg_devvals_t.mask holds one bit per device");
+_Static_assert(GPUCAP_MAX_DEVICES == 64, "cfg_devvals_t.mask holds one bit per device");
 
 /* ---------------------------------------------------------------- characters and spans */
 
@@ -443,12 +443,12 @@ static int ordinal_span(span_t s, int *out, char *why, size_t whylen) {
                   echo_len(s), s.p);
   }
   int ordinal = 0;
-  for (size_t i = 0; i < s.n && ordinal < CFG_MAX_DEVICES; i++) {
+  for (size_t i = 0; i < s.n && ordinal < GPUCAP_MAX_DEVICES; i++) {
     ordinal = ordinal * 10 + (s.p[i] - '0');
   }
-  if (ordinal >= CFG_MAX_DEVICES) {
+  if (ordinal >= GPUCAP_MAX_DEVICES) {
     return reject(-ERANGE, why, whylen, "device ordinal %.*s is out of range 0..%d", echo_len(s),
-                  s.p, CFG_MAX_DEVICES - 1);
+                  s.p, GPUCAP_MAX_DEVICES - 1);
   }
   *out = ordinal;
   return 0;
@@ -701,7 +701,7 @@ bool cfg_devvals_get(const cfg_devvals_t *v, int ordinal, uint64_t *out) {
   if (v == NULL || ordinal < 0) {
     return false;
   }
-  if (ordinal < CFG_MAX_DEVICES && (v->mask & (UINT64_C(1) << ordinal))) {
+  if (ordinal < GPUCAP_MAX_DEVICES && (v->mask & (UINT64_C(1) << ordinal))) {
     *out = v->value[ordinal];
     return true;
   }
@@ -787,7 +787,7 @@ size_t cfg_format_devvals(const cfg_devvals_t *v, cfg_devkind_t kind, char *buf,
   if (v != NULL && v->every) {
     total = format_element(v->every_value, kind, buf, len);
   }
-  for (int i = 0; v != NULL && !v->every && i < CFG_MAX_DEVICES; i++) {
+  for (int i = 0; v != NULL && !v->every && i < GPUCAP_MAX_DEVICES; i++) {
     if (!(v->mask & (UINT64_C(1) << i))) {
       continue;
     }

@@ -9,6 +9,8 @@
 #ifndef GPUCAP_CONFIG_PARSE_H
 #define GPUCAP_CONFIG_PARSE_H
 
+#include "core/limits.h"
+
 #include <limits.h>
 #ifndef PATH_MAX // strict -std=c11 without _GNU_SOURCE hides it
 #include <linux/limits.h>
@@ -16,9 +18,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* Ordinals 0..CFG_MAX_DEVICES-1 can be named in a per-device list. */
-#define CFG_MAX_DEVICES 64
 
 /* Fractions are fixed-point: CFG_FRACTION_ONE (10^18) stands for 1, so 0.5 is 5 * 10^17. */
 #define CFG_FRACTION_ONE UINT64_C(1000000000000000000)
@@ -38,7 +37,7 @@ typedef struct cfg_devvals {
   bool every; /* one value for every device: every_value */
   uint64_t every_value;
   uint64_t mask; /* bit i set: value[i] holds device i's value */
-  uint64_t value[CFG_MAX_DEVICES];
+  uint64_t value[GPUCAP_MAX_DEVICES];
 } cfg_devvals_t;
 
 typedef enum cfg_dest_kind {
@@ -59,7 +58,8 @@ typedef struct cfg_dest {
  *  - writes a one-line reason without a trailing newline (or "" on success) to `why` when
  *    `why` is not NULL and `whylen` > 0, truncated to fit; CFG_WHY_MAX bytes always suffice;
  *  - returns 0, or -EINVAL when `s` is NULL or malformed, or -ERANGE when `s` is well formed
- *    but its value is out of range (overflow, zero, a fraction above 1, an ordinal >= 64);
+ *    but its value is out of range (overflow, zero, a fraction above 1, an ordinal beyond
+ *    GPUCAP_MAX_DEVICES - 1);
  *  - runs in O(strlen(s)) time and O(1) stack, and is reentrant. */
 
 /* Parses a size in bytes into *bytes: plain digits (`1073741824`) or a decimal number and a
@@ -92,10 +92,11 @@ int cfg_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out, cha
 /* Parses either one value for every device (`4GiB`) or a per-device list
  * `ordinal:value[,ordinal:value...]` (`0:4GiB,1:2GiB`) whose values are of `kind`; `=` may
  * stand for any `:` (`0=4GiB,1:2GiB`). The text is a list iff it contains ':', '=' or ','.
- * Ordinals are CUDA ordinals as the process sees them, decimal, 0..CFG_MAX_DEVICES-1; blanks
+ * Ordinals are CUDA ordinals as the process sees them, decimal, 0..GPUCAP_MAX_DEVICES-1; blanks
  * around items, ordinals and values are ignored.
  * Fails iff the single value fails its parser, or an item is empty, lacks `ordinal:`, has a bad
- * value, or names an ordinal that is malformed (-EINVAL), repeated (-EINVAL) or >= 64 (-ERANGE).
+ * value, or names an ordinal that is malformed (-EINVAL), repeated (-EINVAL) or beyond
+ * GPUCAP_MAX_DEVICES - 1 (-ERANGE).
  * The reason names the offending item or device. */
 int cfg_parse_devvals(const char *s, cfg_devkind_t kind, cfg_devvals_t *out, char *why,
                       size_t whylen);

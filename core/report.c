@@ -447,7 +447,7 @@ static void put_run(strbuf_t *o, const report_run_t *run) {
   }
   strbuf_str(o, r->njob > 0 ? "\n  }" : "}");
   strbuf_str(o, ",\n  \"gpus\": [");
-  for (int i = 0; i < r->ngpus && i < REPORT_GPUS_MAX; i++) {
+  for (int i = 0; i < r->ngpus && i < GPUCAP_MAX_DEVICES; i++) {
     const report_gpu_t *g = &r->gpus[i];
     strbuf_printf(o, "%s\n    {\"device\": %d, \"name\": ", i == 0 ? "" : ",", g->device);
     if (g->name[0] != '\0') {

@@ -10,6 +10,7 @@
 #define GPUCAP_CORE_REPORT_H
 
 #include "core/bfc.h"
+#include "core/limits.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +27,6 @@
 #define REPORT_HOST_MAX 256
 #define REPORT_COMMAND_MAX 4096 /* the arguments, each NUL-terminated, as /proc/PID/cmdline */
 #define REPORT_ENDED_MAX 16
-#define REPORT_GPUS_MAX 64
 #define REPORT_GPU_NAME_MAX 256
 #define REPORT_UUID_MAX 48 /* "GPU-" and 36 characters */
 #define REPORT_JOB_MAX 12
@@ -42,7 +42,7 @@
 #define REPORT_JSON_MAX(n) (REPORT_RUN_JSON_MAX + 1920 * (size_t)(n))
 #define REPORT_RUN_JSON_MAX                                                                        \
   (1024 + 6 * REPORT_HOST_MAX + 10 * REPORT_COMMAND_MAX +                                          \
-   REPORT_GPUS_MAX * (6 * REPORT_GPU_NAME_MAX + 6 * REPORT_UUID_MAX + 64) +                        \
+   GPUCAP_MAX_DEVICES * (6 * REPORT_GPU_NAME_MAX + 6 * REPORT_UUID_MAX + 64) +                     \
    REPORT_JOB_MAX * (6 * REPORT_JOB_KEY_MAX + 6 * REPORT_JOB_VALUE_MAX + 16) +                     \
    REPORT_NOTES_MAX * (6 * REPORT_NOTE_MAX + 16))
 
@@ -67,7 +67,7 @@ typedef struct report_run {
     char value[REPORT_JOB_VALUE_MAX]; /* as the scheduler set it */
   } job[REPORT_JOB_MAX];
   int ngpus;
-  report_gpu_t gpus[REPORT_GPUS_MAX];
+  report_gpu_t gpus[GPUCAP_MAX_DEVICES];
   int nnotes; /* what the report could not include, and why */
   char notes[REPORT_NOTES_MAX][REPORT_NOTE_MAX];
 } report_run_t;

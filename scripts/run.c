@@ -103,7 +103,7 @@ static int add_devlist(settings_t *s, const char *arg) {
               arg);
     return -1;
   }
-  for (int i = 0; i < CFG_MAX_DEVICES; i++) {
+  for (int i = 0; i < GPUCAP_MAX_DEVICES; i++) {
     if (add.mask & (UINT64_C(1) << i)) {
       s->devvals.value[i] = add.value[i];
     }
@@ -404,7 +404,7 @@ static int check_target(const settings_t *s, const char *path, const char *lib) 
 static void ordinals(uint64_t mask, char *buf, size_t len) {
   size_t n = 0;
   buf[0] = '\0';
-  for (int i = 0; i < CFG_MAX_DEVICES && n < len; i++) {
+  for (int i = 0; i < GPUCAP_MAX_DEVICES && n < len; i++) {
     if (mask & (UINT64_C(1) << i)) {
       n += (size_t)snprintf(buf + n, len - n, "%s%d", n > 0 ? ", " : "", i);
     }
@@ -417,7 +417,7 @@ static void ordinals(uint64_t mask, char *buf, size_t len) {
 static int check_devices(const settings_t *s, const cfg_t *cfg) {
   uint64_t named = cfg->limit.mask | cfg->fraction.mask;
   int count = 0;
-  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= CFG_MAX_DEVICES ||
+  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= GPUCAP_MAX_DEVICES ||
       (named >> count) == 0) {
     return 0;
   }

@@ -76,7 +76,7 @@ static int pool_device(CUmemoryPool pool) {
   if (dev != UNKNOWN || !real.cuDeviceGetCount || real.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
     return dev;
   }
-  for (int d = 0; d < count && d < CAP_MAX_DEVICES && dev == UNKNOWN; d++) {
+  for (int d = 0; d < count && d < GPUCAP_MAX_DEVICES && dev == UNKNOWN; d++) {
     CUmemoryPool p = NULL, q = NULL;
     if ((real.cuDeviceGetDefaultMemPool && real.cuDeviceGetDefaultMemPool(&p, d) == CUDA_SUCCESS &&
          p == pool) ||
@@ -106,7 +106,7 @@ static CUresult context_device(CUcontext ctx, int *dev) {
     }
   }
   if (rc == CUDA_SUCCESS) {
-    *dev = d >= 0 && d < CAP_MAX_DEVICES ? d : -1;
+    *dev = d >= 0 && d < GPUCAP_MAX_DEVICES ? d : -1;
   }
   return rc;
 }
@@ -183,7 +183,7 @@ static int block_device(uint64_t ptr) {
   if (!real.cuPointerGetAttribute ||
       real.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) !=
           CUDA_SUCCESS ||
-      ordinal < 0 || ordinal >= CAP_MAX_DEVICES) {
+      ordinal < 0 || ordinal >= GPUCAP_MAX_DEVICES) {
     return -1;
   }
   return ordinal;
@@ -313,7 +313,7 @@ GPUCAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
   CUresult rc = real.cuMemPoolCreate(pool, poolProps);
   if (rc == CUDA_SUCCESS && pool && poolProps) {
     const CUmemLocation *loc = &poolProps->location;
-    if (loc->type == CU_MEM_LOCATION_TYPE_DEVICE && loc->id >= 0 && loc->id < CAP_MAX_DEVICES) {
+    if (loc->type == CU_MEM_LOCATION_TYPE_DEVICE && loc->id >= 0 && loc->id < GPUCAP_MAX_DEVICES) {
       learn_pool(*pool, loc->id);
     } else if (loc->type == CU_MEM_LOCATION_TYPE_HOST ||
                loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||

@@ -20,7 +20,7 @@ struct device_cap {
   atomic_bool ready;
 };
 
-static struct device_cap devices[CAP_MAX_DEVICES];
+static struct device_cap devices[GPUCAP_MAX_DEVICES];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cfg_t settings;
 static bool settings_ok;
@@ -66,7 +66,7 @@ CUresult cap_current_device(int *dev) {
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (d < 0 || d >= CAP_MAX_DEVICES) {
+  if (d < 0 || d >= GPUCAP_MAX_DEVICES) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
   *dev = d;
@@ -138,7 +138,7 @@ void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
 }
 
 void cap_fork_child(void) {
-  for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     atomic_store_explicit(&devices[dev].used, 0, memory_order_relaxed);
   }
 }

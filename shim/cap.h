@@ -6,12 +6,12 @@
 #ifndef GPUCAP_SHIM_CAP_H
 #define GPUCAP_SHIM_CAP_H
 
+#include "core/limits.h"
 #include "shim/cudadefs.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CAP_MAX_DEVICES 64
 #define CAP_NONE UINT64_MAX
 
 /* Loads the settings on first call (prints their error or warning once, never before the

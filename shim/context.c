@@ -20,11 +20,11 @@
 #define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 /* Per device: the primary context's handle and the retains the program holds on it. */
-static _Atomic(CUcontext) primary[CAP_MAX_DEVICES];
-static atomic_int retains[CAP_MAX_DEVICES];
+static _Atomic(CUcontext) primary[GPUCAP_MAX_DEVICES];
+static atomic_int retains[GPUCAP_MAX_DEVICES];
 
 static bool dev_ok(int dev) {
-  return dev >= 0 && dev < CAP_MAX_DEVICES;
+  return dev >= 0 && dev < GPUCAP_MAX_DEVICES;
 }
 
 CUcontext context_primary(int dev) {
@@ -32,7 +32,7 @@ CUcontext context_primary(int dev) {
 }
 
 void context_fork_child(void) {
-  for (int d = 0; d < CAP_MAX_DEVICES; d++) {
+  for (int d = 0; d < GPUCAP_MAX_DEVICES; d++) {
     atomic_store_explicit(&primary[d], NULL, memory_order_relaxed);
     atomic_store_explicit(&retains[d], 0, memory_order_relaxed);
   }

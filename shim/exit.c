@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ROWS (2 * POOL_MAX + CAP_MAX_DEVICES) /* live pools, destroyed ones, pass-through */
+#define MAX_ROWS (2 * POOL_MAX + GPUCAP_MAX_DEVICES) /* live pools, destroyed ones, pass-through */
 
 static report_row_t rows[MAX_ROWS];
 static int nrows;

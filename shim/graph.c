@@ -37,19 +37,19 @@ struct gexec {
   CUgraphExec exec;
   CUcontext ctx; /* current at instantiation: the graph's */
   bool backed;   /* the graph pool holds its memory from an earlier launch or upload */
-  uint64_t bytes[CAP_MAX_DEVICES];
+  uint64_t bytes[GPUCAP_MAX_DEVICES];
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gexec **table;
 static size_t nexecs, capexecs;
-static atomic_size_t listed;              /* nexecs, read without the lock */
-static uint64_t charged[CAP_MAX_DEVICES]; /* the graph pool's memory last seen, charged */
+static atomic_size_t listed;                 /* nexecs, read without the lock */
+static uint64_t charged[GPUCAP_MAX_DEVICES]; /* the graph pool's memory last seen, charged */
 
 /* The bytes g's allocation nodes take on each device, in bytes[] (zeroed first). False when the
  * driver cannot list them. */
-static bool footprint(CUgraph g, uint64_t bytes[CAP_MAX_DEVICES]) {
-  memset(bytes, 0, CAP_MAX_DEVICES * sizeof *bytes);
+static bool footprint(CUgraph g, uint64_t bytes[GPUCAP_MAX_DEVICES]) {
+  memset(bytes, 0, GPUCAP_MAX_DEVICES * sizeof *bytes);
   size_t n = 0;
   if (!real.cuGraphGetNodes || !real.cuGraphNodeGetType || !real.cuGraphMemAllocNodeGetParams ||
       real.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS) {
@@ -73,7 +73,7 @@ static bool footprint(CUgraph g, uint64_t bytes[CAP_MAX_DEVICES]) {
           p.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
         dev = p.poolProps.location.id;
       }
-      if (dev >= 0 && dev < CAP_MAX_DEVICES && bytes[dev] + p.bytesize >= bytes[dev]) {
+      if (dev >= 0 && dev < GPUCAP_MAX_DEVICES && bytes[dev] + p.bytesize >= bytes[dev]) {
         bytes[dev] += p.bytesize;
       } else {
         ok = false;
@@ -84,8 +84,8 @@ static bool footprint(CUgraph g, uint64_t bytes[CAP_MAX_DEVICES]) {
   return ok;
 }
 
-static bool any(const uint64_t bytes[CAP_MAX_DEVICES]) {
-  for (int d = 0; d < CAP_MAX_DEVICES; d++) {
+static bool any(const uint64_t bytes[GPUCAP_MAX_DEVICES]) {
+  for (int d = 0; d < GPUCAP_MAX_DEVICES; d++) {
     if (bytes[d]) {
       return true;
     }
@@ -134,10 +134,10 @@ static void unback(int dev, const struct gexec *keep) {
 /* Admits what mapping bytes[] may add (everything unless `backed`) into admitted[], trimming a
  * device's idle graph memory once when it does not fit. Returns CUDA_SUCCESS, or
  * CUDA_ERROR_OUT_OF_MEMORY with nothing admitted. Lock held. */
-static CUresult admit(const uint64_t bytes[CAP_MAX_DEVICES], bool backed,
-                      uint64_t admitted[CAP_MAX_DEVICES]) {
-  memset(admitted, 0, CAP_MAX_DEVICES * sizeof *admitted);
-  for (int d = 0; d < CAP_MAX_DEVICES && !backed; d++) {
+static CUresult admit(const uint64_t bytes[GPUCAP_MAX_DEVICES], bool backed,
+                      uint64_t admitted[GPUCAP_MAX_DEVICES]) {
+  memset(admitted, 0, GPUCAP_MAX_DEVICES * sizeof *admitted);
+  for (int d = 0; d < GPUCAP_MAX_DEVICES && !backed; d++) {
     if (!bytes[d] || cap_charge(d, bytes[d])) {
       admitted[d] = bytes[d];
       continue;
@@ -162,8 +162,8 @@ static CUresult admit(const uint64_t bytes[CAP_MAX_DEVICES], bool backed,
 /* After a launch or upload that may have mapped x's memory: settles each device x allocates
  * on and returns the admission. A first mapping that grew the pool by less than x's
  * footprint reused idle memory that other graphs may count on. Lock held. */
-static void mapped(struct gexec *x, const uint64_t admitted[CAP_MAX_DEVICES], CUresult rc) {
-  for (int d = 0; d < CAP_MAX_DEVICES; d++) {
+static void mapped(struct gexec *x, const uint64_t admitted[GPUCAP_MAX_DEVICES], CUresult rc) {
+  for (int d = 0; d < GPUCAP_MAX_DEVICES; d++) {
     if (x->bytes[d]) {
       uint64_t before = charged[d];
       settle(d);
@@ -248,7 +248,7 @@ static CUresult instantiate(enum inst how, CUgraphExec *out, CUgraph g, const st
   }
   /* An upload at instantiation maps the memory at once (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD). */
   bool upload = a->params && (a->params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
-  uint64_t admitted[CAP_MAX_DEVICES];
+  uint64_t admitted[GPUCAP_MAX_DEVICES];
   pthread_mutex_lock(&lock);
   CUresult rc = admit(x->bytes, !upload, admitted);
   if (rc == CUDA_SUCCESS) {
@@ -333,7 +333,7 @@ static CUresult run(enum run how, CUgraphExec exec, CUstream stream) {
     pthread_mutex_unlock(&lock);
     return run_call(how, exec, stream); /* no allocation nodes */
   }
-  uint64_t admitted[CAP_MAX_DEVICES];
+  uint64_t admitted[GPUCAP_MAX_DEVICES];
   CUresult rc = admit(x->bytes, x->backed, admitted);
   if (rc == CUDA_SUCCESS) {
     rc = run_call(how, exec, stream);
@@ -361,7 +361,7 @@ GPUCAP_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStre
 
 /* Settles every device some graph memory is charged to. Lock held. */
 static void settle_charged(void) {
-  for (int d = 0; d < CAP_MAX_DEVICES; d++) {
+  for (int d = 0; d < GPUCAP_MAX_DEVICES; d++) {
     if (charged[d]) {
       settle(d);
     }
@@ -403,7 +403,7 @@ GPUCAP_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuDeviceGraphMemTrim(device);
-  if (rc == CUDA_SUCCESS && device >= 0 && device < CAP_MAX_DEVICES) {
+  if (rc == CUDA_SUCCESS && device >= 0 && device < GPUCAP_MAX_DEVICES) {
     pthread_mutex_lock(&lock);
     settle(device);
     unback(device, NULL);

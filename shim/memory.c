@@ -27,7 +27,7 @@ static charges_t live = CHARGES_INIT; /* pass-through blocks: address -> (device
 struct passthru {
   _Atomic uint64_t allocs, frees, ooms, in_use, peak, largest;
 };
-static struct passthru passthru[CAP_MAX_DEVICES];
+static struct passthru passthru[GPUCAP_MAX_DEVICES];
 
 static void count_alloc(int dev, uint64_t bytes) {
   struct passthru *c = &passthru[dev];
@@ -112,7 +112,7 @@ bool mem_prepare(bool args_ok, int *dev, CUresult *rc) {
 
 CUresult mem_refuse(int dev, uint64_t bytes) {
   if (dev < 0) {
-    log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", CAP_MAX_DEVICES - 1);
+    log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", GPUCAP_MAX_DEVICES - 1);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   atomic_fetch_add(&passthru[dev].ooms, 1);
@@ -283,7 +283,7 @@ GPUCAP_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuDeviceTotalMem_v2(bytes, dev);
-  if (rc == CUDA_SUCCESS && dev >= 0 && dev < CAP_MAX_DEVICES) {
+  if (rc == CUDA_SUCCESS && dev >= 0 && dev < GPUCAP_MAX_DEVICES) {
     uint64_t limit = cap_limit(dev, *bytes);
     if (limit < *bytes) {
       *bytes = (size_t)limit;
@@ -297,7 +297,7 @@ GPUCAP_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   CUresult rc = real.cuDeviceTotalMem(bytes, dev);
-  if (rc == CUDA_SUCCESS && dev >= 0 && dev < CAP_MAX_DEVICES) {
+  if (rc == CUDA_SUCCESS && dev >= 0 && dev < GPUCAP_MAX_DEVICES) {
     uint64_t limit = cap_limit(dev, 0);
     if (limit < *bytes) {
       *bytes = (unsigned int)limit;
@@ -338,7 +338,7 @@ static void pitch_clear(bool legacy, void *dptr) {
 /* The device's pitch alignment (CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT), cached; 1 when the
  * driver does not say (a lower bound must stay a lower bound). */
 static uint64_t pitch_alignment(int dev) {
-  static _Atomic uint32_t cache[CAP_MAX_DEVICES];
+  static _Atomic uint32_t cache[GPUCAP_MAX_DEVICES];
   uint32_t a = atomic_load_explicit(&cache[dev], memory_order_relaxed);
   if (a == 0) {
     int v = 0;
@@ -416,7 +416,7 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitc
 }
 
 void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *stats), void *arg) {
-  for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     struct passthru *c = &passthru[dev];
     bfc_stats_t s = {0};
     s.num_allocs = atomic_load(&c->allocs);
@@ -437,7 +437,7 @@ void memory_each_passthrough(void (*fn)(void *arg, int dev, const bfc_stats_t *s
 
 void memory_fork_child(void) {
   charges_fork_child(&live);
-  for (int dev = 0; dev < CAP_MAX_DEVICES; dev++) {
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     struct passthru *c = &passthru[dev];
     atomic_store(&c->allocs, 0);
     atomic_store(&c->frees, 0);

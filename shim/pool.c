@@ -64,7 +64,7 @@ static struct ended {
   uint64_t largest_request;
 } ended[POOL_MAX];
 static int nended;
-static int contexts_seen[CAP_MAX_DEVICES];
+static int contexts_seen[GPUCAP_MAX_DEVICES];
 static atomic_int npools;
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local struct ctx_pool *last_used;
@@ -207,7 +207,7 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     /* A dropped context's slot is still visible to other threads (trims, look-ups). */
     pthread_mutex_lock(&p->lock);
     p->dev = dev;
-    p->index = dev >= 0 && dev < CAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
+    p->index = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
     p->gone = false;
     atomic_store_explicit(&p->dying, false, memory_order_relaxed);
     p->oom_streak = 0;

@@ -26,7 +26,7 @@ static struct device {
   atomic_int state; /* 0 unknown, 1 being learnt, 2 learnt */
   char name[REPORT_GPU_NAME_MAX];
   char uuid[REPORT_UUID_MAX];
-} devices[CAP_MAX_DEVICES];
+} devices[GPUCAP_MAX_DEVICES];
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -54,7 +54,7 @@ static void format_uuid(const CUuuid *u, char *out, size_t cap) {
 
 void runinfo_learn(int dev) {
   pthread_once(&once, first_use);
-  if (dev < 0 || dev >= CAP_MAX_DEVICES) {
+  if (dev < 0 || dev >= GPUCAP_MAX_DEVICES) {
     return;
   }
   struct device *d = &devices[dev];
@@ -111,7 +111,7 @@ void runinfo_fill(report_run_t *run, const char *ended_by) {
     run->njob++;
   }
   run->ngpus = 0;
-  for (int dev = 0; dev < CAP_MAX_DEVICES && run->ngpus < REPORT_GPUS_MAX; dev++) {
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES && run->ngpus < GPUCAP_MAX_DEVICES; dev++) {
     const struct device *d = &devices[dev];
     if (atomic_load_explicit(&d->state, memory_order_acquire) != 2) {
       continue;

@@ -153,7 +153,7 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
   }
   bool on_device = handle && prop && size > 0 && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   int dev = on_device ? prop->location.id : -1;
-  if (!on_device || dev < 0 || dev >= CAP_MAX_DEVICES) {
+  if (!on_device || dev < 0 || dev >= GPUCAP_MAX_DEVICES) {
     return real.cuMemCreate(handle, size, prop,
                             flags); /* not device memory, or the driver's error */
   }

@@ -290,7 +290,7 @@ static bool ref_devvals(span_t s, cfg_devkind_t kind, cfg_devvals_t *out) {
       }
       o = o * 10 + (ord.p[i] - '0');
     }
-    if (o >= CFG_MAX_DEVICES || (out->mask >> o) & 1) {
+    if (o >= GPUCAP_MAX_DEVICES || (out->mask >> o) & 1) {
       return false;
     }
     span_t val = {colon + 1, (size_t)(item.p + item.n - colon - 1)};
@@ -359,7 +359,7 @@ static bool devvals_equal(const cfg_devvals_t *a, const cfg_devvals_t *b) {
   if (a->every && a->every_value != b->every_value) {
     return false;
   }
-  for (int i = 0; i < CFG_MAX_DEVICES; i++) {
+  for (int i = 0; i < GPUCAP_MAX_DEVICES; i++) {
     if (((a->mask >> i) & 1) && a->value[i] != b->value[i]) {
       return false;
     }
@@ -448,10 +448,10 @@ static void fuzz_devvals(const char *s, size_t n, cfg_devkind_t kind) {
   require(len < sizeof text, "devvals text of %zu bytes", len);
   require(cfg_parse_devvals(text, kind, &back, NULL, 0) == 0 && devvals_equal(&back, &got),
           "devvals '%s' format as '%s', which does not read back", s, text);
-  for (int o = -1; o <= CFG_MAX_DEVICES; o++) {
+  for (int o = -1; o <= GPUCAP_MAX_DEVICES; o++) {
     uint64_t v = 0;
     bool has = cfg_devvals_get(&got, o, &v);
-    bool want_has = o >= 0 && (got.every || (o < CFG_MAX_DEVICES && ((got.mask >> o) & 1)));
+    bool want_has = o >= 0 && (got.every || (o < GPUCAP_MAX_DEVICES && ((got.mask >> o) & 1)));
     require(has == want_has, "cfg_devvals_get(%d)", o);
   }
 }

@@ -1208,7 +1208,7 @@ static void test_random(void) {
         bool same = cfg_parse_devvals(text, (cfg_devkind_t)kind, &back, NULL, 0) == 0 &&
                     back.every == dv.every && back.mask == dv.mask &&
                     (!dv.every || back.every_value == dv.every_value);
-        for (int d = 0; d < CFG_MAX_DEVICES && same; d++) {
+        for (int d = 0; d < GPUCAP_MAX_DEVICES && same; d++) {
           same = !((dv.mask >> d) & 1) || back.value[d] == dv.value[d];
         }
         bad_trip += !same;

@@ -952,10 +952,10 @@ static void test_bounds(void) {
   bad.command_len = sizeof bad.command;
   bad.start_ns = bad.end_ns = INT64_MAX;
   bad.njob = REPORT_JOB_MAX;
-  bad.ngpus = REPORT_GPUS_MAX;
+  bad.ngpus = GPUCAP_MAX_DEVICES;
   bad.nnotes = REPORT_NOTES_MAX;
   strcpy(bad.ended_by, "SIGTERM");
-  for (int k = 0; k < REPORT_GPUS_MAX; k++) {
+  for (int k = 0; k < GPUCAP_MAX_DEVICES; k++) {
     bad.gpus[k].device = INT_MIN;
   }
   for (int k = 0; k < REPORT_JOB_MAX; k++) {
