@@ -94,25 +94,7 @@ struct bfc_pool {
   uint32_t rng;
   uint16_t epoch;
 
-  uint64_t num_allocs;
-  uint64_t bytes_in_use;
-  uint64_t peak_bytes_in_use;
-  uint64_t requested_in_use;
-  uint64_t peak_requested_in_use;
-  uint64_t largest_alloc;
-  uint64_t pool_bytes;
-  uint64_t peak_pool_bytes;
-  uint64_t deferred_bytes;
-  uint64_t num_deferred;
-  uint64_t num_in_use;
-  uint64_t num_free;
-  uint64_t driver_alloc_calls;
-  uint64_t driver_alloc_failures;
-  uint64_t driver_free_calls;
-  uint64_t driver_free_failures;
-  uint64_t num_ooms;
-  uint64_t num_eagain;
-  uint64_t num_retired;
+  bfc_stats_t st; /* the counters bfc_stats() reports; those it computes stay 0 here */
 };
 
 /* ---- sizes and classes ---------------------------------------------------------------- */
@@ -447,7 +429,7 @@ static void double_next_region(bfc_pool_t *p) {
 
 /* TensorFlow's Extend: reserve the next region and add it as one free chunk. */
 static int extend(bfc_pool_t *p, uint64_t rounded) {
-  uint64_t avail = (p->limit - p->pool_bytes) & ~(uint64_t)(BFC_MIN_ALLOC - 1);
+  uint64_t avail = (p->limit - p->st.pool_bytes) & ~(uint64_t)(BFC_MIN_ALLOC - 1);
   if (rounded > avail) {
     return -ENOMEM;
   }
@@ -480,7 +462,7 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
     if (rc == 0) {
       break;
     }
-    p->driver_alloc_failures++;
+    p->st.driver_alloc_failures++;
     if (rc != -ENOMEM || bytes == rounded) {
       free(r);
       return rc < 0 ? rc : -EIO;
@@ -494,14 +476,14 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
   }
   if (!placement_ok(p, base, bytes)) {
     if (p->prim.release(p->prim.ctx, base, bytes) == 0) {
-      p->driver_free_calls++;
+      p->st.driver_free_calls++;
     } else {
-      p->driver_free_failures++;
+      p->st.driver_free_failures++;
     }
     free(r);
     return -EFAULT;
   }
-  p->driver_alloc_calls++;
+  p->st.driver_alloc_calls++;
   if (!increased) {
     double_next_region(p);
   }
@@ -519,12 +501,12 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
   memmove(&p->regions[i + 1], &p->regions[i], (p->nregions - i) * sizeof(*p->regions));
   p->regions[i] = r;
   p->nregions++;
-  p->pool_bytes += bytes;
-  if (p->pool_bytes > p->peak_pool_bytes) {
-    p->peak_pool_bytes = p->pool_bytes;
+  p->st.pool_bytes += bytes;
+  if (p->st.pool_bytes > p->st.peak_pool_bytes) {
+    p->st.peak_pool_bytes = p->st.pool_bytes;
   }
   bin_insert(p, c);
-  p->num_free++;
+  p->st.num_free_chunks++;
   return 0;
 }
 
@@ -541,18 +523,18 @@ static int release_free_regions(bfc_pool_t *p, uint64_t *released) {
     }
     int rc = p->prim.release(p->prim.ctx, r->base, r->size);
     if (rc != 0) {
-      p->driver_free_failures++;
+      p->st.driver_free_failures++;
       if (first_err == 0) {
         first_err = rc < 0 ? rc : -EIO;
       }
       i++;
       continue;
     }
-    p->driver_free_calls++;
+    p->st.driver_free_calls++;
     unindex(p, r->first);
-    p->num_free--;
+    p->st.num_free_chunks--;
     chunk_put(p, r->first);
-    p->pool_bytes -= r->size;
+    p->st.pool_bytes -= r->size;
     total += r->size;
     memmove(&p->regions[i], &p->regions[i + 1], (p->nregions - i - 1) * sizeof(*p->regions));
     p->nregions--;
@@ -572,7 +554,7 @@ static int collect(bfc_pool_t *p, uint64_t rounded) {
       free_region_bytes += p->regions[i]->size;
     }
   }
-  if (free_region_bytes == 0 || rounded > p->limit - p->pool_bytes + free_region_bytes) {
+  if (free_region_bytes == 0 || rounded > p->limit - p->st.pool_bytes + free_region_bytes) {
     return 0;
   }
   uint64_t released = 0;
@@ -613,7 +595,7 @@ static int retire_would_fit(bfc_pool_t *p, uint64_t rounded) {
 }
 
 static int alloc_slow(bfc_pool_t *p, uint64_t rounded, chunk_t **out) {
-  if (p->num_deferred > 0 && retire_would_fit(p, rounded)) {
+  if (p->st.num_deferred > 0 && retire_would_fit(p, rounded)) {
     return -EAGAIN;
   }
   int rc = extend(p, rounded);
@@ -624,7 +606,7 @@ static int alloc_slow(bfc_pool_t *p, uint64_t rounded, chunk_t **out) {
   if (rc != -ENOMEM) {
     return rc;
   }
-  if (p->num_deferred > 0) {
+  if (p->st.num_deferred > 0) {
     return -EAGAIN;
   }
   if (collect(p, rounded)) {
@@ -653,23 +635,23 @@ static void use_chunk(bfc_pool_t *p, chunk_t *c, uint64_t rounded, uint64_t byte
     c->size = rounded;
     set_dv(p, r);
   } else {
-    p->num_free--;
+    p->st.num_free_chunks--;
   }
   c->state = BFC_IN_USE;
   c->requested = bytes;
   addrmap_put(&p->map, c->addr, c);
-  p->num_allocs++;
-  p->num_in_use++;
-  p->bytes_in_use += c->size;
-  p->requested_in_use += bytes;
-  if (p->bytes_in_use > p->peak_bytes_in_use) {
-    p->peak_bytes_in_use = p->bytes_in_use;
+  p->st.num_allocs++;
+  p->st.num_in_use++;
+  p->st.bytes_in_use += c->size;
+  p->st.bytes_requested_in_use += bytes;
+  if (p->st.bytes_in_use > p->st.peak_bytes_in_use) {
+    p->st.peak_bytes_in_use = p->st.bytes_in_use;
   }
-  if (p->requested_in_use > p->peak_requested_in_use) {
-    p->peak_requested_in_use = p->requested_in_use;
+  if (p->st.bytes_requested_in_use > p->st.peak_bytes_requested_in_use) {
+    p->st.peak_bytes_requested_in_use = p->st.bytes_requested_in_use;
   }
-  if (c->size > p->largest_alloc) {
-    p->largest_alloc = c->size;
+  if (c->size > p->st.largest_alloc_size) {
+    p->st.largest_alloc_size = c->size;
   }
 }
 
@@ -679,12 +661,12 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr) {
   }
   uint64_t rounded = bfc_round(bytes);
   if (rounded == 0) {
-    pool->num_ooms++;
+    pool->st.num_ooms++;
     return -ENOMEM;
   }
   if (pool->nspare < 2 || 2 * (pool->map.count + 1) > pool->map.mask + 1) {
     if (reserve_meta(pool) != 0) {
-      pool->num_ooms++;
+      pool->st.num_ooms++;
       return -ENOMEM;
     }
   }
@@ -693,9 +675,9 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr) {
     int rc = alloc_slow(pool, rounded, &c);
     if (rc != 0) {
       if (rc == -ENOMEM) {
-        pool->num_ooms++;
+        pool->st.num_ooms++;
       } else if (rc == -EAGAIN) {
-        pool->num_eagain++;
+        pool->st.num_eagain++;
       }
       DEBUG_CHECK(pool);
       return rc;
@@ -720,7 +702,7 @@ static void make_free(bfc_pool_t *p, chunk_t *c) {
       n->next->prev = c;
     }
     chunk_put(p, n);
-    p->num_free--;
+    p->st.num_free_chunks--;
   }
   chunk_t *pv = c->prev;
   if (pv != NULL && pv->state == BFC_FREE) {
@@ -731,11 +713,11 @@ static void make_free(bfc_pool_t *p, chunk_t *c) {
       c->next->prev = pv;
     }
     chunk_put(p, c);
-    p->num_free--;
+    p->st.num_free_chunks--;
     c = pv;
   }
   set_dv(p, c);
-  p->num_free++;
+  p->st.num_free_chunks++;
 }
 
 /* Error for an address that is not the base of an in-use block. */
@@ -753,9 +735,9 @@ static chunk_t *take_in_use(bfc_pool_t *p, uint64_t addr) {
   }
   chunk_t *c = addrmap_take(&p->map, addr);
   if (c != NULL) {
-    p->num_in_use--;
-    p->bytes_in_use -= c->size;
-    p->requested_in_use -= c->requested;
+    p->st.num_in_use--;
+    p->st.bytes_in_use -= c->size;
+    p->st.bytes_requested_in_use -= c->requested;
   }
   return c;
 }
@@ -790,8 +772,8 @@ int bfc_free_deferred(bfc_pool_t *pool, uint64_t addr) {
     pool->deferred = c;
   }
   pool->deferred_tail = c;
-  pool->deferred_bytes += c->size;
-  pool->num_deferred++;
+  pool->st.deferred_bytes += c->size;
+  pool->st.num_deferred++;
   DEBUG_CHECK(pool);
   return 0;
 }
@@ -808,8 +790,8 @@ uint64_t bfc_retire_upto(bfc_pool_t *pool, uint64_t mark) {
   chunk_t *d = pool->deferred;
   while (d != NULL && d->ticket <= mark) {
     chunk_t *next = d->dnext; /* make_free may recycle d */
-    pool->deferred_bytes -= d->size;
-    pool->num_deferred--;
+    pool->st.deferred_bytes -= d->size;
+    pool->st.num_deferred--;
     make_free(pool, d);
     n++;
     d = next;
@@ -818,7 +800,7 @@ uint64_t bfc_retire_upto(bfc_pool_t *pool, uint64_t mark) {
   if (d == NULL) {
     pool->deferred_tail = NULL;
   }
-  pool->num_retired += n;
+  pool->st.num_retired += n;
   DEBUG_CHECK(pool);
   return n;
 }
@@ -877,9 +859,9 @@ void bfc_usage(const bfc_pool_t *pool, uint64_t *in_use, uint64_t *deferred, uin
                uint64_t *reserved) {
   uint64_t use = 0, def = 0, res = 0;
   if (pool != NULL) {
-    use = pool->bytes_in_use;
-    def = pool->deferred_bytes;
-    res = pool->pool_bytes;
+    use = pool->st.bytes_in_use;
+    def = pool->st.deferred_bytes;
+    res = pool->st.pool_bytes;
   }
   if (in_use != NULL) {
     *in_use = use;
@@ -906,33 +888,15 @@ void bfc_stats(const bfc_pool_t *pool, bfc_stats_t *out) {
     return;
   }
   const bfc_pool_t *p = pool;
-  out->num_allocs = p->num_allocs;
-  out->bytes_in_use = p->bytes_in_use;
-  out->peak_bytes_in_use = p->peak_bytes_in_use;
-  out->bytes_requested_in_use = p->requested_in_use;
-  out->peak_bytes_requested_in_use = p->peak_requested_in_use;
-  out->largest_alloc_size = p->largest_alloc;
+  *out = p->st; /* what the pool counts as it goes; then what is computed from its state: */
   out->bytes_limit = p->limit;
-  out->pool_bytes = p->pool_bytes;
-  out->peak_pool_bytes = p->peak_pool_bytes;
   out->largest_free_block_bytes = largest_free(p);
-  out->free_bytes = p->pool_bytes - p->bytes_in_use - p->deferred_bytes;
+  out->free_bytes = p->st.pool_bytes - p->st.bytes_in_use - p->st.deferred_bytes;
   out->fragmentation =
       out->free_bytes == 0
           ? 0.0
           : (double)(out->free_bytes - out->largest_free_block_bytes) / (double)out->free_bytes;
-  out->deferred_bytes = p->deferred_bytes;
-  out->num_deferred = p->num_deferred;
-  out->num_in_use = p->num_in_use;
-  out->num_free_chunks = p->num_free;
   out->num_regions = p->nregions;
-  out->driver_alloc_calls = p->driver_alloc_calls;
-  out->driver_alloc_failures = p->driver_alloc_failures;
-  out->driver_free_calls = p->driver_free_calls;
-  out->driver_free_failures = p->driver_free_failures;
-  out->num_ooms = p->num_ooms;
-  out->num_eagain = p->num_eagain;
-  out->num_retired = p->num_retired;
   out->host_metadata_bytes = metadata_bytes(p);
 }
 
@@ -1172,14 +1136,14 @@ int bfc_check(const bfc_pool_t *pool) {
   expect(&k, records + spares == p->nslabs * SLAB_CHUNKS);
 
   /* Counters against the recount. */
-  expect(&k, pool_bytes == p->pool_bytes && p->pool_bytes <= p->limit);
-  expect(&k, p->peak_pool_bytes >= p->pool_bytes);
-  expect(&k, used == p->num_in_use && used_bytes == p->bytes_in_use);
-  expect(&k, req_bytes == p->requested_in_use);
-  expect(&k, p->peak_bytes_in_use >= p->bytes_in_use);
-  expect(&k, p->peak_requested_in_use >= p->requested_in_use);
-  expect(&k, nfree == p->num_free);
-  expect(&k, ndeferred == p->num_deferred && deferred_bytes == p->deferred_bytes);
-  expect(&k, p->driver_alloc_calls >= p->nregions);
+  expect(&k, pool_bytes == p->st.pool_bytes && p->st.pool_bytes <= p->limit);
+  expect(&k, p->st.peak_pool_bytes >= p->st.pool_bytes);
+  expect(&k, used == p->st.num_in_use && used_bytes == p->st.bytes_in_use);
+  expect(&k, req_bytes == p->st.bytes_requested_in_use);
+  expect(&k, p->st.peak_bytes_in_use >= p->st.bytes_in_use);
+  expect(&k, p->st.peak_bytes_requested_in_use >= p->st.bytes_requested_in_use);
+  expect(&k, nfree == p->st.num_free_chunks);
+  expect(&k, ndeferred == p->st.num_deferred && deferred_bytes == p->st.deferred_bytes);
+  expect(&k, p->st.driver_alloc_calls >= p->nregions);
   return k.bad;
 }

@@ -36,33 +36,12 @@ typedef struct bfc_options {
   int allow_growth; /* 1: regions of 2, 4, 8 MiB...; 0: one region of the whole limit */
 } bfc_options_t;
 
-/* Counters; field names follow TensorFlow's AllocatorStats where one exists. */
+/* Counters; field names follow TensorFlow's AllocatorStats where one exists. core/stats.def
+ * lists them, once, with what each one counts. */
 typedef struct bfc_stats {
-  uint64_t num_allocs;             /* successful bfc_alloc calls since creation */
-  uint64_t bytes_in_use;           /* sum of chunk sizes of in-use blocks */
-  uint64_t peak_bytes_in_use;      /* maximum of bytes_in_use */
-  uint64_t bytes_requested_in_use; /* sum of the sizes asked for by in-use blocks */
-  uint64_t peak_bytes_requested_in_use;
-  uint64_t largest_alloc_size; /* largest chunk handed out (TensorFlow: chunk size) */
-  uint64_t bytes_limit;        /* options.limit */
-  uint64_t pool_bytes;         /* bytes reserved from the primitive and not released */
-  uint64_t peak_pool_bytes;
-  uint64_t largest_free_block_bytes; /* largest free (reusable) chunk */
-  uint64_t free_bytes;               /* pool_bytes - bytes_in_use - deferred_bytes */
-  double fragmentation;              /* (free - largest free) / free; 0 when free == 0 */
-  uint64_t deferred_bytes;           /* chunk bytes freed with bfc_free_deferred, not retired */
-  uint64_t num_deferred;             /* chunks awaiting bfc_retire(_upto) */
-  uint64_t num_in_use;               /* in-use blocks */
-  uint64_t num_free_chunks;          /* free chunks (each is a maximal free run) */
-  uint64_t num_regions;              /* regions currently reserved */
-  uint64_t driver_alloc_calls;       /* reserve calls whose range became a region */
-  uint64_t driver_alloc_failures;    /* reserve calls that failed (each backoff step counts) */
-  uint64_t driver_free_calls;        /* release calls that succeeded */
-  uint64_t driver_free_failures;     /* release calls that failed */
-  uint64_t num_ooms;                 /* bfc_alloc calls that returned -ENOMEM */
-  uint64_t num_eagain;               /* bfc_alloc calls that returned -EAGAIN */
-  uint64_t num_retired;              /* chunks made reusable by bfc_retire(_upto) */
-  uint64_t host_metadata_bytes;      /* host bytes held by the pool (struct, chunks, map) */
+#define STAT(type, name, scope, tf, tf_label) type name;
+#include "core/stats.def"
+#undef STAT
 } bfc_stats_t;
 
 /* States reported by bfc_walk. */

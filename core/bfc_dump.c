@@ -229,21 +229,28 @@ static void put_summary(strbuf_t *w, const bfc_stats_t *st, uint64_t request) {
   strbuf_str(w, " (1 - largest free / free)\n");
 }
 
+/* TensorFlow's AllocatorStats block, its lines in its order (core/stats.def says which counter
+ * goes on which line; lines 6 and 7, the reservations, are 0: gpucap reserves nothing outside
+ * its pool). */
 static void put_tf_stats(strbuf_t *w, const bfc_stats_t *st) {
+  enum { TF_LINES = 13 };
+  struct {
+    const char *label;
+    uint64_t value;
+  } line[TF_LINES + 1] = {{NULL, 0}};
+  line[6].label = "Reserved:";
+  line[7].label = "PeakReserved:";
+#define STAT(type, name, scope, tf, tf_label)                                                      \
+  if (tf > 0) {                                                                                    \
+    line[tf].label = tf_label;                                                                     \
+    line[tf].value = (uint64_t)st->name;                                                           \
+  }
+#include "core/stats.def"
+#undef STAT
   strbuf_str(w, "Stats:\n");
-  put_label(w, "Limit:", st->bytes_limit);
-  put_label(w, "InUse:", st->bytes_in_use);
-  put_label(w, "MaxInUse:", st->peak_bytes_in_use);
-  put_label(w, "NumAllocs:", st->num_allocs);
-  put_label(w, "MaxAllocSize:", st->largest_alloc_size);
-  put_label(w, "Reserved:", 0);
-  put_label(w, "PeakReserved:", 0);
-  put_label(w, "LargestFreeBlock:", st->largest_free_block_bytes);
-  put_label(w, "PoolBytes:", st->pool_bytes);
-  put_label(w, "PeakPoolBytes:", st->peak_pool_bytes);
-  put_label(w, "NumOOMs:", st->num_ooms);
-  put_label(w, "DriverAllocs:", st->driver_alloc_calls);
-  put_label(w, "DriverFrees:", st->driver_free_calls);
+  for (int i = 1; i <= TF_LINES; i++) {
+    put_label(w, line[i].label, line[i].value);
+  }
 }
 
 size_t bfc_format_report(const bfc_pool_t *pool, uint64_t request, char *buf, size_t cap) {

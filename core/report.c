@@ -81,19 +81,15 @@ static uint64_t ratio_scaled(uint64_t num, uint64_t den, uint64_t scale) {
 }
 
 static void view_of(const report_row_t *r, view_t *v) {
+  enum { POOL_ONLY_ANY = 0, POOL_ONLY_POOL = 1 };
   v->s = r->stats;
   if (!r->pooled) {
-    v->s.pool_bytes = 0;
-    v->s.peak_pool_bytes = 0;
-    v->s.largest_free_block_bytes = 0;
-    v->s.free_bytes = 0;
-    v->s.fragmentation = 0.0;
-    v->s.deferred_bytes = 0;
-    v->s.num_deferred = 0;
-    v->s.num_free_chunks = 0;
-    v->s.num_regions = 0;
-    v->s.num_eagain = 0;
-    v->s.num_retired = 0;
+#define STAT(type, name, scope, tf, tf_label)                                                      \
+  if (POOL_ONLY_##scope) {                                                                         \
+    v->s.name = 0;                                                                                 \
+  }
+#include "core/stats.def"
+#undef STAT
   }
   v->lost = v->s.bytes_in_use > v->s.bytes_requested_in_use
                 ? v->s.bytes_in_use - v->s.bytes_requested_in_use
@@ -302,6 +298,46 @@ static void put_key_fraction_or_null(strbuf_t *o, const char *key, bool known, u
   }
 }
 
+/* A counter: an exact integer, or a fraction with six decimals. */
+static void put_key_fraction(strbuf_t *o, const char *key, double f) {
+  put_key_e6(o, key, fraction_scaled(f, MICRO));
+}
+#define put_key_stat(o, key, x)                                                                    \
+  _Generic((x), double : put_key_fraction, default : put_key_u64)(o, key, x)
+
+enum stat_id {
+#define STAT(type, name, scope, tf, tf_label) STAT_ID_##name,
+#include "core/stats.def"
+#undef STAT
+};
+
+/* The report's own keys of a device object, each group after the counter it follows. */
+static void put_keys_after(strbuf_t *o, enum stat_id after, const view_t *v) {
+  switch (after) {
+  case STAT_ID_bytes_limit:
+    /* JAX's reservation keys: gpucap reserves nothing outside its pool, so they are 0. */
+    put_key_u64(o, "bytes_reserved", 0);
+    put_key_u64(o, "peak_bytes_reserved", 0);
+    put_key_u64(o, "bytes_reservable_limit", 0);
+    break;
+  case STAT_ID_fragmentation: /* TensorFlow's BFCAllocator::GetFragmentation(); then gpucap's */
+    if (v->largest == REPORT_UNKNOWN) {
+      strbuf_str(o, ",\n      \"largest_request_bytes\": null");
+    } else {
+      put_key_u64(o, "largest_request_bytes", v->largest);
+    }
+    put_key_fraction_or_null(o, "available_fragmentation", v->largest != REPORT_UNKNOWN,
+                             available_frag_scaled(v, MICRO));
+    break;
+  case STAT_ID_peak_bytes_requested_in_use:
+    put_key_u64(o, "internal_fragmentation_bytes", v->lost);
+    put_key_e6(o, "utilization", ratio_scaled(v->s.peak_bytes_in_use, v->s.peak_pool_bytes, MICRO));
+    break;
+  default:
+    break;
+  }
+}
+
 static void put_json_row(strbuf_t *o, const report_row_t *r) {
   view_t v;
   view_of(r, &v);
@@ -316,47 +352,14 @@ static void put_json_row(strbuf_t *o, const report_row_t *r) {
   } else {
     put_key_u64(o, "cap_bytes", r->cap);
   }
-  /* TensorFlow's AllocatorStats names, which JAX's memory_stats() also uses. gpucap reserves
-   * nothing outside its pool, so the three *reserv* keys are always 0. */
-  put_key_u64(o, "num_allocs", s->num_allocs);
-  put_key_u64(o, "bytes_in_use", s->bytes_in_use);
-  put_key_u64(o, "peak_bytes_in_use", s->peak_bytes_in_use);
-  put_key_u64(o, "largest_alloc_size", s->largest_alloc_size);
-  put_key_u64(o, "bytes_limit", s->bytes_limit);
-  put_key_u64(o, "bytes_reserved", 0);
-  put_key_u64(o, "peak_bytes_reserved", 0);
-  put_key_u64(o, "bytes_reservable_limit", 0);
-  put_key_u64(o, "pool_bytes", s->pool_bytes);
-  put_key_u64(o, "peak_pool_bytes", s->peak_pool_bytes);
-  put_key_u64(o, "largest_free_block_bytes", s->largest_free_block_bytes);
-  /* TensorFlow's BFCAllocator::GetFragmentation(). */
-  put_key_e6(o, "fragmentation", fraction_scaled(s->fragmentation, MICRO));
-  /* gpucap's own. */
-  if (v.largest == REPORT_UNKNOWN) {
-    strbuf_str(o, ",\n      \"largest_request_bytes\": null");
-  } else {
-    put_key_u64(o, "largest_request_bytes", v.largest);
-  }
-  put_key_fraction_or_null(o, "available_fragmentation", v.largest != REPORT_UNKNOWN,
-                           available_frag_scaled(&v, MICRO));
-  put_key_u64(o, "bytes_requested_in_use", s->bytes_requested_in_use);
-  put_key_u64(o, "peak_bytes_requested_in_use", s->peak_bytes_requested_in_use);
-  put_key_u64(o, "internal_fragmentation_bytes", v.lost);
-  put_key_e6(o, "utilization", ratio_scaled(s->peak_bytes_in_use, s->peak_pool_bytes, MICRO));
-  put_key_u64(o, "free_bytes", s->free_bytes);
-  put_key_u64(o, "deferred_bytes", s->deferred_bytes);
-  put_key_u64(o, "num_in_use", s->num_in_use);
-  put_key_u64(o, "num_deferred", s->num_deferred);
-  put_key_u64(o, "num_free_chunks", s->num_free_chunks);
-  put_key_u64(o, "num_regions", s->num_regions);
-  put_key_u64(o, "driver_alloc_calls", s->driver_alloc_calls);
-  put_key_u64(o, "driver_alloc_failures", s->driver_alloc_failures);
-  put_key_u64(o, "driver_free_calls", s->driver_free_calls);
-  put_key_u64(o, "driver_free_failures", s->driver_free_failures);
-  put_key_u64(o, "num_ooms", s->num_ooms);
-  put_key_u64(o, "num_eagain", s->num_eagain);
-  put_key_u64(o, "num_retired", s->num_retired);
-  put_key_u64(o, "host_metadata_bytes", s->host_metadata_bytes);
+  /* The counters (core/stats.def: TensorFlow's AllocatorStats names, which JAX's
+   * memory_stats() also uses, then gpucap's own), each followed by the report's keys that
+   * come after it. */
+#define STAT(type, name, scope, tf, tf_label)                                                      \
+  put_key_stat(o, #name, s->name);                                                                 \
+  put_keys_after(o, STAT_ID_##name, &v);
+#include "core/stats.def"
+#undef STAT
   strbuf_str(o, "\n    }");
 }
 

@@ -84,11 +84,10 @@ typedef struct report_row {
                              * its largest free chunk, or its wholly free regions plus its
                              * room to grow under bytes_limit (bfc_alloc steps 3 and 5), the
                              * larger; REPORT_UNKNOWN when not known */
-  bfc_stats_t stats;        /* bfc_stats() of the pool. For a pass-through row the pool-only fields
-                             * (pool_bytes, peak_pool_bytes, largest_free_block_bytes, free_bytes,
-                             * fragmentation, deferred_bytes, num_deferred, num_free_chunks,
-                             * num_regions, num_eagain, num_retired) are reported as 0 whatever they
-                             * hold; the caller fills the others from what it counted. */
+  bfc_stats_t stats;        /* bfc_stats() of the pool. For a pass-through row the pool-only
+                             * counters (scope POOL in core/stats.def) are reported as 0
+                             * whatever they hold; the caller fills the others from what it
+                             * counted. */
 } report_row_t;
 
 /* Writes `bytes` for humans: binary units with one decimal, "0 B", "1023 B", "1.5 KiB",

@@ -1,9 +1,9 @@
 /* rjson: a saved JSON exit report back into report rows, and the `gpucap report` command.
  *
- * The key table below lists every key report_format_json writes for a device, in its order,
- * with where the value goes in report_row_t; keys added since the first reports are optional,
- * so older reports still read. tests/cli/test_json.c writes reports from real pools, reads them
- * back and checks that both formatters reproduce their output byte for byte.
+ * The key table below lists every key report_format_json writes for a device (the counters from
+ * core/stats.def), with where the value goes in report_row_t; keys added since the first
+ * reports are optional, so older reports still read. tests/cli/test_json.c writes reports from real
+ * pools, reads them back and checks that both formatters reproduce their output byte for byte.
  */
 #include "scripts/rjson.h"
 
@@ -21,7 +21,7 @@
 
 typedef enum kind {
   K_COUNT,    /* a uint64_t field of bfc_stats_t */
-  K_FRACTION, /* bfc_stats_t.fragmentation */
+  K_FRACTION, /* a double field of bfc_stats_t (fragmentation) */
   K_DERIVED,  /* written by report_format_json from other fields: checked, not stored */
   K_DERIVED_FRACTION,
   K_ORDINAL, /* device or context: int >= 0 */
@@ -32,12 +32,13 @@ typedef enum kind {
   K_LARGEST_REQUEST, /* report_row_t.largest_request: an integer, or null when unknown */
 } kind_t;
 
-#define STAT(field) K_COUNT, offsetof(bfc_stats_t, field), false
+/* A counter's kind: a count, or a fraction. */
+#define STAT_KIND(x) _Generic((x), double : K_FRACTION, default : K_COUNT)
 
 static const struct key {
   const char *name;
   kind_t kind;
-  size_t offset; /* in bfc_stats_t for K_COUNT; in report_row_t for K_ORDINAL */
+  size_t offset; /* in bfc_stats_t for K_COUNT and K_FRACTION; in report_row_t for K_ORDINAL */
   bool optional; /* absent from reports written before it was added */
 } keys[] = {
     {"device", K_ORDINAL, offsetof(report_row_t, device), false},
@@ -45,38 +46,19 @@ static const struct key {
     {"pooled", K_POOLED, 0, false},
     {"context_destroyed", K_DESTROYED, 0, false},
     {"cap_bytes", K_CAP, 0, false},
-    {"num_allocs", STAT(num_allocs)},
-    {"bytes_in_use", STAT(bytes_in_use)},
-    {"peak_bytes_in_use", STAT(peak_bytes_in_use)},
-    {"largest_alloc_size", STAT(largest_alloc_size)},
-    {"bytes_limit", STAT(bytes_limit)},
+/* Every counter (core/stats.def), present in every report. */
+#define STAT(type, name, scope, tf, tf_label)                                                      \
+  {#name, STAT_KIND(((bfc_stats_t *)0)->name), offsetof(bfc_stats_t, name), false},
+#include "core/stats.def"
+#undef STAT
+    /* The report's own keys (core/report.c writes each after the counter it follows). */
     {"bytes_reserved", K_ZERO, 0, true},
     {"peak_bytes_reserved", K_ZERO, 0, true},
     {"bytes_reservable_limit", K_ZERO, 0, true},
-    {"pool_bytes", STAT(pool_bytes)},
-    {"peak_pool_bytes", STAT(peak_pool_bytes)},
-    {"largest_free_block_bytes", STAT(largest_free_block_bytes)},
-    {"fragmentation", K_FRACTION, 0, false},
     {"largest_request_bytes", K_LARGEST_REQUEST, 0, true},
     {"available_fragmentation", K_DERIVED_FRACTION, 0, true},
-    {"bytes_requested_in_use", STAT(bytes_requested_in_use)},
-    {"peak_bytes_requested_in_use", STAT(peak_bytes_requested_in_use)},
     {"internal_fragmentation_bytes", K_DERIVED, 0, false},
     {"utilization", K_DERIVED_FRACTION, 0, false},
-    {"free_bytes", STAT(free_bytes)},
-    {"deferred_bytes", STAT(deferred_bytes)},
-    {"num_in_use", STAT(num_in_use)},
-    {"num_deferred", STAT(num_deferred)},
-    {"num_free_chunks", STAT(num_free_chunks)},
-    {"num_regions", STAT(num_regions)},
-    {"driver_alloc_calls", STAT(driver_alloc_calls)},
-    {"driver_alloc_failures", STAT(driver_alloc_failures)},
-    {"driver_free_calls", STAT(driver_free_calls)},
-    {"driver_free_failures", STAT(driver_free_failures)},
-    {"num_ooms", STAT(num_ooms)},
-    {"num_eagain", STAT(num_eagain)},
-    {"num_retired", STAT(num_retired)},
-    {"host_metadata_bytes", STAT(host_metadata_bytes)},
 };
 
 __attribute__((format(printf, 3, 4))) static int bad(char *err, size_t errlen, const char *fmt,
@@ -131,7 +113,10 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
       break;
     case K_FRACTION:
       want = "a number from 0 to 1";
-      rc = fraction(v, &row->stats.fragmentation);
+      rc = fraction(v, &f);
+      if (rc == 0) {
+        memcpy((char *)&row->stats + key->offset, &f, sizeof f);
+      }
       break;
     case K_DERIVED_FRACTION:
       want = "a number from 0 to 1, or null";

@@ -50,9 +50,10 @@ int main(void) {
   BREAKS("chunk size breaks the tiling", A->size += 256, A->size -= 256);
   BREAKS("broken prev link", C->prev = A, C->prev = B);
   BREAKS("in-use chunk without a requested size", A->requested = 0, A->requested = 1024);
-  BREAKS("bytes_in_use off by one", p->bytes_in_use++, p->bytes_in_use--);
-  BREAKS("bytes_requested_in_use off by one", p->requested_in_use--, p->requested_in_use++);
-  BREAKS("num_free_chunks off by one", p->num_free++, p->num_free--);
+  BREAKS("bytes_in_use off by one", p->st.bytes_in_use++, p->st.bytes_in_use--);
+  BREAKS("bytes_requested_in_use off by one", p->st.bytes_requested_in_use--,
+         p->st.bytes_requested_in_use++);
+  BREAKS("num_free_chunks off by one", p->st.num_free_chunks++, p->st.num_free_chunks--);
   BREAKS("bitmap bit of a non-empty bin cleared", bit_clear(p, class_of(T->size)),
          bit_set(p, class_of(T->size)));
   BREAKS("free chunk missing from its bin", bin_remove(p, T), bin_insert(p, T));
@@ -66,25 +67,25 @@ int main(void) {
   addrmap_take(&p->map, c);
   C->state = BFC_FREE;
   C->requested = 0;
-  p->num_in_use--;
-  p->bytes_in_use -= C->size;
-  p->requested_in_use -= 4096;
-  p->num_free++;
+  p->st.num_in_use--;
+  p->st.bytes_in_use -= C->size;
+  p->st.bytes_requested_in_use -= 4096;
+  p->st.num_free_chunks++;
   bin_insert(p, C);
   TAP_EQ(bfc_check(p), 1, "two adjacent free chunks: exactly one violation");
   bin_remove(p, C);
   C->state = BFC_IN_USE;
   C->requested = 4096;
-  p->num_in_use++;
-  p->bytes_in_use += C->size;
-  p->requested_in_use += 4096;
-  p->num_free--;
+  p->st.num_in_use++;
+  p->st.bytes_in_use += C->size;
+  p->st.bytes_requested_in_use += 4096;
+  p->st.num_free_chunks--;
   addrmap_put(&p->map, c, C);
 
   chunk_t *D = p->deferred;
   BREAKS("deferred chunk missing from the deferred list", p->deferred = NULL, p->deferred = D);
   uint64_t limit = p->limit;
-  BREAKS("pool_bytes above the limit", p->limit = p->pool_bytes - 256, p->limit = limit);
+  BREAKS("pool_bytes above the limit", p->limit = p->st.pool_bytes - 256, p->limit = limit);
   BREAKS("regions out of address order", swap_regions(p), swap_regions(p));
   BREAKS("spare count off by one", p->nspare++, p->nspare--);
 
