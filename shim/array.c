@@ -17,14 +17,13 @@
 
 #include "shim/cap.h"
 #include "shim/charges.h"
+#include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/real.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 #define SLACK ((uint64_t)2 << 20) /* one page of the driver's allocation granularity */
 
@@ -303,9 +302,7 @@ static CUresult destroy(enum kind k, uint64_t handle) {
 
 GPUCAP_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle,
                                         const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
-  if (!real_driver_ready(NULL) || !real.cuArrayCreate_v2 || !real.cuArrayDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuArrayCreate_v2 && real.cuArrayDestroy);
   CUDA_ARRAY3D_DESCRIPTOR d = {0};
   if (pAllocateArray) {
     d = (CUDA_ARRAY3D_DESCRIPTOR){.Width = pAllocateArray->Width,
@@ -318,32 +315,24 @@ GPUCAP_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle,
 
 GPUCAP_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle,
                                           const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
-  if (!real_driver_ready(NULL) || !real.cuArray3DCreate_v2 || !real.cuArrayDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuArray3DCreate_v2 && real.cuArrayDestroy);
   return create(ARRAY3D, pHandle, pAllocateArray, pAllocateArray, 1);
 }
 
 GPUCAP_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
                                               const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                               unsigned int numMipmapLevels) {
-  if (!real_driver_ready(NULL) || !real.cuMipmappedArrayCreate || !real.cuMipmappedArrayDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMipmappedArrayCreate && real.cuMipmappedArrayDestroy);
   return create(MIPMAP, pHandle, pMipmappedArrayDesc, pMipmappedArrayDesc, numMipmapLevels);
 }
 
 GPUCAP_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
-  if (!real_driver_ready(NULL) || !real.cuArrayDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuArrayDestroy);
   return destroy(ARRAY, (uint64_t)(uintptr_t)hArray);
 }
 
 GPUCAP_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
-  if (!real_driver_ready(NULL) || !real.cuMipmappedArrayDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMipmappedArrayDestroy);
   return destroy(MIPMAP, (uint64_t)(uintptr_t)hMipmappedArray);
 }
 

@@ -19,6 +19,7 @@
 #include "shim/cap.h"
 #include "shim/fork.h"
 #include "shim/capture.h"
+#include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
@@ -26,8 +27,6 @@
 #include "shim/real.h"
 
 #include <pthread.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 #define MAX_POOLS 256
 #define HOST_POOL (-2) /* a pool of host memory: not device memory, not charged */
@@ -192,9 +191,7 @@ static int block_device(uint64_t ptr) {
 static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                       CUstream stream) {
   struct on o = {.stream = stream, .ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ};
-  if (!real_driver_ready(NULL)) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(true);
   bool from_pool = w == FROM_POOL || w == FROM_POOL_PTSZ;
   int dev = from_pool && pool ? pool_device(pool) : UNKNOWN;
   if (dev == HOST_POOL || !dptr || bytes == 0) {
@@ -257,9 +254,7 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
 static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   CUresult rc;
   struct on o = {.stream = stream, .ptsz = ptsz};
-  if (!real_driver_ready(NULL)) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(true);
   if (capture_stream(stream, ptsz)) {
     /* A graph's free node: nothing is freed now. A block gpucap charged stays charged until
      * the driver hands its address out again (mem_track). */
@@ -307,9 +302,7 @@ GPUCAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
 }
 
 GPUCAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
-  if (!real_driver_ready(NULL) || !real.cuMemPoolCreate) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemPoolCreate);
   CUresult rc = real.cuMemPoolCreate(pool, poolProps);
   if (rc == CUDA_SUCCESS && pool && poolProps) {
     const CUmemLocation *loc = &poolProps->location;

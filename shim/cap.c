@@ -5,10 +5,10 @@
  */
 #include "shim/cap.h"
 
-#include "config/cfg.h"
 #include "shim/log.h"
 #include "shim/real.h"
 #include "shim/runinfo.h"
+#include "shim/settings.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,37 +21,6 @@ struct device_cap {
 };
 
 static struct device_cap devices[GPUCAP_MAX_DEVICES];
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static cfg_t settings;
-static bool settings_ok;
-
-static void load_settings(void) {
-  char msg[1024] = "";
-  settings_ok = cfg_load(&settings, NULL, NULL, msg, sizeof msg) == 0;
-  if (msg[0]) {
-    size_t n = strlen(msg);
-    if (msg[n - 1] != '\n' && n + 1 < sizeof msg) {
-      msg[n++] = '\n';
-    }
-    log_write_raw(msg, n);
-  }
-  log_set_verbosity(settings.verbose);
-  char unknown[1024];
-  if (cfg_unknown(NULL, unknown, sizeof unknown) > 0) {
-    log_write_raw(unknown, strlen(unknown));
-  }
-}
-
-bool cap_init(void) {
-  pthread_once(&once, load_settings);
-  return settings_ok;
-}
-
-const struct cfg *cap_settings(void) {
-  cap_init();
-  return &settings;
-}
-
 bool cap_no_context(CUresult rc) {
   return rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_NOT_INITIALIZED ||
          rc == CUDA_ERROR_DEINITIALIZED || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED;
@@ -78,7 +47,6 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
   if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
     return atomic_load_explicit(&c->limit, memory_order_relaxed);
   }
-  cap_init();
   if (!physical_total) {
     size_t total = 0;
     if (!real.cuDeviceTotalMem_v2 || real.cuDeviceTotalMem_v2(&total, dev) != CUDA_SUCCESS) {
@@ -87,7 +55,7 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     }
     physical_total = total;
   }
-  uint64_t limit = settings_ok ? cfg_device_cap(&settings, dev, physical_total) : 0;
+  uint64_t limit = settings_valid() ? cfg_device_cap(settings_get(), dev, physical_total) : 0;
   runinfo_learn(dev); /* the device's first use: what the exit report will say about it */
   atomic_store_explicit(&c->limit, limit, memory_order_relaxed);
   atomic_store_explicit(&c->ready, true, memory_order_release);

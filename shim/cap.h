@@ -14,14 +14,6 @@
 
 #define CAP_NONE UINT64_MAX
 
-/* Loads the settings on first call (prints their error or warning once, never before the
- * program's first CUDA call reaches gpucap). Returns true iff the settings are valid; when
- * they are not, every device's cap is 0 (fail closed). */
-bool cap_init(void);
-
-/* The loaded settings (valid after cap_init; all-defaults-and-invalid before). */
-const struct cfg *cap_settings(void);
-
 /* The ordinal of the calling thread's current context's device in *dev. Fails (returning the
  * driver's error) iff there is no usable current context or the driver failed. */
 CUresult cap_current_device(int *dev);

@@ -5,11 +5,11 @@
  */
 #include "shim/capture.h"
 
+#include "shim/export.h"
+#include "shim/init.h"
 #include "shim/real.h"
 
 #include <stdatomic.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 static atomic_long active;
 
@@ -46,28 +46,28 @@ static CUresult ended(CUresult rc) {
 }
 
 GPUCAP_EXPORT CUresult cuStreamBeginCapture(CUstream hStream) {
-  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture) {
+  if (!init_ready(NULL) || !real.cuStreamBeginCapture) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return began(real.cuStreamBeginCapture(hStream));
 }
 
 GPUCAP_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
-  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture_ptsz) {
+  if (!init_ready(NULL) || !real.cuStreamBeginCapture_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return began(real.cuStreamBeginCapture_ptsz(hStream));
 }
 
 GPUCAP_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture_v2) {
+  if (!init_ready(NULL) || !real.cuStreamBeginCapture_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return began(real.cuStreamBeginCapture_v2(hStream, mode));
 }
 
 GPUCAP_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  if (!real_driver_ready(NULL) || !real.cuStreamBeginCapture_v2_ptsz) {
+  if (!init_ready(NULL) || !real.cuStreamBeginCapture_v2_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return began(real.cuStreamBeginCapture_v2_ptsz(hStream, mode));
@@ -78,7 +78,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGr
                                                    const CUgraphEdgeData *dependencyData,
                                                    size_t numDependencies,
                                                    CUstreamCaptureMode mode) {
-  if (!real_driver_ready(NULL) || !real.cuStreamBeginCaptureToGraph) {
+  if (!init_ready(NULL) || !real.cuStreamBeginCaptureToGraph) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return began(real.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
@@ -90,7 +90,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgrap
                                                         const CUgraphEdgeData *dependencyData,
                                                         size_t numDependencies,
                                                         CUstreamCaptureMode mode) {
-  if (!real_driver_ready(NULL) || !real.cuStreamBeginCaptureToGraph_ptsz) {
+  if (!init_ready(NULL) || !real.cuStreamBeginCaptureToGraph_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return began(real.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData,
@@ -98,14 +98,14 @@ GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgrap
 }
 
 GPUCAP_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
-  if (!real_driver_ready(NULL) || !real.cuStreamEndCapture) {
+  if (!init_ready(NULL) || !real.cuStreamEndCapture) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return ended(real.cuStreamEndCapture(hStream, phGraph));
 }
 
 GPUCAP_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
-  if (!real_driver_ready(NULL) || !real.cuStreamEndCapture_ptsz) {
+  if (!init_ready(NULL) || !real.cuStreamEndCapture_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return ended(real.cuStreamEndCapture_ptsz(hStream, phGraph));

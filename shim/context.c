@@ -10,14 +10,13 @@
 #include "shim/array.h"
 #include "shim/cap.h"
 #include "shim/graph.h"
+#include "shim/hook.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
 
 #include <stdatomic.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 /* Per device: the primary context's handle and the retains the program holds on it. */
 static _Atomic(CUcontext) primary[GPUCAP_MAX_DEVICES];
@@ -61,9 +60,7 @@ static void forget_primary(CUcontext ctx, int dev) {
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxRetain) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDevicePrimaryCtxRetain);
   CUresult rc = real.cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc == CUDA_SUCCESS && dev_ok(dev)) {
     atomic_store_explicit(&primary[dev], *pctx, memory_order_release);
@@ -73,9 +70,7 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 }
 
 GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  if (!real_driver_ready(NULL) || !real.cuCtxDestroy_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuCtxDestroy_v2);
   pool_dying(ctx, true);
   CUresult rc = real.cuCtxDestroy_v2(ctx);
   if (rc == CUDA_SUCCESS) {
@@ -121,17 +116,13 @@ static void release_begins(CUdevice dev) {
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
-  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxRelease) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDevicePrimaryCtxRelease);
   release_begins(dev);
   return after_release(real.cuDevicePrimaryCtxRelease(dev), dev);
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxRelease_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDevicePrimaryCtxRelease_v2);
   release_begins(dev);
   return after_release(real.cuDevicePrimaryCtxRelease_v2(dev), dev);
 }
@@ -148,17 +139,13 @@ static CUresult after_reset(CUresult rc, CUdevice dev) {
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
-  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDevicePrimaryCtxReset);
   pool_dying(context_primary(dev), true);
   return after_reset(real.cuDevicePrimaryCtxReset(dev), dev);
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  if (!real_driver_ready(NULL) || !real.cuDevicePrimaryCtxReset_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDevicePrimaryCtxReset_v2);
   pool_dying(context_primary(dev), true);
   return after_reset(real.cuDevicePrimaryCtxReset_v2(dev), dev);
 }

@@ -6,6 +6,7 @@
  * CUDA driver or on gpucap's own export. RTLD_NEXT always goes to glibc through the tail jump.
  */
 #include "shim/hooks.h"
+#include "shim/init.h"
 #include "shim/real.h"
 
 #include <dlfcn.h>
@@ -30,7 +31,7 @@ __attribute__((visibility("hidden"))) SHIM_UNINSTRUMENTED void *gpucap_dlsym_pre
   if (found == hook) {
     return hook;
   }
-  if (real_driver_ready(found) && real_driver_owns(found)) {
+  if (init_ready(found) && real_driver_owns(found)) {
     return hook;
   }
   return found;

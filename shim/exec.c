@@ -5,6 +5,7 @@
  * or a signal handler. posix_spawn, system and popen exec in a child that holds no trace.
  */
 #include "shim/exit.h"
+#include "shim/export.h"
 #include "shim/real.h"
 
 #include <dlfcn.h>
@@ -13,8 +14,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <unistd.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 typedef int execve_fn(const char *, char *const[], char *const[]);
 typedef int execv_fn(const char *, char *const[]);

@@ -9,7 +9,6 @@
  */
 #include "shim/exit.h"
 
-#include "config/cfg.h"
 #include "core/report.h"
 #include "shim/cap.h"
 #include "shim/fork.h"
@@ -18,6 +17,7 @@
 #include "shim/memory.h"
 #include "shim/pool.h"
 #include "shim/runinfo.h"
+#include "shim/settings.h"
 #include "shim/signals.h"
 #include "shim/trace.h"
 
@@ -31,7 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ROWS (2 * POOL_MAX + GPUCAP_MAX_DEVICES) /* live pools, destroyed ones, pass-through */
+/* Live pools, destroyed ones, pass-through. */
+#define MAX_ROWS (2 * POOL_MAX + GPUCAP_MAX_DEVICES)
 
 static report_row_t rows[MAX_ROWS];
 static int nrows;
@@ -141,7 +142,7 @@ static void write_file(const char *setting, const char *path, const char *buf, s
 }
 
 static void report(const char *ended_by) {
-  const cfg_t *cfg = cap_settings();
+  const cfg_t *cfg = settings_get();
   bool written = false;
   runinfo_fill(&run, ended_by);
   if (cfg->report.kind != CFG_DEST_OFF) {

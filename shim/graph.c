@@ -21,6 +21,7 @@
 #include "shim/graph.h"
 
 #include "shim/cap.h"
+#include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/real.h"
@@ -29,8 +30,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 /* An executable graph with allocation nodes. */
 struct gexec {
@@ -232,9 +231,7 @@ static CUresult inst_call(enum inst how, CUgraphExec *out, CUgraph g, const stru
 }
 
 static CUresult instantiate(enum inst how, CUgraphExec *out, CUgraph g, const struct inst_args *a) {
-  if (!real_driver_ready(NULL)) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(true);
   struct gexec *x = calloc(1, sizeof *x);
   if (!x) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -321,9 +318,7 @@ static CUresult run_call(enum run how, CUgraphExec exec, CUstream stream) {
 }
 
 static CUresult run(enum run how, CUgraphExec exec, CUstream stream) {
-  if (!real_driver_ready(NULL)) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(true);
   if (!atomic_load_explicit(&listed, memory_order_relaxed)) {
     return run_call(how, exec, stream);
   }
@@ -369,9 +364,7 @@ static void settle_charged(void) {
 }
 
 GPUCAP_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  if (!real_driver_ready(NULL) || !real.cuGraphExecDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuGraphExecDestroy);
   CUresult rc = real.cuGraphExecDestroy(hGraphExec);
   if (rc == CUDA_SUCCESS && atomic_load_explicit(&listed, memory_order_relaxed)) {
     pthread_mutex_lock(&lock);
@@ -386,9 +379,7 @@ GPUCAP_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
 }
 
 GPUCAP_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
-  if (!real_driver_ready(NULL) || !real.cuGraphDestroy) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuGraphDestroy);
   CUresult rc = real.cuGraphDestroy(hGraph);
   if (rc == CUDA_SUCCESS && atomic_load_explicit(&listed, memory_order_relaxed)) {
     pthread_mutex_lock(&lock);
@@ -399,9 +390,7 @@ GPUCAP_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
 }
 
 GPUCAP_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
-  if (!real_driver_ready(NULL) || !real.cuDeviceGraphMemTrim) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDeviceGraphMemTrim);
   CUresult rc = real.cuDeviceGraphMemTrim(device);
   if (rc == CUDA_SUCCESS && device >= 0 && device < GPUCAP_MAX_DEVICES) {
     pthread_mutex_lock(&lock);

@@ -14,6 +14,7 @@
 #include "shim/ipc.h"
 
 #include "shim/exit.h"
+#include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/pool.h"
 #include "shim/real.h"
@@ -28,8 +29,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 #define HANDLE_MAGIC "gpucapH1"
 #define RECORD_MAGIC "gpucapR1"
@@ -216,9 +215,7 @@ static CUresult export_block(CUipcMemHandle *out, uint64_t base, uint64_t size) 
 
 GPUCAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
   uint64_t base, size;
-  if (!real_driver_ready(NULL) || !real.cuIpcGetMemHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuIpcGetMemHandle);
   switch (pool_block(dptr, &base, &size)) {
   case POOL_OUTSIDE:
     return real.cuIpcGetMemHandle(pHandle, dptr);
@@ -338,17 +335,13 @@ static CUresult open_handle(open_fn open_region, CUdeviceptr *pdptr, CUipcMemHan
 
 GPUCAP_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
                                           unsigned int Flags) {
-  if (!real_driver_ready(NULL) || !real.cuIpcOpenMemHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuIpcOpenMemHandle);
   return open_handle(real.cuIpcOpenMemHandle, pdptr, handle, Flags);
 }
 
 GPUCAP_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
                                              unsigned int Flags) {
-  if (!real_driver_ready(NULL) || !real.cuIpcOpenMemHandle_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuIpcOpenMemHandle_v2);
   return open_handle(real.cuIpcOpenMemHandle_v2, pdptr, handle, Flags);
 }
 
@@ -367,9 +360,7 @@ static long find_import(uint64_t ptr, bool *stray) {
 
 GPUCAP_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   bool stray;
-  if (!real_driver_ready(NULL) || !real.cuIpcCloseMemHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuIpcCloseMemHandle);
   pthread_mutex_lock(&lock);
   long i = find_import(dptr, &stray);
   uint64_t region = i >= 0 ? imports[i].region : 0;

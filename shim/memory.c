@@ -8,6 +8,7 @@
  */
 #include "shim/cap.h"
 #include "shim/charges.h"
+#include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/pending.h"
@@ -18,8 +19,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 static charges_t live = CHARGES_INIT; /* pass-through blocks: address -> (device, bytes) */
 
@@ -38,10 +37,6 @@ static void count_alloc(int dev, uint64_t bytes) {
   while (bytes > largest && !atomic_compare_exchange_weak(&c->largest, &largest, bytes)) {
   }
   atomic_fetch_add(&c->allocs, 1);
-}
-
-static bool driver_ready(void) {
-  return real_driver_ready(NULL);
 }
 
 static CUresult free_v2(uint64_t ptr, void *arg) {
@@ -125,9 +120,7 @@ CUresult mem_refuse(int dev, uint64_t bytes) {
 
 GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   int dev;
-  if (!driver_ready() || !real.cuMemAlloc_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemAlloc_v2);
   if (dptr && bytesize > 0 && pool_enabled()) {
     return pool_alloc(dptr, bytesize);
   }
@@ -144,9 +137,7 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 
 GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
   int dev;
-  if (!driver_ready() || !real.cuMemAlloc) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemAlloc);
   CUresult drc;
   if (!mem_prepare(dptr && bytesize > 0, &dev, &drc)) {
     return drc == CUDA_SUCCESS ? real.cuMemAlloc(dptr, bytesize) : drc;
@@ -229,9 +220,7 @@ CUresult mem_untrack_free(uint64_t ptr, mem_free_fn driver_free, void *arg, mem_
 
 GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   CUresult rc;
-  if (!driver_ready() || !real.cuMemFree_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemFree_v2);
   if (dptr && pool_free(dptr, true, &rc)) {
     return rc;
   }
@@ -239,17 +228,13 @@ GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 GPUCAP_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
-  if (!driver_ready() || !real.cuMemFree) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemFree);
   return mem_untrack_free(dptr, free_v1, NULL, NULL);
 }
 
 GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   int dev;
-  if (!driver_ready() || !real.cuMemGetInfo_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemGetInfo_v2);
   CUresult rc = real.cuMemGetInfo_v2(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
@@ -263,9 +248,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
 
 GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *totalBytes) {
   int dev;
-  if (!driver_ready() || !real.cuMemGetInfo) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemGetInfo);
   CUresult rc = real.cuMemGetInfo(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
@@ -279,9 +262,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *total
 }
 
 GPUCAP_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-  if (!driver_ready() || !real.cuDeviceTotalMem_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDeviceTotalMem_v2);
   CUresult rc = real.cuDeviceTotalMem_v2(bytes, dev);
   if (rc == CUDA_SUCCESS && dev >= 0 && dev < GPUCAP_MAX_DEVICES) {
     uint64_t limit = cap_limit(dev, *bytes);
@@ -293,9 +274,7 @@ GPUCAP_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
 }
 
 GPUCAP_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
-  if (!driver_ready() || !real.cuDeviceTotalMem) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuDeviceTotalMem);
   CUresult rc = real.cuDeviceTotalMem(bytes, dev);
   if (rc == CUDA_SUCCESS && dev >= 0 && dev < GPUCAP_MAX_DEVICES) {
     uint64_t limit = cap_limit(dev, 0);
@@ -397,9 +376,7 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
 
 GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                           size_t Height, unsigned int ElementSizeBytes) {
-  if (!driver_ready() || !real.cuMemAllocPitch_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemAllocPitch_v2);
   if (pool_enabled()) {
     return pool_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   }
@@ -409,9 +386,7 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
 GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
                                        unsigned int WidthInBytes, unsigned int Height,
                                        unsigned int ElementSizeBytes) {
-  if (!driver_ready() || !real.cuMemAllocPitch) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemAllocPitch);
   return pitch_passthrough(true, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 

@@ -7,7 +7,6 @@
  */
 #include "shim/pool.h"
 
-#include "config/cfg.h"
 #include "shim/cap.h"
 #include "shim/capture.h"
 #include "shim/exit.h"
@@ -15,6 +14,7 @@
 #include "shim/log.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/settings.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -70,7 +70,7 @@ static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local struct ctx_pool *last_used;
 
 bool pool_enabled(void) {
-  return cap_init() && cap_settings()->pool;
+  return settings_valid() && settings_get()->pool;
 }
 
 /* Records that the region at base lies in the driver's allocation at driver, extra bytes
@@ -196,7 +196,7 @@ static struct ctx_pool *create(CUcontext ctx, int dev) {
     log_msg(LOG_ERROR, "more than %d CUDA contexts: allocation refused", POOL_MAX);
   } else {
     p = &pools[slot];
-    bool growth = cap_settings()->allow_growth;
+    bool growth = settings_get()->allow_growth;
     bfc_options_t opts = {.limit = pool_limit(dev, growth), .allow_growth = growth};
     bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
     int align = 0;

@@ -3,16 +3,13 @@
  * driver's own pointer for names gpucap does not hook). Self-queries get these wrappers.
  * symbolStatus is the driver's, untouched. No locks; safe before cuInit.
  */
+#include "shim/hook.h"
 #include "shim/hooks.h"
 #include "shim/real.h"
 
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
-
 GPUCAP_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
                                         cuuint64_t flags) {
-  if (!real_driver_ready(NULL) || !real.cuGetProcAddress) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  HOOK_PROLOGUE_OR(CUDA_ERROR_NOT_SUPPORTED, real.cuGetProcAddress);
   CUresult rc = real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
   if (rc == CUDA_SUCCESS && symbol && pfn && *pfn) {
     *pfn = hooks_route(symbol, cudaVersion, flags, *pfn);
@@ -23,9 +20,7 @@ GPUCAP_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda
 GPUCAP_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
                                            cuuint64_t flags,
                                            CUdriverProcAddressQueryResult *symbolStatus) {
-  if (!real_driver_ready(NULL) || !real.cuGetProcAddress_v2) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  HOOK_PROLOGUE_OR(CUDA_ERROR_NOT_SUPPORTED, real.cuGetProcAddress_v2);
   CUresult rc = real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (rc == CUDA_SUCCESS && symbol && pfn && *pfn) {
     *pfn = hooks_route(symbol, cudaVersion, flags, *pfn);

@@ -4,11 +4,10 @@
  * address inside a pool region that the program does not hold is answered as unknown memory.
  * A block opened from another gpucap process (shim/ipc.h) is described the same way.
  */
+#include "shim/hook.h"
 #include "shim/ipc.h"
 #include "shim/pool.h"
 #include "shim/real.h"
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 /* Where addr lies: a pooled block or an imported one (POOL_BLOCK, with its base and size),
  * pool memory nobody holds, or elsewhere. */
@@ -23,9 +22,7 @@ static enum pool_where locate(uint64_t addr, uint64_t *base, uint64_t *size) {
 GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize,
                                                CUdeviceptr dptr) {
   uint64_t base, size;
-  if (!real_driver_ready(NULL) || !real.cuMemGetAddressRange_v2) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemGetAddressRange_v2);
   switch (locate(dptr, &base, &size)) {
   case POOL_BLOCK:
     if (pbase) {
@@ -60,9 +57,7 @@ static bool patch(CUpointer_attribute attribute, void *data, enum pool_where whe
 GPUCAP_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
                                              CUdeviceptr ptr) {
   uint64_t base, size;
-  if (!real_driver_ready(NULL) || !real.cuPointerGetAttribute) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuPointerGetAttribute);
   enum pool_where where = locate(ptr, &base, &size);
   if (where == POOL_NOT_HELD) {
     return CUDA_ERROR_INVALID_VALUE; /* the driver's answer for memory nobody allocated */
@@ -78,9 +73,7 @@ GPUCAP_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
                                               CUpointer_attribute *attributes, void **data,
                                               CUdeviceptr ptr) {
   uint64_t base, size;
-  if (!real_driver_ready(NULL) || !real.cuPointerGetAttributes) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuPointerGetAttributes);
   enum pool_where where = locate(ptr, &base, &size);
   if (where == POOL_NOT_HELD) {
     /* Memory nobody holds: the driver's answer for an address it knows nothing of (its

@@ -5,7 +5,6 @@
  */
 #include "shim/real.h"
 
-#include "shim/cap.h"
 #include "shim/log.h"
 
 #include <dlfcn.h>
@@ -104,18 +103,15 @@ bool real_driver_ready(const void *addr) {
     }
     ok = h && adopt(h);
   }
-  bool newly = ok && !atomic_load_explicit(&adopted, memory_order_relaxed);
   if (ok) {
     atomic_store_explicit(&adopted, true, memory_order_release);
   }
   pthread_mutex_unlock(&adopt_lock);
-  if (newly) {
-    // The settings (GPUCAP_VERBOSE among them) are read at the first CUDA call, which is this
-    // one: read them now, so that this line obeys the verbosity asked for.
-    cap_init();
-    log_msg(LOG_DEBUG, "driver adopted: %s", driver_name);
-  }
   return ok;
+}
+
+const char *real_driver_name(void) {
+  return atomic_load_explicit(&adopted, memory_order_acquire) ? driver_name : NULL;
 }
 
 bool real_driver_owns(const void *addr) {

@@ -69,6 +69,9 @@ SHIM_UNINSTRUMENTED void real_dlsym_init(void);
  * driver is running on the same thread return false. */
 bool real_driver_ready(const void *addr);
 
+/* The adopted driver's file name ("?" when the loader does not say), or NULL before adoption. */
+const char *real_driver_name(void);
+
 /* True iff `addr` lies inside the adopted driver object. O(1) after the first call for addr's
  * object (one dladdr). */
 bool real_driver_owns(const void *addr);

@@ -9,6 +9,7 @@
 #include "shim/signals.h"
 
 #include "shim/exit.h"
+#include "shim/export.h"
 #include "shim/real.h"
 
 #include <dlfcn.h>
@@ -18,8 +19,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 /* glibc declares it only for old X/Open: */
 sighandler_t bsd_signal(int sig, sighandler_t handler);

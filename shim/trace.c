@@ -10,11 +10,11 @@
  */
 #include "shim/trace.h"
 
-#include "config/cfg.h"
 #include "core/report.h"
 #include "shim/cap.h"
 #include "shim/exit.h"
 #include "shim/log.h"
+#include "shim/settings.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -59,7 +59,7 @@ static void give(void) {
 }
 
 static void open_trace(void) {
-  const char *setting = cap_settings()->trace;
+  const char *setting = settings_get()->trace;
   state = OFF;
   if (!setting[0]) {
     return;

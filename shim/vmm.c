@@ -18,14 +18,13 @@
 #include "core/addrmap.h"
 #include "shim/cap.h"
 #include "shim/fork.h"
+#include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/real.h"
 
 #include <pthread.h>
 #include <stdlib.h>
-
-#define GPUCAP_EXPORT __attribute__((visibility("default")))
 
 /* A charged physical allocation. */
 struct phys {
@@ -58,9 +57,7 @@ static CUresult free_managed(uint64_t ptr, void *arg) {
 
 GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
   int dev;
-  if (!real_driver_ready(NULL) || !real.cuMemAllocManaged) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemAllocManaged);
   CUresult drc;
   if (!mem_prepare(dptr && bytesize > 0, &dev, &drc)) {
     return drc == CUDA_SUCCESS ? real.cuMemAllocManaged(dptr, bytesize, flags) : drc;
@@ -148,9 +145,7 @@ static void unpin(struct phys *p, uint64_t handle, bool done, int delta_refs, in
 
 GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                    const CUmemAllocationProp *prop, unsigned long long flags) {
-  if (!real_driver_ready(NULL) || !real.cuMemCreate) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemCreate);
   bool on_device = handle && prop && size > 0 && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   int dev = on_device ? prop->location.id : -1;
   if (!on_device || dev < 0 || dev >= GPUCAP_MAX_DEVICES) {
@@ -203,9 +198,7 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
 }
 
 GPUCAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  if (!real_driver_ready(NULL) || !real.cuMemRelease) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemRelease);
   struct phys *p = pin(handle);
   CUresult rc = real.cuMemRelease(handle);
   unpin(p, handle, rc == CUDA_SUCCESS, -1, 0);
@@ -257,9 +250,7 @@ static void adopt(CUresult rc, const CUmemGenericAllocationHandle *handle) {
 
 GPUCAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
                                                    void *addr) {
-  if (!real_driver_ready(NULL) || !real.cuMemRetainAllocationHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemRetainAllocationHandle);
   adopt_begin();
   CUresult rc = real.cuMemRetainAllocationHandle(handle, addr);
   adopt(rc, handle);
@@ -272,9 +263,7 @@ GPUCAP_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
 GPUCAP_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
                                                       void *osHandle,
                                                       CUmemAllocationHandleType shHandleType) {
-  if (!real_driver_ready(NULL) || !real.cuMemImportFromShareableHandle) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemImportFromShareableHandle);
   adopt_begin();
   CUresult rc = real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
   adopt(rc, handle);
@@ -283,9 +272,7 @@ GPUCAP_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
 
 GPUCAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                 CUmemGenericAllocationHandle handle, unsigned long long flags) {
-  if (!real_driver_ready(NULL) || !real.cuMemMap) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemMap);
   struct phys *p = pin(handle);
   struct mapping *m = p ? malloc(sizeof *m) : NULL;
   CUresult rc = real.cuMemMap(ptr, size, offset, handle, flags);
@@ -332,9 +319,7 @@ GPUCAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 }
 
 GPUCAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  if (!real_driver_ready(NULL) || !real.cuMemUnmap) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  HOOK_PROLOGUE(real.cuMemUnmap);
   /* Hold the mappings that tile the range (the driver unmaps whole mappings only). */
   struct mapping *held[64], **list = held;
   size_t n = 0, cap = 64;
