@@ -13,21 +13,16 @@
  * Locking: the map of charged arrays (shim/charges) has its own mutex, never held across a
  * driver call.
  */
-#include "shim/array.h"
-
 #include "shim/cap.h"
-#include "shim/charges.h"
 #include "shim/hook.h"
 #include "shim/log.h"
-#include "shim/memory.h"
+#include "shim/passthru.h"
 #include "shim/real.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #define SLACK ((uint64_t)2 << 20) /* one page of the driver's allocation granularity */
-
-static charges_t arrays = CHARGES_INIT; /* array or mipmapped-array handle -> charge */
 
 /* The creation and destruction entry points, by what they make. */
 enum kind { ARRAY, ARRAY3D, MIPMAP };
@@ -219,19 +214,6 @@ static void handle_clear(enum kind k, void *out) {
   }
 }
 
-/* Records the charge of a new array made in the current context. A handle the map already
- * holds was handed out again, so the array it named went with a context teardown gpucap did
- * not see: its charge is returned. Returns false iff host memory ran out. */
-static bool remember(uint64_t handle, int dev, uint64_t bytes) {
-  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev}, stale;
-  real.cuCtxGetCurrent(&e.ctx);
-  int put = charges_put(&arrays, handle, &e, &stale);
-  if (put > 0) {
-    cap_credit(stale.dev, stale.bytes);
-  }
-  return put >= 0;
-}
-
 /* One creation. d is the descriptor in its 3D form (NULL when the program passed none). */
 static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRAY3D_DESCRIPTOR *d,
                        unsigned int levels) {
@@ -243,18 +225,18 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   if (d->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) {
     return driver_create(k, out, desc, levels); /* its memory comes from cuMemCreate */
   }
-  if (!mem_prepare(true, &dev, &rc)) {
+  if (!passthru_prepare(true, &dev, &rc)) {
     return rc == CUDA_SUCCESS ? driver_create(k, out, desc, levels) : rc;
   }
   uint64_t est = estimate(d, levels);
-  if (!mem_admit(dev, est)) {
-    return mem_refuse(dev, est); /* the driver is never asked, not even for a twin */
+  if (!passthru_admit(dev, est)) {
+    return passthru_refuse(dev, est); /* the driver is never asked, not even for a twin */
   }
   uint64_t req = requirement(k, d, levels, dev);
   uint64_t admitted = req > est ? req : est;
-  if (admitted > est && !mem_admit(dev, admitted - est)) {
+  if (admitted > est && !passthru_admit(dev, admitted - est)) {
     cap_credit(dev, est);
-    return mem_refuse(dev, admitted);
+    return passthru_refuse(dev, admitted);
   }
   size_t before = 0, after = 0, total = 0;
   bool measured = real.cuMemGetInfo_v2 && real.cuMemGetInfo_v2(&before, &total) == CUDA_SUCCESS;
@@ -267,17 +249,17 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   measured = measured && real.cuMemGetInfo_v2(&after, &total) == CUDA_SUCCESS;
   uint64_t drop = measured && before >= after ? before - after : 0;
   uint64_t charge = plausible(drop, est, req) ? drop : admitted;
-  if (!mem_recharge(dev, admitted, charge)) {
+  if (!passthru_recharge(dev, admitted, charge)) {
     driver_destroy(k, handle);
     handle_clear(k, out);
-    return mem_refuse(dev, charge);
+    return passthru_refuse(dev, charge);
   }
   log_msg(LOG_DEBUG,
           "device %d: array %#llx charged %llu bytes (estimate %llu, deferred twin %llu, free "
           "memory fell %llu)",
           dev, (unsigned long long)handle, (unsigned long long)charge, (unsigned long long)est,
           (unsigned long long)req, (unsigned long long)drop);
-  if (!remember(handle, dev, charge)) {
+  if (!passthru_remember_array(handle, dev, charge)) {
     driver_destroy(k, handle);
     cap_credit(dev, charge);
     handle_clear(k, out);
@@ -290,14 +272,12 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
 /* One destruction: the charge returns only when the driver destroyed an array gpucap charged
  * (a failed destroy keeps array and charge; of two racing destroys, the one the driver lets
  * succeed returns it). */
+static CUresult destroy_by_kind(uint64_t handle, void *k) {
+  return driver_destroy(*(enum kind *)k, handle);
+}
+
 static CUresult destroy(enum kind k, uint64_t handle) {
-  charge_t e;
-  charge_hold_t *held = handle ? charges_hold(&arrays, handle) : NULL;
-  CUresult rc = driver_destroy(k, handle);
-  if (charges_settle(&arrays, handle, held, rc == CUDA_SUCCESS, &e)) {
-    cap_credit(e.dev, e.bytes);
-  }
-  return rc;
+  return passthru_destroy_array(handle, destroy_by_kind, &k);
 }
 
 GPUCAP_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle,
@@ -334,19 +314,4 @@ GPUCAP_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
 GPUCAP_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
   HOOK_PROLOGUE(real.cuMipmappedArrayDestroy);
   return destroy(MIPMAP, (uint64_t)(uintptr_t)hMipmappedArray);
-}
-
-static void credit(uint64_t handle, const charge_t *e) {
-  (void)handle;
-  cap_credit(e->dev, e->bytes);
-}
-
-void array_drop_context(CUcontext ctx) {
-  if (ctx) {
-    charges_drop_context(&arrays, ctx, credit);
-  }
-}
-
-void array_fork_child(void) {
-  charges_fork_child(&arrays);
 }

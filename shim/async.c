@@ -21,7 +21,7 @@
 #include "shim/capture.h"
 #include "shim/hook.h"
 #include "shim/log.h"
-#include "shim/memory.h"
+#include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
@@ -114,7 +114,7 @@ static CUresult context_device(CUcontext ctx, int *dev) {
 static CUresult stream_device(CUstream stream, int *dev) {
   CUcontext ctx = NULL;
   if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
-    return mem_current_device(dev);
+    return passthru_current_device(dev);
   }
   CUresult rc = real.cuStreamGetCtx ? real.cuStreamGetCtx(stream, &ctx) : CUDA_ERROR_NOT_SUPPORTED;
   return rc == CUDA_SUCCESS ? context_device(ctx, dev) : rc;
@@ -160,7 +160,7 @@ static CUresult free_async(uint64_t ptr, void *arg) {
 /* A freed block's charge stays until the stream reaches the free. */
 static void after_free(const charge_t *e, void *arg) {
   const struct on *o = arg;
-  pending_add(e->dev, e->bytes, e->kind == MEM_ORDERED, o->stream, o->ptsz);
+  pending_add(e->dev, e->bytes, e->kind == PASSTHRU_ORDERED, o->stream, o->ptsz);
 }
 
 /* Gives back a block the driver just handed out that gpucap cannot keep, and waits for the
@@ -212,13 +212,13 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
     if (q != CUDA_SUCCESS) {
       dev = UNKNOWN;
     } else if (dev < 0) {
-      return mem_refuse(dev, bytes); /* a device beyond what gpucap can cap */
+      return passthru_refuse(dev, bytes); /* a device beyond what gpucap can cap */
     } else {
       sure = !from_pool;
     }
   }
-  if (dev >= 0 && !mem_admit(dev, bytes)) {
-    return mem_refuse(dev, bytes);
+  if (dev >= 0 && !passthru_admit(dev, bytes)) {
+    return passthru_refuse(dev, bytes);
   }
   CUresult rc = call(w, dptr, bytes, pool, stream);
   if (rc != CUDA_SUCCESS) {
@@ -230,21 +230,21 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   int on = sure ? dev : block_device(*dptr);
   if (on != dev) {
     /* The charge moves to the device the block is on. */
-    bool kept = on >= 0 && mem_admit(on, bytes);
+    bool kept = on >= 0 && passthru_admit(on, bytes);
     if (dev >= 0) {
       cap_credit(dev, bytes);
     }
     if (!kept) {
       drop_block(*dptr, &o);
       *dptr = 0;
-      return mem_refuse(on, bytes);
+      return passthru_refuse(on, bytes);
     }
     if (from_pool && pool) {
       log_msg(LOG_DEBUG, "stream-ordered pool %p is on device %d", (void *)pool, on);
       learn_pool(pool, on);
     }
   }
-  rc = mem_track(*dptr, on, bytes, MEM_ORDERED, free_and_wait, &o);
+  rc = passthru_track(*dptr, on, bytes, PASSTHRU_ORDERED, free_and_wait, &o);
   if (rc != CUDA_SUCCESS) {
     *dptr = 0;
   }
@@ -272,7 +272,7 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
       return rc;
     }
   }
-  return mem_untrack_free(dptr, free_async, &o, after_free);
+  return passthru_untrack_free(dptr, free_async, &o, after_free);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
@@ -317,7 +317,9 @@ GPUCAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
   return rc;
 }
 
-void async_fork_child(void) {
+/* In a fork child: forget which stream-ordered pool is on which device. */
+static void fork_child(void) {
   pthread_mutex_init(&pools_lock, NULL);
   npools = 0;
 }
+FORK_CHILD(fork_child)

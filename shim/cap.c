@@ -5,6 +5,7 @@
  */
 #include "shim/cap.h"
 
+#include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/real.h"
 #include "shim/runinfo.h"
@@ -105,8 +106,10 @@ void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
   *free_bytes = avail < total ? avail : total;
 }
 
-void cap_fork_child(void) {
+/* In a fork child: no device memory is charged (the parent's is not the child's). */
+static void fork_child(void) {
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     atomic_store_explicit(&devices[dev].used, 0, memory_order_relaxed);
   }
 }
+FORK_CHILD(fork_child)

@@ -50,7 +50,4 @@ uint64_t cap_used(int dev);
 void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
               uint64_t *total_bytes);
 
-/* In a fork child: nothing is charged (the parent's memory is not the child's). */
-void cap_fork_child(void);
-
 #endif

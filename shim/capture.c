@@ -6,6 +6,7 @@
 #include "shim/capture.h"
 
 #include "shim/export.h"
+#include "shim/fork.h"
 #include "shim/init.h"
 #include "shim/real.h"
 
@@ -24,9 +25,11 @@ bool capture_any(void) {
   return atomic_load_explicit(&active, memory_order_acquire) > 0;
 }
 
-void capture_fork_child(void) {
+/* In a fork child: no capture. */
+static void fork_child(void) {
   atomic_store_explicit(&active, 0, memory_order_relaxed);
 }
+FORK_CHILD(fork_child)
 
 static CUresult began(CUresult rc) {
   if (rc == CUDA_SUCCESS) {

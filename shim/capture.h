@@ -21,7 +21,4 @@ bool capture_stream(CUstream stream, bool ptsz);
  * counts until the process ends): gpucap must not synchronise a context then. */
 bool capture_any(void);
 
-/* In a fork child: no capture. */
-void capture_fork_child(void);
-
 #endif

@@ -7,11 +7,11 @@
  */
 #include "shim/context.h"
 
-#include "shim/array.h"
 #include "shim/cap.h"
+#include "shim/fork.h"
 #include "shim/graph.h"
 #include "shim/hook.h"
-#include "shim/memory.h"
+#include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/pool.h"
 #include "shim/real.h"
@@ -30,20 +30,21 @@ CUcontext context_primary(int dev) {
   return dev_ok(dev) ? atomic_load_explicit(&primary[dev], memory_order_acquire) : NULL;
 }
 
-void context_fork_child(void) {
+/* In a fork child: no primary context is held. */
+static void fork_child(void) {
   for (int d = 0; d < GPUCAP_MAX_DEVICES; d++) {
     atomic_store_explicit(&primary[d], NULL, memory_order_relaxed);
     atomic_store_explicit(&retains[d], 0, memory_order_relaxed);
   }
 }
+FORK_CHILD(fork_child)
 
 /* The driver freed everything the context ctx held, and completed the work of its streams
  * (stream-ordered frees included). Stream-ordered memory belongs to no context: it stays. */
 static void forget(CUcontext ctx) {
   if (ctx) {
     pool_drop_context(ctx);
-    memory_drop_context(ctx);
-    array_drop_context(ctx);
+    passthru_drop_context(ctx);
     pending_drop_context(ctx);
     graph_forget_context(ctx);
   }
@@ -55,7 +56,7 @@ static void forget(CUcontext ctx) {
 static void forget_primary(CUcontext ctx, int dev) {
   forget(ctx);
   graph_forget_device(ctx, dev);
-  memory_drop_ordered(dev);
+  passthru_drop_ordered(dev);
   pending_drop_device(dev);
 }
 

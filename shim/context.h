@@ -13,7 +13,4 @@
  * range. */
 CUcontext context_primary(int dev);
 
-/* fork() support: the child holds no context. */
-void context_fork_child(void);
-
 #endif

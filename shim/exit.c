@@ -14,7 +14,7 @@
 #include "shim/fork.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
-#include "shim/memory.h"
+#include "shim/passthru.h"
 #include "shim/pool.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
@@ -116,9 +116,25 @@ static void busy_pool(void *arg, int dev, int index) {
             dev, index, dev, held);
 }
 
-static void add_passthrough(void *arg, int dev, const bfc_stats_t *stats) {
-  (void)arg;
-  add_row(dev, 0, stats, 0, false, 0);
+/* The row of device dev's pass-through path, in the pool's columns: every block is its own
+ * driver allocation, so pool bytes = bytes in use = bytes charged. */
+static void add_passthrough(int dev) {
+  passthru_counts_t c;
+  passthru_counts(dev, &c);
+  if (c.allocs == 0 && c.ooms == 0) {
+    return;
+  }
+  bfc_stats_t s = {0};
+  s.num_allocs = c.allocs;
+  s.bytes_in_use = s.bytes_requested_in_use = c.in_use;
+  s.peak_bytes_in_use = s.peak_bytes_requested_in_use = c.peak;
+  s.largest_alloc_size = c.largest;
+  s.driver_alloc_calls = c.allocs;
+  s.driver_free_calls = c.frees;
+  s.num_ooms = c.ooms;
+  s.num_in_use = c.allocs - c.frees;
+  s.bytes_limit = cap_limit(dev, 0) == CAP_NONE ? 0 : cap_limit(dev, 0);
+  add_row(dev, 0, &s, 0, false, 0);
 }
 
 /* Writes a whole report file, or leaves it empty after one warning: never a cut one. */
@@ -177,7 +193,9 @@ static int finish(const char *ended_by) {
   ipc_exit();
   trace_exit();
   pool_each(add_pool, busy_pool, NULL);
-  memory_each_passthrough(add_passthrough, NULL);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    add_passthrough(dev);
+  }
   if (nrows > 0 || run.nnotes > 0) {
     report(ended_by);
   }
@@ -200,12 +218,14 @@ bool exit_by_signal(int sig, const char *name) {
   return atomic_load(&phase) == ENDED && atomic_exchange(&pending_signal, 0) != 0;
 }
 
-void exit_fork_child(void) {
+/* In a fork child: the exit path starts over, with no row and no note of the parent's. */
+static void fork_child(void) {
   nrows = 0;
   run.nnotes = 0;
   atomic_store(&phase, RUNNING);
   atomic_store(&pending_signal, 0);
 }
+FORK_CHILD(fork_child)
 
 void exit_before_exec(void) {
   start_waiting();

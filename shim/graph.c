@@ -21,9 +21,10 @@
 #include "shim/graph.h"
 
 #include "shim/cap.h"
+#include "shim/fork.h"
 #include "shim/hook.h"
 #include "shim/log.h"
-#include "shim/memory.h"
+#include "shim/passthru.h"
 #include "shim/real.h"
 
 #include <pthread.h>
@@ -145,13 +146,13 @@ static CUresult admit(const uint64_t bytes[GPUCAP_MAX_DEVICES], bool backed,
       settle(d);
       unback(d, NULL);
     }
-    if (!mem_admit(d, bytes[d])) {
+    if (!passthru_admit(d, bytes[d])) {
       for (int e = 0; e < d; e++) {
         cap_credit(e, admitted[e]);
       }
       log_msg(LOG_DEBUG, "device %d: a graph launch needs %llu bytes of graph memory", d,
               (unsigned long long)bytes[d]);
-      return mem_refuse(d, bytes[d]);
+      return passthru_refuse(d, bytes[d]);
     }
     admitted[d] = bytes[d];
   }
@@ -421,7 +422,8 @@ void graph_forget_device(CUcontext primary, int dev) {
   pthread_mutex_unlock(&lock);
 }
 
-void graph_fork_child(void) {
+/* In a fork child: no graph, nothing charged. */
+static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   for (size_t i = 0; i < nexecs; i++) {
     free(table[i]);
@@ -430,3 +432,4 @@ void graph_fork_child(void) {
   atomic_store_explicit(&listed, 0, memory_order_relaxed);
   memset(charged, 0, sizeof charged);
 }
+FORK_CHILD(fork_child)

@@ -22,7 +22,4 @@ void graph_forget_context(CUcontext ctx);
  * (graphs of other contexts on dev keep theirs). */
 void graph_forget_device(CUcontext primary, int dev);
 
-/* In a fork child: no graph, nothing charged. */
-void graph_fork_child(void);
-
 #endif

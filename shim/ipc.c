@@ -14,6 +14,7 @@
 #include "shim/ipc.h"
 
 #include "shim/exit.h"
+#include "shim/fork.h"
 #include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/pool.h"
@@ -441,7 +442,8 @@ void ipc_exit(void) {
  * stay), so that leak checkers see them reachable. */
 static void *volatile inherited[2];
 
-void ipc_fork_child(void) {
+/* In a fork child: forget every export and import (the parent's files are the parent's). */
+static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   /* Abandoned unread: another thread may have been growing them at the fork. */
   inherited[0] = exports;
@@ -455,3 +457,4 @@ void ipc_fork_child(void) {
   atomic_store_explicit(&exported, 0, memory_order_relaxed);
   atomic_store_explicit(&imported, 0, memory_order_relaxed);
 }
+FORK_CHILD(fork_child)

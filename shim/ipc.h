@@ -33,8 +33,4 @@ bool ipc_imported_block(uint64_t addr, uint64_t *base, uint64_t *size);
  * CUDA call, no lock, no malloc; async-signal-safe. */
 void ipc_exit(void);
 
-/* fork() support, in the child: forget every export (the parent's files are the parent's) and
- * every import, with a fresh mutex, without reading the lists. */
-void ipc_fork_child(void);
-
 #endif

@@ -9,6 +9,7 @@
 #include "shim/pending.h"
 
 #include "shim/cap.h"
+#include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/real.h"
 
@@ -261,7 +262,8 @@ void pending_drop_device(int dev) {
  * that leak checkers see it reachable. */
 static struct pend **volatile inherited;
 
-void pending_fork_child(void) {
+/* In a fork child: forget every pending free (the parent's streams are not the child's). */
+static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   /* Nothing was held across fork: another thread may have been changing the list, so it is
    * abandoned unread (its events and memory are the parent's). */
@@ -270,3 +272,4 @@ void pending_fork_child(void) {
   npend = cappend = 0;
   nspares = 0;
 }
+FORK_CHILD(fork_child)

@@ -40,8 +40,4 @@ void pending_drop_context(CUcontext ctx);
  * return now (pending frees of other memory wait for their streams as before). */
 void pending_drop_device(int dev);
 
-/* fork() support, in the child: forget everything (its parent's events and memory are not its
- * own) with a fresh mutex, without reading what another thread may have been changing. */
-void pending_fork_child(void);
-
 #endif

@@ -10,6 +10,7 @@
 #include "shim/cap.h"
 #include "shim/capture.h"
 #include "shim/exit.h"
+#include "shim/fork.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
 #include "shim/pending.h"
@@ -683,7 +684,8 @@ void pool_drop_context(CUcontext ctx) {
  * so that leak checkers see them reachable. */
 static bfc_pool_t *volatile inherited[POOL_MAX];
 
-void pool_fork_child(void) {
+/* In a fork child: forget every pool (the child has no usable CUDA context). */
+static void fork_child(void) {
   int n = atomic_load_explicit(&npools, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
     struct ctx_pool *p = &pools[i];
@@ -700,3 +702,4 @@ void pool_fork_child(void) {
   memset(contexts_seen, 0, sizeof contexts_seen);
   pthread_mutex_init(&registry, NULL);
 }
+FORK_CHILD(fork_child)

@@ -57,10 +57,6 @@ void pool_dying(CUcontext ctx, bool dying);
  * charges, with no driver call. */
 void pool_drop_context(CUcontext ctx);
 
-/* fork() support, in the child (shim/fork.c): forget every pool (the child has no usable CUDA
- * context) with fresh locks, without reading what another thread may have been changing. */
-void pool_fork_child(void);
-
 /* Releases the wholly free regions of every pool on device dev to the driver (after settling
  * their deferred frees), for an allocation of another kind that would not fit under the cap
  * otherwise; returns the bytes released. The caller holds no pool lock. */

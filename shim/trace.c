@@ -13,6 +13,7 @@
 #include "core/report.h"
 #include "shim/cap.h"
 #include "shim/exit.h"
+#include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/settings.h"
 
@@ -175,7 +176,8 @@ void trace_exit(void) {
   }
 }
 
-void trace_fork_child(void) {
+/* In a fork child: the trace starts over (the parent's events are the parent's). */
+static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   holding = false;
   /* A child whose parent had not opened the trace traces like any process (its own file with
@@ -191,3 +193,4 @@ void trace_fork_child(void) {
   atomic_store_explicit(&buffered, 0, memory_order_relaxed);
   atomic_store_explicit(&lost, 0, memory_order_relaxed);
 }
+FORK_CHILD(fork_child)

@@ -23,9 +23,4 @@ bool trace_flush(void);
  * a buffer that stayed busy, or after a write failed). */
 void trace_exit(void);
 
-/* fork() support, in the child: a fresh lock and an empty buffer. The child traces like any
- * process if its parent had not opened the trace yet, and never if it had (the file is the
- * parent's). */
-void trace_fork_child(void);
-
 #endif

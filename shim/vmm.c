@@ -20,7 +20,7 @@
 #include "shim/fork.h"
 #include "shim/hook.h"
 #include "shim/log.h"
-#include "shim/memory.h"
+#include "shim/passthru.h"
 #include "shim/real.h"
 
 #include <pthread.h>
@@ -59,15 +59,15 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
   int dev;
   HOOK_PROLOGUE(real.cuMemAllocManaged);
   CUresult drc;
-  if (!mem_prepare(dptr && bytesize > 0, &dev, &drc)) {
+  if (!passthru_prepare(dptr && bytesize > 0, &dev, &drc)) {
     return drc == CUDA_SUCCESS ? real.cuMemAllocManaged(dptr, bytesize, flags) : drc;
   }
-  if (!mem_admit(dev, bytesize)) {
-    return mem_refuse(dev, bytesize);
+  if (!passthru_admit(dev, bytesize)) {
+    return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAllocManaged(dptr, bytesize, flags);
-  return mem_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, MEM_CONTEXT, free_managed,
-                    NULL);
+  return passthru_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, PASSTHRU_CONTEXT,
+                         free_managed, NULL);
 }
 
 /* Makes room for one more entry in map (created on first use); false when host memory ran out.
@@ -152,13 +152,13 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     return real.cuMemCreate(handle, size, prop,
                             flags); /* not device memory, or the driver's error */
   }
-  if (!mem_admit(dev, size)) {
+  if (!passthru_admit(dev, size)) {
     /* Before cuInit the driver refuses everything: answer as it would (asking it, not calling
      * cuMemCreate, which would allocate uncapped should another thread initialise meanwhile). */
     CUcontext ctx = NULL;
     CUresult q = real.cuCtxGetCurrent ? real.cuCtxGetCurrent(&ctx) : CUDA_SUCCESS;
     bool uninit = q == CUDA_ERROR_NOT_INITIALIZED || q == CUDA_ERROR_DEINITIALIZED;
-    return uninit ? q : mem_refuse(dev, size);
+    return uninit ? q : passthru_refuse(dev, size);
   }
   CUresult rc = real.cuMemCreate(handle, size, prop, flags);
   if (rc != CUDA_SUCCESS) {
@@ -380,7 +380,8 @@ GPUCAP_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
  * so that leak checkers see them reachable. */
 static volatile addrmap_t inherited[2];
 
-void vmm_fork_child(void) {
+/* In a fork child: forget every VMM allocation and mapping (the parent's memory). */
+static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   /* Nothing was held across fork: another thread may have been changing the maps, so they are
    * abandoned unread (the parent's memory is not the child's). */
@@ -391,3 +392,4 @@ void vmm_fork_child(void) {
   retains = 0;
   unswept = false;
 }
+FORK_CHILD(fork_child)

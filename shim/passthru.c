@@ -1,0 +1,230 @@
+/* The pass-through path (see shim/passthru.h): admission under the cap, the records of the
+ * blocks and arrays the driver made under a charge, and the per-device counters the exit report
+ * shows for memory served outside the pools.
+ * Locking: each record table has its own mutex (shim/charges.h), never held across a driver
+ * call; the counters are atomics.
+ */
+#include "shim/passthru.h"
+
+#include "shim/cap.h"
+#include "shim/fork.h"
+#include "shim/log.h"
+#include "shim/pending.h"
+#include "shim/pool.h"
+#include "shim/real.h"
+#include "shim/trace.h"
+
+#include <stdatomic.h>
+
+static charges_t blocks = CHARGES_INIT; /* pass-through blocks: address -> charge */
+static charges_t arrays = CHARGES_INIT; /* array or mipmapped-array handle -> charge */
+
+/* Counters of the pass-through path, per device, for the exit report. */
+struct counters {
+  _Atomic uint64_t allocs, frees, ooms, in_use, peak, largest;
+};
+static struct counters counters[GPUCAP_MAX_DEVICES];
+
+static void count_alloc(int dev, uint64_t bytes) {
+  struct counters *c = &counters[dev];
+  uint64_t now = atomic_fetch_add(&c->in_use, bytes) + bytes;
+  uint64_t peak = atomic_load(&c->peak), largest = atomic_load(&c->largest);
+  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {
+  }
+  while (bytes > largest && !atomic_compare_exchange_weak(&c->largest, &largest, bytes)) {
+  }
+  atomic_fetch_add(&c->allocs, 1);
+}
+
+/* Takes a block out of the counters and the trace (its charge is returned separately). */
+static void forget_block(uint64_t ptr, const charge_t *e) {
+  atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
+  atomic_fetch_add(&counters[e->dev].frees, 1);
+  trace_event(TRACE_FREE, ptr, e->bytes);
+}
+
+/* Returns a tracked block's charge once the driver no longer has it. */
+static void credit_block(uint64_t ptr, const charge_t *e) {
+  forget_block(ptr, e);
+  cap_credit(e->dev, e->bytes);
+}
+
+static void credit_array(uint64_t handle, const charge_t *e) {
+  (void)handle;
+  cap_credit(e->dev, e->bytes);
+}
+
+CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
+                        passthru_free_fn driver_free, void *arg) {
+  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev, .kind = (int)kind}, old;
+  if (kind == PASSTHRU_CONTEXT) {
+    real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
+  }
+  int put = charges_put(&blocks, ptr, &e, &old);
+  if (put < 0) {
+    driver_free(ptr, arg);
+    cap_credit(dev, bytes);
+    log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (put > 0) {
+    credit_block(ptr, &old); /* freed in a way gpucap did not see */
+  }
+  count_alloc(dev, bytes);
+  trace_event(TRACE_ALLOC, ptr, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult passthru_current_device(int *dev) {
+  CUresult rc = cap_current_device(dev);
+  if (rc == CUDA_ERROR_INVALID_DEVICE) {
+    *dev = -1;
+    return CUDA_SUCCESS;
+  }
+  return rc;
+}
+
+bool passthru_prepare(bool args_ok, int *dev, CUresult *rc) {
+  *rc = CUDA_SUCCESS;
+  if (!args_ok) {
+    return false;
+  }
+  CUresult q = passthru_current_device(dev);
+  if (q == CUDA_SUCCESS) {
+    return true;
+  }
+  *rc = cap_no_context(q) ? CUDA_SUCCESS : q;
+  return false;
+}
+
+CUresult passthru_refuse(int dev, uint64_t bytes) {
+  if (dev < 0) {
+    log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", GPUCAP_MAX_DEVICES - 1);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  atomic_fetch_add(&counters[dev].ooms, 1);
+  trace_event(TRACE_ALLOC_FAILURE, 0, bytes);
+  log_msg(LOG_DEBUG, "device %d: %llu bytes refused: %llu of %llu in use", dev,
+          (unsigned long long)bytes, (unsigned long long)cap_used(dev),
+          (unsigned long long)cap_limit(dev, 0));
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+bool passthru_admit(int dev, uint64_t bytes) {
+  if (dev < 0) {
+    return false;
+  }
+  if (cap_charge(dev, bytes)) {
+    return true;
+  }
+  pending_wait(dev); /* memory the stream-ordered frees are about to give back */
+  if (cap_charge(dev, bytes)) {
+    return true;
+  }
+  /* Regions the pools hold that nothing is allocated in: the program freed that memory, and
+   * this allocation must not fail for want of it. */
+  return pool_trim(dev) > 0 && cap_charge(dev, bytes);
+}
+
+bool passthru_recharge(int dev, uint64_t admitted, uint64_t exact) {
+  if (exact > admitted && !passthru_admit(dev, exact - admitted)) {
+    cap_credit(dev, admitted);
+    return false;
+  }
+  if (exact < admitted) {
+    cap_credit(dev, admitted - exact);
+  }
+  return true;
+}
+
+CUresult passthru_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
+                         enum passthru_kind kind, passthru_free_fn driver_free, void *arg) {
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(dev, bytes);
+    return rc;
+  }
+  return passthru_track(ptr, dev, bytes, kind, driver_free, arg);
+}
+
+CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void *arg,
+                               passthru_after_fn after) {
+  charge_hold_t *held = ptr ? charges_hold(&blocks, ptr) : NULL;
+  CUresult rc = driver_free(ptr, arg);
+  charge_t e;
+  if (charges_settle(&blocks, ptr, held, rc == CUDA_SUCCESS, &e)) {
+    forget_block(ptr, &e);
+    if (after) {
+      after(&e, arg);
+    } else {
+      cap_credit(e.dev, e.bytes);
+    }
+  }
+  return rc;
+}
+
+bool passthru_remember_array(uint64_t handle, int dev, uint64_t bytes) {
+  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev}, stale;
+  real.cuCtxGetCurrent(&e.ctx);
+  int put = charges_put(&arrays, handle, &e, &stale);
+  if (put > 0) {
+    cap_credit(stale.dev, stale.bytes);
+  }
+  return put >= 0;
+}
+
+CUresult passthru_destroy_array(uint64_t handle, CUresult (*destroy)(uint64_t handle, void *arg),
+                                void *arg) {
+  charge_t e;
+  charge_hold_t *held = handle ? charges_hold(&arrays, handle) : NULL;
+  CUresult rc = destroy(handle, arg);
+  if (charges_settle(&arrays, handle, held, rc == CUDA_SUCCESS, &e)) {
+    cap_credit(e.dev, e.bytes);
+  }
+  return rc;
+}
+
+static bool made_in(const charge_t *e, const void *ctx) {
+  return e->kind == PASSTHRU_CONTEXT && e->ctx == ctx;
+}
+
+static bool ordered_on(const charge_t *e, const void *dev) {
+  return e->kind == PASSTHRU_ORDERED && e->dev == *(const int *)dev;
+}
+
+void passthru_drop_context(CUcontext ctx) {
+  if (ctx) {
+    charges_drop(&blocks, made_in, ctx, credit_block);
+    charges_drop_context(&arrays, ctx, credit_array);
+  }
+}
+
+void passthru_drop_ordered(int dev) {
+  charges_drop(&blocks, ordered_on, &dev, credit_block);
+}
+
+void passthru_counts(int dev, passthru_counts_t *out) {
+  const struct counters *c = &counters[dev];
+  *out = (passthru_counts_t){.allocs = atomic_load(&c->allocs),
+                             .frees = atomic_load(&c->frees),
+                             .ooms = atomic_load(&c->ooms),
+                             .in_use = atomic_load(&c->in_use),
+                             .peak = atomic_load(&c->peak),
+                             .largest = atomic_load(&c->largest)};
+}
+
+/* In a fork child: forget every block, array and counter (the parent's memory is not the
+ * child's). */
+static void fork_child(void) {
+  charges_fork_child(&blocks);
+  charges_fork_child(&arrays);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    struct counters *c = &counters[dev];
+    atomic_store(&c->allocs, 0);
+    atomic_store(&c->frees, 0);
+    atomic_store(&c->ooms, 0);
+    atomic_store(&c->in_use, 0);
+    atomic_store(&c->peak, 0);
+    atomic_store(&c->largest, 0);
+  }
+}
+FORK_CHILD(fork_child)
