@@ -14,6 +14,7 @@
  * driver call.
  */
 #include "shim/cap.h"
+#include "shim/ctx.h"
 #include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
@@ -229,12 +230,12 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
     return rc == CUDA_SUCCESS ? driver_create(k, out, desc, levels) : rc;
   }
   uint64_t est = estimate(d, levels);
-  if (!passthru_admit(dev, est)) {
+  if (!ctx_admit(dev, est)) {
     return passthru_refuse(dev, est); /* the driver is never asked, not even for a twin */
   }
   uint64_t req = requirement(k, d, levels, dev);
   uint64_t admitted = req > est ? req : est;
-  if (admitted > est && !passthru_admit(dev, admitted - est)) {
+  if (admitted > est && !ctx_admit(dev, admitted - est)) {
     cap_credit(dev, est);
     return passthru_refuse(dev, admitted);
   }
@@ -249,7 +250,7 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   measured = measured && real.cuMemGetInfo_v2(&after, &total) == CUDA_SUCCESS;
   uint64_t drop = measured && before >= after ? before - after : 0;
   uint64_t charge = plausible(drop, est, req) ? drop : admitted;
-  if (!passthru_recharge(dev, admitted, charge)) {
+  if (!ctx_recharge(dev, admitted, charge)) {
     driver_destroy(k, handle);
     handle_clear(k, out);
     return passthru_refuse(dev, charge);

@@ -17,13 +17,14 @@
  * call.
  */
 #include "shim/cap.h"
+#include "shim/ctx.h"
 #include "shim/fork.h"
 #include "shim/capture.h"
 #include "shim/hook.h"
 #include "shim/log.h"
+#include "shim/memory.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
-#include "shim/pool.h"
 #include "shim/real.h"
 
 #include <pthread.h>
@@ -217,7 +218,7 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
       sure = !from_pool;
     }
   }
-  if (dev >= 0 && !passthru_admit(dev, bytes)) {
+  if (dev >= 0 && !ctx_admit(dev, bytes)) {
     return passthru_refuse(dev, bytes);
   }
   CUresult rc = call(w, dptr, bytes, pool, stream);
@@ -230,7 +231,7 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   int on = sure ? dev : block_device(*dptr);
   if (on != dev) {
     /* The charge moves to the device the block is on. */
-    bool kept = on >= 0 && passthru_admit(on, bytes);
+    bool kept = on >= 0 && ctx_admit(on, bytes);
     if (dev >= 0) {
       cap_credit(dev, bytes);
     }
@@ -257,10 +258,10 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   HOOK_PROLOGUE(true);
   if (capture_stream(stream, ptsz)) {
     /* A graph's free node: nothing is freed now. A block gpucap charged stays charged until
-     * the driver hands its address out again (mem_track). */
+     * the driver hands its address out again (passthru_track). */
     return free_async(dptr, &o);
   }
-  if (dptr && pool_block(dptr, &(uint64_t){0}, &(uint64_t){0}) != POOL_OUTSIDE) {
+  if (dptr && ctx_block(dptr, &(uint64_t){0}, &(uint64_t){0}) != CTX_OUTSIDE) {
     /* A pooled block: the stream must be one the driver would accept (its error, and the
      * block kept, otherwise). The special handles need no check. */
     CUcontext owner;
@@ -268,7 +269,7 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
     if (!special && (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
       return rc;
     }
-    if (pool_free(dptr, special, &rc)) { /* a default stream needs a current context */
+    if (memory_free_pooled(dptr, special, &rc)) { /* a default stream needs a current context */
       return rc;
     }
   }

@@ -8,12 +8,10 @@
 #include "shim/context.h"
 
 #include "shim/cap.h"
+#include "shim/ctx.h"
 #include "shim/fork.h"
 #include "shim/graph.h"
 #include "shim/hook.h"
-#include "shim/passthru.h"
-#include "shim/pending.h"
-#include "shim/pool.h"
 #include "shim/real.h"
 
 #include <stdatomic.h>
@@ -40,24 +38,22 @@ static void fork_child(void) {
 FORK_CHILD(fork_child)
 
 /* The driver freed everything the context ctx held, and completed the work of its streams
- * (stream-ordered frees included). Stream-ordered memory belongs to no context: it stays. */
+ * (stream-ordered frees included): its object and what was made in it (shim/ctx.h), and its
+ * graphs. Stream-ordered memory belongs to no context: it stays. */
 static void forget(CUcontext ctx) {
   if (ctx) {
-    pool_drop_context(ctx);
-    passthru_drop_context(ctx);
-    pending_drop_context(ctx);
+    ctx_destroyed(ctx);
     graph_forget_context(ctx);
   }
 }
 
-/* The driver destroyed device dev's primary context ctx: with it went the device's
- * stream-ordered memory, whatever context it was allocated in (what the driver does on a
- * device reset). */
+/* The driver destroyed device dev's primary context ctx: with it went the device's graph memory
+ * and its stream-ordered memory, whatever context it was allocated in (what the driver does on
+ * a device reset). */
 static void forget_primary(CUcontext ctx, int dev) {
   forget(ctx);
   graph_forget_device(ctx, dev);
-  passthru_drop_ordered(dev);
-  pending_drop_device(dev);
+  ctx_device_reset(dev);
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
@@ -72,12 +68,12 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 
 GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   HOOK_PROLOGUE(real.cuCtxDestroy_v2);
-  pool_dying(ctx, true);
+  ctx_dying(ctx, true);
   CUresult rc = real.cuCtxDestroy_v2(ctx);
   if (rc == CUDA_SUCCESS) {
     forget(ctx);
   } else {
-    pool_dying(ctx, false);
+    ctx_dying(ctx, false);
   }
   return rc;
 }
@@ -87,7 +83,7 @@ GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
  * see cannot make it drop a live context: the driver's answer comes first.) */
 static CUresult after_release(CUresult rc, CUdevice dev) {
   if (rc != CUDA_SUCCESS || !dev_ok(dev)) {
-    pool_dying(context_primary(dev), false);
+    ctx_dying(context_primary(dev), false);
     return rc;
   }
   int left = atomic_fetch_sub_explicit(&retains[dev], 1, memory_order_relaxed) - 1;
@@ -103,7 +99,7 @@ static CUresult after_release(CUresult rc, CUdevice dev) {
   if (q == CUDA_SUCCESS ? !active : left == 0) {
     forget_primary(atomic_exchange_explicit(&primary[dev], NULL, memory_order_acq_rel), dev);
   } else {
-    pool_dying(context_primary(dev), false);
+    ctx_dying(context_primary(dev), false);
   }
   return rc;
 }
@@ -112,7 +108,7 @@ static CUresult after_release(CUresult rc, CUdevice dev) {
  * pool is left alone meanwhile, as for a destroy. */
 static void release_begins(CUdevice dev) {
   if (dev_ok(dev) && atomic_load_explicit(&retains[dev], memory_order_relaxed) <= 1) {
-    pool_dying(context_primary(dev), true);
+    ctx_dying(context_primary(dev), true);
   }
 }
 
@@ -134,19 +130,19 @@ static CUresult after_reset(CUresult rc, CUdevice dev) {
   if (rc == CUDA_SUCCESS && dev_ok(dev)) {
     forget_primary(context_primary(dev), dev);
   } else {
-    pool_dying(context_primary(dev), false);
+    ctx_dying(context_primary(dev), false);
   }
   return rc;
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxReset);
-  pool_dying(context_primary(dev), true);
+  ctx_dying(context_primary(dev), true);
   return after_reset(real.cuDevicePrimaryCtxReset(dev), dev);
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxReset_v2);
-  pool_dying(context_primary(dev), true);
+  ctx_dying(context_primary(dev), true);
   return after_reset(real.cuDevicePrimaryCtxReset_v2(dev), dev);
 }

@@ -11,11 +11,11 @@
 
 #include "core/report.h"
 #include "shim/cap.h"
+#include "shim/ctx.h"
 #include "shim/fork.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
-#include "shim/pool.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
 #include "shim/signals.h"
@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 /* Live pools, destroyed ones, pass-through. */
-#define MAX_ROWS (2 * POOL_MAX + GPUCAP_MAX_DEVICES)
+#define MAX_ROWS (2 * CTX_MAX + GPUCAP_MAX_DEVICES)
 
 static report_row_t rows[MAX_ROWS];
 static int nrows;
@@ -97,7 +97,7 @@ static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bo
   }
 }
 
-static void add_pool(void *arg, const struct pool_report *p) {
+static void add_pool(void *arg, const struct ctx_report *p) {
   (void)arg;
   add_row(p->dev, p->index, &p->stats, 1, p->destroyed, p->largest_request);
 }
@@ -192,7 +192,7 @@ static int finish(const char *ended_by) {
   start_waiting();
   ipc_exit();
   trace_exit();
-  pool_each(add_pool, busy_pool, NULL);
+  ctx_each(add_pool, busy_pool, NULL);
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     add_passthrough(dev);
   }

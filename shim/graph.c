@@ -22,6 +22,7 @@
 
 #include "shim/cap.h"
 #include "shim/fork.h"
+#include "shim/ctx.h"
 #include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
@@ -146,7 +147,7 @@ static CUresult admit(const uint64_t bytes[GPUCAP_MAX_DEVICES], bool backed,
       settle(d);
       unback(d, NULL);
     }
-    if (!passthru_admit(d, bytes[d])) {
+    if (!ctx_admit(d, bytes[d])) {
       for (int e = 0; e < d; e++) {
         cap_credit(e, admitted[e]);
       }

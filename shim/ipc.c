@@ -17,7 +17,7 @@
 #include "shim/fork.h"
 #include "shim/hook.h"
 #include "shim/log.h"
-#include "shim/pool.h"
+#include "shim/ctx.h"
 #include "shim/real.h"
 
 #include <errno.h>
@@ -217,10 +217,10 @@ static CUresult export_block(CUipcMemHandle *out, uint64_t base, uint64_t size) 
 GPUCAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
   uint64_t base, size;
   HOOK_PROLOGUE(real.cuIpcGetMemHandle);
-  switch (pool_block(dptr, &base, &size)) {
-  case POOL_OUTSIDE:
+  switch (ctx_block(dptr, &base, &size)) {
+  case CTX_OUTSIDE:
     return real.cuIpcGetMemHandle(pHandle, dptr);
-  case POOL_NOT_HELD:
+  case CTX_NOT_HELD:
     return CUDA_ERROR_INVALID_VALUE; /* freed memory: the driver's answer */
   default:
     return pHandle ? export_block(pHandle, base, size) : CUDA_ERROR_INVALID_VALUE;

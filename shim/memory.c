@@ -1,17 +1,19 @@
 /* The device-memory hooks: allocation, free, get-info, total-mem and pitch, in every ABI the
  * driver resolves them to. cuMemAlloc_v2 and cuMemAllocPitch_v2 are served from the context's
- * pool (shim/pool.c) unless GPUCAP_POOL=off. Otherwise, and for the legacy 32-bit ABIs,
+ * pool (shim/ctx.h) unless GPUCAP_POOL=off. Otherwise, and for the legacy 32-bit ABIs,
  * allocation is pass-through with the cap enforced before the driver is asked (pitch: right
  * after, since only the driver knows the pitch), and each live block remembered with its
  * device and charge (shim/passthru.h) so a free credits exactly what was charged.
  * No lock of its own.
  */
 #include "shim/cap.h"
+#include "shim/ctx.h"
 #include "shim/hook.h"
+#include "shim/ipc.h"
 #include "shim/log.h"
+#include "shim/memory.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
-#include "shim/pool.h"
 #include "shim/real.h"
 #include "shim/trace.h"
 
@@ -32,14 +34,14 @@ static CUresult free_v1(uint64_t ptr, void *arg) {
 GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   int dev;
   HOOK_PROLOGUE(real.cuMemAlloc_v2);
-  if (dptr && bytesize > 0 && pool_enabled()) {
-    return pool_alloc(dptr, bytesize);
+  if (dptr && bytesize > 0 && ctx_pooling()) {
+    return ctx_alloc(dptr, bytesize);
   }
   CUresult drc;
   if (!passthru_prepare(dptr && bytesize > 0, &dev, &drc)) {
     return drc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytesize) : drc;
   }
-  if (!passthru_admit(dev, bytesize)) {
+  if (!ctx_admit(dev, bytesize)) {
     return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
@@ -54,7 +56,7 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
   if (!passthru_prepare(dptr && bytesize > 0, &dev, &drc)) {
     return drc == CUDA_SUCCESS ? real.cuMemAlloc(dptr, bytesize) : drc;
   }
-  if (!passthru_admit(dev, bytesize)) {
+  if (!ctx_admit(dev, bytesize)) {
     return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc(dptr, bytesize);
@@ -62,10 +64,28 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
                          free_v1, NULL);
 }
 
+bool memory_free_pooled(uint64_t ptr, bool need_context, CUresult *rc) {
+  ctx_t *owner = ctx_owning(ptr);
+  if (!owner) {
+    return false;
+  }
+  if (need_context) {
+    /* As the driver: with no usable current context nothing is freed (the block stays). */
+    int dev;
+    CUresult q = cap_current_device(&dev);
+    if (q != CUDA_SUCCESS && cap_no_context(q)) {
+      *rc = q;
+      return true;
+    }
+  }
+  ipc_forget_block(ptr); /* before the block can be handed out again */
+  return ctx_free(owner, ptr, rc);
+}
+
 GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   CUresult rc;
   HOOK_PROLOGUE(real.cuMemFree_v2);
-  if (dptr && pool_free(dptr, true, &rc)) {
+  if (dptr && memory_free_pooled(dptr, true, &rc)) {
     return rc;
   }
   return passthru_untrack_free(dptr, free_v2, NULL, NULL);
@@ -83,7 +103,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
-    cap_view(dev, pool_idle_bytes(dev), t, &f, &t);
+    cap_view(dev, ctx_idle_bytes(dev), t, &f, &t);
     *freeBytes = (size_t)f;
     *totalBytes = (size_t)t;
   }
@@ -98,7 +118,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *total
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
     /* The device's size comes from the 64-bit query, never from this clamped one. */
-    cap_view(dev, pool_idle_bytes(dev), 0, &f, &t);
+    cap_view(dev, ctx_idle_bytes(dev), 0, &f, &t);
     *freeBytes = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
     *totalBytes = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
   }
@@ -196,7 +216,7 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
   uint64_t lower = (width + align - 1) / align * align;
   bool huge = lower < width || lower > 2147483647u || height > UINT64_MAX / lower;
   lower = huge ? 0 : lower * height; /* past the device's maximum pitch: the driver refuses */
-  if (!huge && !passthru_admit(dev, lower)) {
+  if (!huge && !ctx_admit(dev, lower)) {
     return passthru_refuse(dev, lower);
   }
   rc = pitch_call(legacy, dptr, pitch, width, height, elem, &ptr, &row);
@@ -206,7 +226,7 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
   }
   passthru_free_fn driver_free = legacy ? free_v1 : free_v2;
   uint64_t exact = row * height;
-  if (!passthru_recharge(dev, lower, exact)) {
+  if (!ctx_recharge(dev, lower, exact)) {
     driver_free(ptr, NULL);
     pitch_clear(legacy, dptr);
     return passthru_refuse(dev, exact);
@@ -221,8 +241,8 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
 GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                           size_t Height, unsigned int ElementSizeBytes) {
   HOOK_PROLOGUE(real.cuMemAllocPitch_v2);
-  if (pool_enabled()) {
-    return pool_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  if (ctx_pooling()) {
+    return ctx_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   }
   return pitch_passthrough(false, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }

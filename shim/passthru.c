@@ -10,7 +10,6 @@
 #include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/pending.h"
-#include "shim/pool.h"
 #include "shim/real.h"
 #include "shim/trace.h"
 
@@ -118,23 +117,7 @@ bool passthru_admit(int dev, uint64_t bytes) {
     return true;
   }
   pending_wait(dev); /* memory the stream-ordered frees are about to give back */
-  if (cap_charge(dev, bytes)) {
-    return true;
-  }
-  /* Regions the pools hold that nothing is allocated in: the program freed that memory, and
-   * this allocation must not fail for want of it. */
-  return pool_trim(dev) > 0 && cap_charge(dev, bytes);
-}
-
-bool passthru_recharge(int dev, uint64_t admitted, uint64_t exact) {
-  if (exact > admitted && !passthru_admit(dev, exact - admitted)) {
-    cap_credit(dev, admitted);
-    return false;
-  }
-  if (exact < admitted) {
-    cap_credit(dev, admitted - exact);
-  }
-  return true;
+  return cap_charge(dev, bytes);
 }
 
 CUresult passthru_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,

@@ -30,16 +30,10 @@ CUresult passthru_current_device(int *dev);
 bool passthru_prepare(bool args_ok, int *dev, CUresult *rc);
 
 /* Charges `bytes` to dev (from passthru_current_device) iff that stays within the cap, waiting
- * for the device's pending stream-ordered frees (shim/pending.h) and releasing the pools' wholly
- * free regions on dev (pool_trim) before giving up; returns true iff charged. The caller holds
- * no pool lock. */
+ * for the device's pending stream-ordered frees (shim/pending.h) before giving up; returns true
+ * iff charged. The hooks admit through ctx_admit (shim/ctx.h), which also gives the pools'
+ * wholly free regions back. */
 bool passthru_admit(int dev, uint64_t bytes);
-
-/* Moves a charge of `admitted` bytes on dev to `exact` once the driver said what it used:
- * admits the difference (as passthru_admit) or returns it. Returns false, with the whole charge
- * returned, iff the larger charge does not fit under the cap (the caller frees what the driver
- * made and refuses). */
-bool passthru_recharge(int dev, uint64_t admitted, uint64_t exact);
 
 /* What a tracked block belongs to: the context it was made in (freed with it), or, for
  * stream-ordered memory, no context (freed with its device's primary context). */

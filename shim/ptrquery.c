@@ -6,15 +6,15 @@
  */
 #include "shim/hook.h"
 #include "shim/ipc.h"
-#include "shim/pool.h"
+#include "shim/ctx.h"
 #include "shim/real.h"
 
-/* Where addr lies: a pooled block or an imported one (POOL_BLOCK, with its base and size),
+/* Where addr lies: a pooled block or an imported one (CTX_BLOCK, with its base and size),
  * pool memory nobody holds, or elsewhere. */
-static enum pool_where locate(uint64_t addr, uint64_t *base, uint64_t *size) {
-  enum pool_where where = pool_block(addr, base, size);
-  if (where == POOL_OUTSIDE && ipc_imported_block(addr, base, size)) {
-    where = POOL_BLOCK;
+static enum ctx_where locate(uint64_t addr, uint64_t *base, uint64_t *size) {
+  enum ctx_where where = ctx_block(addr, base, size);
+  if (where == CTX_OUTSIDE && ipc_imported_block(addr, base, size)) {
+    where = CTX_BLOCK;
   }
   return where;
 }
@@ -24,7 +24,7 @@ GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
   uint64_t base, size;
   HOOK_PROLOGUE(real.cuMemGetAddressRange_v2);
   switch (locate(dptr, &base, &size)) {
-  case POOL_BLOCK:
+  case CTX_BLOCK:
     if (pbase) {
       *pbase = base;
     }
@@ -32,7 +32,7 @@ GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
       *psize = size;
     }
     return CUDA_SUCCESS;
-  case POOL_NOT_HELD:
+  case CTX_NOT_HELD:
     return CUDA_ERROR_NOT_FOUND; /* what the driver answers for memory nobody allocated */
   default:
     return real.cuMemGetAddressRange_v2(pbase, psize, dptr);
@@ -41,14 +41,14 @@ GPUCAP_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
 
 /* Rewrites one attribute value for a pooled address; returns false when it is not a range
  * attribute (the driver's answer stands). */
-static bool patch(CUpointer_attribute attribute, void *data, enum pool_where where, uint64_t base,
+static bool patch(CUpointer_attribute attribute, void *data, enum ctx_where where, uint64_t base,
                   uint64_t size) {
   if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
-    *(CUdeviceptr *)data = where == POOL_BLOCK ? base : 0;
+    *(CUdeviceptr *)data = where == CTX_BLOCK ? base : 0;
     return true;
   }
   if (attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE) {
-    *(size_t *)data = where == POOL_BLOCK ? (size_t)size : 0;
+    *(size_t *)data = where == CTX_BLOCK ? (size_t)size : 0;
     return true;
   }
   return false;
@@ -58,12 +58,12 @@ GPUCAP_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute att
                                              CUdeviceptr ptr) {
   uint64_t base, size;
   HOOK_PROLOGUE(real.cuPointerGetAttribute);
-  enum pool_where where = locate(ptr, &base, &size);
-  if (where == POOL_NOT_HELD) {
+  enum ctx_where where = locate(ptr, &base, &size);
+  if (where == CTX_NOT_HELD) {
     return CUDA_ERROR_INVALID_VALUE; /* the driver's answer for memory nobody allocated */
   }
   CUresult rc = real.cuPointerGetAttribute(data, attribute, ptr);
-  if (rc == CUDA_SUCCESS && where == POOL_BLOCK && data) {
+  if (rc == CUDA_SUCCESS && where == CTX_BLOCK && data) {
     patch(attribute, data, where, base, size);
   }
   return rc;
@@ -74,14 +74,14 @@ GPUCAP_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes,
                                               CUdeviceptr ptr) {
   uint64_t base, size;
   HOOK_PROLOGUE(real.cuPointerGetAttributes);
-  enum pool_where where = locate(ptr, &base, &size);
-  if (where == POOL_NOT_HELD) {
+  enum ctx_where where = locate(ptr, &base, &size);
+  if (where == CTX_NOT_HELD) {
     /* Memory nobody holds: the driver's answer for an address it knows nothing of (its
      * defaults, unknown memory type, device ordinal -2), never the pool region's. */
     return real.cuPointerGetAttributes(numAttributes, attributes, data, 0);
   }
   CUresult rc = real.cuPointerGetAttributes(numAttributes, attributes, data, ptr);
-  if (rc == CUDA_SUCCESS && where != POOL_OUTSIDE && attributes && data) {
+  if (rc == CUDA_SUCCESS && where != CTX_OUTSIDE && attributes && data) {
     for (unsigned int i = 0; i < numAttributes; i++) {
       if (data[i]) {
         patch(attributes[i], data[i], where, base, size);

@@ -18,6 +18,7 @@
 #include "core/addrmap.h"
 #include "shim/cap.h"
 #include "shim/fork.h"
+#include "shim/ctx.h"
 #include "shim/hook.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
@@ -62,7 +63,7 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
   if (!passthru_prepare(dptr && bytesize > 0, &dev, &drc)) {
     return drc == CUDA_SUCCESS ? real.cuMemAllocManaged(dptr, bytesize, flags) : drc;
   }
-  if (!passthru_admit(dev, bytesize)) {
+  if (!ctx_admit(dev, bytesize)) {
     return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAllocManaged(dptr, bytesize, flags);
@@ -152,7 +153,7 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     return real.cuMemCreate(handle, size, prop,
                             flags); /* not device memory, or the driver's error */
   }
-  if (!passthru_admit(dev, size)) {
+  if (!ctx_admit(dev, size)) {
     /* Before cuInit the driver refuses everything: answer as it would (asking it, not calling
      * cuMemCreate, which would allocate uncapped should another thread initialise meanwhile). */
     CUcontext ctx = NULL;

@@ -1,0 +1,281 @@
+/* The table of context objects and their lifecycle (see shim/ctx.h): look-up and creation on
+ * first use, dying and dropping when the driver destroys a context, the fork child's fresh
+ * start and the exit listing. The allocation path is shim/ctx_alloc.c.
+ */
+#include "shim/ctx_impl.h"
+
+#include "shim/cap.h"
+#include "shim/exit.h"
+#include "shim/fork.h"
+#include "shim/log.h"
+#include "shim/passthru.h"
+#include "shim/pending.h"
+#include "shim/real.h"
+
+#include <string.h>
+
+static struct ctx slots[CTX_MAX];
+
+/* Contexts the driver destroyed, as their pools stood then (for the exit report), and the
+ * contexts seen per device (an object's index). Guarded by `registry`. */
+static struct ended {
+  int dev, index;
+  bfc_stats_t stats;
+  uint64_t largest_request;
+} ended[CTX_MAX];
+static int nended;
+static int contexts_seen[GPUCAP_MAX_DEVICES];
+static atomic_int nslots;
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local struct ctx *last_used;
+
+bool ctx_pooling(void) {
+  return pool_enabled();
+}
+
+int ctx_count(void) {
+  return atomic_load_explicit(&nslots, memory_order_acquire);
+}
+
+ctx_t *ctx_slot(int i) {
+  return &slots[i];
+}
+
+static struct ctx *create(CUcontext handle, int dev) {
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&nslots, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&slots[i].handle, memory_order_acquire) == handle) {
+      pthread_mutex_unlock(&registry);
+      return &slots[i];
+    }
+  }
+  struct ctx *c = NULL;
+  int slot = n;
+  for (int i = 0; i < n; i++) {
+    if (!slots[i].pool.bfc && !atomic_load_explicit(&slots[i].handle, memory_order_relaxed)) {
+      slot = i; /* a dropped context's slot */
+      break;
+    }
+  }
+  if (slot == CTX_MAX) {
+    log_msg(LOG_ERROR, "more than %d CUDA contexts: allocation refused", CTX_MAX);
+  } else {
+    c = &slots[slot];
+    pool_setup_t setup;
+    pool_setup(dev, &setup);
+    if (slot == n) {
+      pthread_mutex_init(&c->lock, NULL);
+    }
+    /* A dropped context's slot is still visible to other threads (trims, look-ups). */
+    pthread_mutex_lock(&c->lock);
+    c->dev = dev;
+    c->index = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
+    atomic_store_explicit(&c->dying, false, memory_order_relaxed);
+    c->oom_streak = 0;
+    int made = pool_open(&c->pool, dev, &setup);
+    pthread_mutex_unlock(&c->lock);
+    if (made != 0) {
+      c = NULL;
+    } else {
+      atomic_store_explicit(&c->handle, handle, memory_order_release);
+      if (slot == n) {
+        atomic_store_explicit(&nslots, n + 1, memory_order_release);
+      }
+    }
+  }
+  pthread_mutex_unlock(&registry);
+  return c;
+}
+
+ctx_t *ctx_current(CUresult *rc) {
+  CUcontext handle = NULL;
+  int dev;
+  CUresult q = real.cuCtxGetCurrent ? real.cuCtxGetCurrent(&handle) : CUDA_ERROR_NOT_INITIALIZED;
+  /* No usable context: the driver answers the call; any other failure is returned as is. */
+  *rc = q == CUDA_SUCCESS || cap_no_context(q) ? CUDA_SUCCESS : q;
+  if (q != CUDA_SUCCESS || !handle) {
+    return NULL;
+  }
+  struct ctx *c = last_used;
+  if (c && atomic_load_explicit(&c->handle, memory_order_acquire) == handle) {
+    return c;
+  }
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&slots[i].handle, memory_order_acquire) == handle) {
+      return last_used = &slots[i];
+    }
+  }
+  CUresult drc = cap_current_device(&dev);
+  if (drc != CUDA_SUCCESS) {
+    *rc = drc == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_OUT_OF_MEMORY
+          : cap_no_context(drc)            ? CUDA_SUCCESS
+                                           : drc;
+    return NULL;
+  }
+  c = create(handle, dev);
+  *rc = c ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return last_used = c;
+}
+
+ctx_t *ctx_owning(uint64_t addr) {
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&slots[i].dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&slots[i].lock);
+    bool owns = slots[i].pool.bfc && bfc_owns(slots[i].pool.bfc, addr);
+    pthread_mutex_unlock(&slots[i].lock);
+    if (owns) {
+      return &slots[i];
+    }
+  }
+  return NULL;
+}
+
+enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {
+  struct ctx *c = ctx_owning(addr);
+  enum ctx_where where = CTX_OUTSIDE;
+  if (c) {
+    pthread_mutex_lock(&c->lock);
+    if (c->pool.bfc && bfc_owns(c->pool.bfc, addr)) {
+      /* The block is what the program asked for: the chunk's rounding is not part of it. */
+      where = bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size
+                  ? CTX_BLOCK
+                  : CTX_NOT_HELD;
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  return where;
+}
+
+uint64_t ctx_idle_bytes(int dev) {
+  uint64_t idle = 0;
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&slots[i].dying, memory_order_acquire)) {
+      continue;
+    }
+    uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
+    pthread_mutex_lock(&slots[i].lock);
+    if (slots[i].pool.bfc && slots[i].dev == dev) {
+      bfc_usage(slots[i].pool.bfc, &in_use, &deferred, &free_b, &reserved);
+    }
+    pthread_mutex_unlock(&slots[i].lock);
+    idle += reserved - in_use;
+  }
+  return idle;
+}
+
+void ctx_dying(CUcontext handle, bool dying) {
+  int n = ctx_count();
+  for (int i = 0; handle && i < n; i++) {
+    if (atomic_load_explicit(&slots[i].handle, memory_order_acquire) == handle) {
+      atomic_store_explicit(&slots[i].dying, dying, memory_order_release);
+    }
+  }
+}
+
+/* Forgets c's pool, keeping its figures for the exit report: its regions went with its
+ * context, so the pool only returns charges. Registry lock held. */
+static void drop(struct ctx *c) {
+  pthread_mutex_lock(&c->lock);
+  if (c->pool.bfc) {
+    bfc_stats_t st;
+    bfc_stats(c->pool.bfc, &st);
+    if ((st.num_allocs > 0 || st.num_ooms > 0) && nended < CTX_MAX) {
+      ended[nended++] = (struct ended){.dev = c->dev,
+                                       .index = c->index,
+                                       .stats = st,
+                                       .largest_request = pool_largest_request(&c->pool, &st)};
+    }
+    pool_close(&c->pool);
+    log_msg(LOG_DEBUG, "device %d: context destroyed, its pool dropped", c->dev);
+  }
+  atomic_store_explicit(&c->handle, NULL, memory_order_release);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void ctx_destroyed(CUcontext handle) {
+  if (!handle) {
+    return;
+  }
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&nslots, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    if (atomic_load_explicit(&slots[i].handle, memory_order_acquire) == handle) {
+      drop(&slots[i]);
+    }
+  }
+  pthread_mutex_unlock(&registry);
+  /* The driver freed everything the context held and completed its streams' work. */
+  passthru_drop_context(handle);
+  pending_drop_context(handle);
+}
+
+void ctx_device_reset(int dev) {
+  passthru_drop_ordered(dev);
+  pending_drop_device(dev);
+}
+
+void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
+              void (*busy)(void *arg, int dev, int index), void *arg) {
+  if (exit_lock(&registry)) {
+    for (int i = 0; i < nended; i++) {
+      struct ctx_report r = {ended[i].dev, ended[i].index, true, ended[i].stats,
+                             ended[i].largest_request};
+      fn(arg, &r);
+    }
+    pthread_mutex_unlock(&registry);
+  } else {
+    busy(arg, -1, -1); /* the pools of destroyed contexts */
+  }
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    struct ctx *c = &slots[i];
+    /* dev and index only change when a slot is reused, under its lock: read again below. */
+    struct ctx_report r = {c->dev, c->index, false, {0}, 0};
+    if (!exit_lock(&c->lock)) {
+      busy(arg, r.dev, r.index); /* still busy in another thread at exit: say so, never hang */
+      continue;
+    }
+    if (c->pool.bfc) {
+      /* No block will be handed out again: settle the deferred frees (bookkeeping only). */
+      bfc_retire(c->pool.bfc);
+      bfc_stats(c->pool.bfc, &r.stats);
+      r.largest_request = pool_largest_request(&c->pool, &r.stats);
+    }
+    r.dev = c->dev;
+    r.index = c->index;
+    pthread_mutex_unlock(&c->lock);
+    if (r.stats.num_allocs > 0 || r.stats.num_ooms > 0) {
+      fn(arg, &r);
+    }
+  }
+}
+
+/* A fork child's pools as the parent left them: kept, not freed (volatile, so the stores stay),
+ * so that leak checkers see them reachable. */
+static bfc_pool_t *volatile inherited[CTX_MAX];
+
+/* In a fork child: forget every context (the child has no usable CUDA context) with fresh
+ * locks. No lock was held across fork: another thread may have been inside an object, so its
+ * bookkeeping is abandoned unread (the parent's memory is never the child's to free). */
+static void fork_child(void) {
+  int n = atomic_load_explicit(&nslots, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    struct ctx *c = &slots[i];
+    pthread_mutex_init(&c->lock, NULL);
+    inherited[i] = c->pool.bfc;
+    c->pool.bfc = NULL;
+    atomic_store_explicit(&c->handle, NULL, memory_order_relaxed);
+  }
+  atomic_store_explicit(&nslots, 0, memory_order_relaxed);
+  last_used = NULL;
+  nended = 0;
+  memset(contexts_seen, 0, sizeof contexts_seen);
+  pthread_mutex_init(&registry, NULL);
+}
+FORK_CHILD(fork_child)

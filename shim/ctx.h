@@ -1,0 +1,120 @@
+/* The context object: one per CUDA context gpucap served (and the device it is on), holding
+ * its lock, its pool (shim/pool.h) and its out-of-memory streak; the pass-through blocks and
+ * arrays made in it are recorded with its handle (shim/passthru.h) and go with it.
+ *
+ * Lifecycle: created on the first pooled allocation in the context (ctx_alloc), marked dying
+ * while the driver destroys it (ctx_dying), dropped when the driver did (ctx_destroyed: on
+ * cuCtxDestroy, cuDevicePrimaryCtxReset and the last cuDevicePrimaryCtxRelease), started over
+ * in a fork child, and listed at exit (ctx_each). A hook looks its context up through these
+ * functions, which answer in CUresult terms.
+ *
+ * Locking: a registry mutex guards creation and dropping and the list of destroyed contexts'
+ * figures; each object's own mutex guards its pool, held across driver calls only on growth
+ * and trims, never on the steady-state path and never across a context synchronize. Objects
+ * live in a fixed table of CTX_MAX slots, reused after a drop, so a pointer to one stays valid.
+ */
+#ifndef GPUCAP_SHIM_CTX_H
+#define GPUCAP_SHIM_CTX_H
+
+#include "core/bfc.h"
+#include "shim/cudadefs.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CTX_MAX 64
+
+typedef struct ctx ctx_t;
+
+/* True iff allocations are served from the contexts' pools (GPUCAP_POOL, read at the first
+ * call). */
+bool ctx_pooling(void);
+
+/* Serves `bytes` from the current context's pool (the context object and its pool created on
+ * first use). Returns CUDA_SUCCESS with *dptr set; CUDA_ERROR_OUT_OF_MEMORY when the request
+ * cannot fit under the cap (printing a memory-state report once per burst of failures); the
+ * driver's own answer when there is no usable current context or the driver failed otherwise.
+ * `dptr` non-NULL and bytes > 0 are the caller's to check. */
+CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes);
+
+/* cuMemAllocPitch from the current context's pool: pitch = WidthInBytes rounded up to the
+ * device's texture alignment (what the driver uses), block = pitch x Height. Invalid arguments
+ * get the driver's own error code. */
+CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                         unsigned int element_size);
+
+/* Charges `bytes` of memory the pools do not serve (pass-through, stream-ordered, managed, VMM,
+ * arrays, graphs) to dev iff that stays within the cap, as passthru_admit does, and, before
+ * giving up, releases the wholly free regions of every pool on dev (their deferred frees
+ * settled first): the program freed that memory, and this allocation must not fail for want of
+ * it. Returns true iff charged; false for dev < 0. The caller holds no context's lock. */
+bool ctx_admit(int dev, uint64_t bytes);
+
+/* Moves a charge of `admitted` bytes on dev to `exact` once the driver said what it used:
+ * admits the difference (as ctx_admit) or returns it. Returns false, with the whole charge
+ * returned, iff the larger charge does not fit under the cap (the caller frees what the driver
+ * made and refuses). */
+bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact);
+
+/* The context whose pool holds addr, among those the driver is not destroying (the driver may
+ * already have freed a dying context's regions and handed their addresses out again: such an
+ * address is the driver's to answer for); NULL when none. Takes each object's lock briefly. */
+ctx_t *ctx_owning(uint64_t addr);
+
+/* Frees a block of c's pool (deferred: reusable once the device has finished the work issued
+ * before it). Returns true with *rc set to CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for an
+ * interior pointer or a double free (the pool is left intact); false when c no longer holds
+ * the block (its context was destroyed since ctx_owning: the caller passes the free on to the
+ * driver). */
+bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc);
+
+/* Where an address lies: outside every pool, inside a pool region but in no block the program
+ * holds, or inside a block the program holds. */
+enum ctx_where { CTX_OUTSIDE, CTX_NOT_HELD, CTX_BLOCK };
+
+/* Classifies addr; for CTX_BLOCK stores the block's base and the size the program asked for
+ * (an address in the block's chunk past that size is CTX_NOT_HELD, as the driver knows no
+ * memory there). Takes each object's lock briefly; O(contexts x log regions). */
+enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size);
+
+/* Bytes the pools of device dev hold from the driver that the program does not hold: free and
+ * deferred chunks. Takes each object's lock briefly. */
+uint64_t ctx_idle_bytes(int dev);
+
+/* Marks the object of handle as dying (the driver is about to destroy the context) or, with
+ * dying false, alive again (the driver kept it). While dying, other threads never trim or
+ * synchronise it, and its addresses are the driver's to answer for. Lock-free; O(contexts). */
+void ctx_dying(CUcontext handle, bool dying);
+
+/* The driver destroyed the context `handle` and freed its memory: drops its object (its pool's
+ * figures kept for the exit report) and returns the charges of everything made in it: the
+ * pool's regions, its pass-through blocks and arrays; its streams' pending frees are credited.
+ * Stream-ordered memory belongs to no context and stays; graph memory is shim/graph.c's. No
+ * driver call. */
+void ctx_destroyed(CUcontext handle);
+
+/* The driver freed every stream-ordered allocation of device dev (its primary context was reset
+ * or released for the last time), whatever context it was allocated in: their charges return,
+ * their pending frees are dropped. No driver call. */
+void ctx_device_reset(int dev);
+
+/* A context's pool as the exit report sees it. */
+struct ctx_report {
+  int dev;                  /* its device */
+  int index;                /* among the contexts gpucap saw on that device, in that order */
+  bool destroyed;           /* the driver destroyed the context: the figures of that moment */
+  bfc_stats_t stats;        /* a snapshot of its pool's counters */
+  uint64_t largest_request; /* the largest single request it could serve (docs/report.md) */
+};
+
+/* For the exit report: settles every deferred free into free chunks (no block will be handed
+ * out again; bookkeeping only) and calls fn for every context whose pool served or refused at
+ * least one allocation (at most CTX_MAX destroyed ones are kept), and busy for one whose lock
+ * stayed busy at exit (with dev and index -1 for the list of destroyed contexts). Takes each
+ * lock with exit_lock (never waits longer than EXIT_WAIT_MS in all); makes no CUDA call;
+ * O(contexts + chunks). */
+void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
+              void (*busy)(void *arg, int dev, int index), void *arg);
+
+#endif

@@ -1,0 +1,245 @@
+/* A context's allocation path (see shim/ctx.h): serves a request from the context's pool, and
+ * when the pool cannot, tries in order: retiring the deferred frees the device has finished
+ * (one context synchronize retires a whole batch instead of one per cudaFree), the fully free
+ * regions of the device's other contexts, and the device's pending stream-ordered frees; only
+ * then refuses, with one report per burst of failures (shim/oom.h). The context's lock is
+ * dropped across every synchronize and every wait. Also the admission of memory the pools do not
+ * serve (ctx_admit), which gives the pools' wholly free regions back before refusing.
+ */
+#include "shim/ctx_impl.h"
+
+#include "shim/cap.h"
+#include "shim/capture.h"
+#include "shim/oom.h"
+#include "shim/passthru.h"
+#include "shim/pending.h"
+#include "shim/real.h"
+#include "shim/trace.h"
+
+#include <errno.h>
+
+/* Synchronises o's context from this thread (push, synchronize, pop) and retires the
+ * deferred frees that covered; `mine` is the thread's current context, restored if the pop
+ * fails. Called and returns with o's lock held; drops it meanwhile. */
+static void settle_other(struct ctx *o, CUcontext mine) {
+  uint64_t in_use, deferred, free_b, reserved;
+  bfc_usage(o->pool.bfc, &in_use, &deferred, &free_b, &reserved);
+  CUcontext handle = atomic_load_explicit(&o->handle, memory_order_acquire);
+  if (deferred == 0 || !handle || capture_any()) {
+    return; /* a synchronisation would invalidate a capture going on (shim/capture.h) */
+  }
+  uint64_t mark = bfc_defer_mark(o->pool.bfc);
+  pthread_mutex_unlock(&o->lock);
+  CUcontext popped;
+  bool synced = real.cuCtxPushCurrent_v2(handle) == CUDA_SUCCESS;
+  if (synced) {
+    synced = real.cuCtxSynchronize() == CUDA_SUCCESS;
+    if (real.cuCtxPopCurrent_v2(&popped) != CUDA_SUCCESS) {
+      real.cuCtxSetCurrent(mine); /* never leave the program in another context */
+    }
+  }
+  pthread_mutex_lock(&o->lock);
+  if (synced && o->pool.bfc) {
+    bfc_retire_upto(o->pool.bfc, mark);
+  }
+}
+
+/* Releases the fully free regions of the pools on device dev but `skip`'s (settling their
+ * deferred frees first, `mine` being the thread's current context); returns the bytes
+ * released. Takes each object's lock in turn: the caller holds none. */
+static uint64_t trim_device(int dev, const struct ctx *skip, CUcontext mine) {
+  uint64_t total = 0;
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    struct ctx *o = ctx_slot(i);
+    uint64_t released = 0;
+    if (o == skip || atomic_load_explicit(&o->dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    bool same_device = o->dev == dev;
+    if (o->pool.bfc && same_device) {
+      settle_other(o, mine);
+    }
+    if (o->pool.bfc && same_device) {
+      bfc_trim(o->pool.bfc, &released);
+    }
+    pthread_mutex_unlock(&o->lock);
+    total += released;
+  }
+  return total;
+}
+
+static uint64_t trim_others(struct ctx *c) {
+  return trim_device(c->dev, c, atomic_load_explicit(&c->handle, memory_order_acquire));
+}
+
+/* Releases the wholly free regions of every pool on device dev (after settling their deferred
+ * frees); returns the bytes released. */
+static uint64_t trim(int dev) {
+  bool any = false;
+  int n = ctx_count();
+  for (int i = 0; i < n && !any; i++) {
+    struct ctx *o = ctx_slot(i);
+    pthread_mutex_lock(&o->lock);
+    any = o->pool.bfc && o->dev == dev;
+    pthread_mutex_unlock(&o->lock);
+  }
+  CUcontext mine = NULL;
+  if (!any || !real.cuCtxGetCurrent || real.cuCtxGetCurrent(&mine) != CUDA_SUCCESS) {
+    return 0; /* no pool there; or the thread's context, to restore, is not known */
+  }
+  return trim_device(dev, NULL, mine);
+}
+
+bool ctx_admit(int dev, uint64_t bytes) {
+  if (passthru_admit(dev, bytes)) {
+    return true;
+  }
+  /* Regions the pools hold that nothing is allocated in: the program freed that memory, and
+   * this allocation must not fail for want of it. */
+  return dev >= 0 && trim(dev) > 0 && cap_charge(dev, bytes);
+}
+
+bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
+  if (exact > admitted && !ctx_admit(dev, exact - admitted)) {
+    cap_credit(dev, admitted);
+    return false;
+  }
+  if (exact < admitted) {
+    cap_credit(dev, admitted - exact);
+  }
+  return true;
+}
+
+CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
+  CUresult rc;
+  struct ctx *c = ctx_current(&rc);
+  if (!c) {
+    return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
+  }
+  uint64_t addr = 0;
+  int err;
+  pthread_mutex_lock(&c->lock);
+  c->pool.driver_full = false;
+  bool trimmed_others = false;
+  for (int tries = 0;; tries++) {
+    uint64_t in_use, deferred, free_b, reserved;
+    if (!c->pool.bfc) { /* its context was destroyed while the lock was dropped */
+      pthread_mutex_unlock(&c->lock);
+      return real.cuMemAlloc_v2(dptr, bytes);
+    }
+    bfc_usage(c->pool.bfc, &in_use, &deferred, &free_b, &reserved);
+    /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
+     * request fails lets placement drift around the deferred holes and needs a looser cap
+     * (docs/benchmarks.md measures both policies). */
+    bool can_sync = !capture_any(); /* shim/capture.h */
+    bool due = can_sync && tries == 0 && deferred > 0 && deferred >= free_b / 4;
+    if (!due) {
+      c->pool.last_driver_rc = CUDA_SUCCESS;
+      err = bfc_alloc(c->pool.bfc, bytes, &addr);
+      if (err == -ENOMEM && !trimmed_others) {
+        /* Other contexts' pools on this device may hold fully free regions under the same
+         * cap, and stream-ordered frees not yet reached by their streams hold charges they are
+         * about to return: give those back and try once more. */
+        trimmed_others = true;
+        pthread_mutex_unlock(&c->lock);
+        uint64_t released = trim_others(c);
+        bool waited = pending_wait(c->dev);
+        pthread_mutex_lock(&c->lock);
+        if (!c->pool.bfc || released > 0 || waited) {
+          continue; /* retry, or (context destroyed meanwhile) let the driver answer above */
+        }
+      }
+      if (err != -EAGAIN || tries >= 16 || !can_sync) {
+        break;
+      }
+    }
+    /* Wait for the device work issued before the deferred frees, without holding the pool,
+     * then make reusable exactly the blocks this synchronize covered. */
+    uint64_t mark = bfc_defer_mark(c->pool.bfc);
+    pthread_mutex_unlock(&c->lock);
+    CUresult sync = real.cuCtxSynchronize();
+    pthread_mutex_lock(&c->lock);
+    if (sync != CUDA_SUCCESS) {
+      pthread_mutex_unlock(&c->lock);
+      return sync;
+    }
+    if (c->pool.bfc) {
+      bfc_retire_upto(c->pool.bfc, mark);
+    }
+  }
+  static _Thread_local char oom_text[8192];
+  bfc_stats_t oom_stats;
+  bool print_oom = false;
+  if (err == 0) {
+    c->oom_streak = 0;
+    *dptr = addr;
+  } else if (err == -ENOMEM || err == -EAGAIN) {
+    print_oom = c->oom_streak++ == 0;
+    if (print_oom) {
+      bfc_format_report(c->pool.bfc, bytes, oom_text, sizeof oom_text);
+      bfc_stats(c->pool.bfc, &oom_stats);
+    }
+  }
+  CUresult driver_rc = c->pool.last_driver_rc;
+  bool driver_full = c->pool.driver_full;
+  int dev = c->dev;
+  pthread_mutex_unlock(&c->lock);
+  if (err == 0) {
+    trace_event(TRACE_ALLOC, addr, bytes);
+    return CUDA_SUCCESS;
+  }
+  trace_event(TRACE_ALLOC_FAILURE, 0, bytes);
+  if (print_oom) {
+    oom_print(dev, bytes, oom_text, sizeof oom_text, &oom_stats, driver_full);
+  }
+  if (err == -ENOMEM || err == -EAGAIN) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return driver_rc != CUDA_SUCCESS ? driver_rc : CUDA_ERROR_UNKNOWN;
+}
+
+CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                         unsigned int element_size) {
+  CUresult rc;
+  if (!dptr || !pitch || width == 0 || height == 0 ||
+      (element_size != 4 && element_size != 8 && element_size != 16)) {
+    return real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
+  }
+  struct ctx *c = ctx_current(&rc);
+  if (!c) {
+    return rc == CUDA_SUCCESS ? real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_size)
+                              : rc;
+  }
+  size_t align = c->pool.pitch_align;
+  size_t row = (width + align - 1) / align * align;
+  if (row < width || row > 2147483647u || height > SIZE_MAX / row) {
+    return real.cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
+  }
+  rc = ctx_alloc(dptr, row * height);
+  if (rc == CUDA_SUCCESS) {
+    *pitch = row;
+  }
+  return rc;
+}
+
+bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
+  uint64_t requested = 0;
+  pthread_mutex_lock(&c->lock);
+  if (!c->pool.bfc) {
+    pthread_mutex_unlock(&c->lock);
+    return false; /* its context was destroyed meanwhile: the driver answers */
+  }
+  bfc_lookup(c->pool.bfc, ptr, NULL, NULL, &requested);
+  int err = bfc_free_deferred(c->pool.bfc, ptr);
+  pthread_mutex_unlock(&c->lock);
+  if (err == -ENOENT) {
+    return false;
+  }
+  *rc = err == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (err == 0) {
+    trace_event(TRACE_FREE, ptr, requested);
+  }
+  return true;
+}
