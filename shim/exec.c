@@ -1,11 +1,11 @@
 /* The exec family, interposed so that the buffered trace is written before the process image
- * is replaced (exit_before_exec); each then calls the next definition (glibc's) unchanged.
+ * is replaced (finish_before_exec); each then calls the next definition (glibc's) unchanged.
  * The list-taking forms (execl, execle, execlp) gather their arguments into an array on the
  * stack and call the vector forms' next definitions. No malloc: these may run in a vfork child
  * or a signal handler. posix_spawn, system and popen exec in a child that holds no trace.
  */
-#include "shim/exit.h"
 #include "shim/export.h"
+#include "shim/finish.h"
 #include "shim/real.h"
 
 #include <dlfcn.h>
@@ -41,7 +41,7 @@ __attribute__((constructor)) static void exec_init(void) {
 /* Before every exec: the next definitions are known and the trace is written. */
 static void before(void) {
   pthread_once(&resolved, resolve_next);
-  exit_before_exec();
+  finish_before_exec();
 }
 
 /* The answer when glibc has no such function. */

@@ -4,7 +4,7 @@
 #include "shim/runinfo.h"
 
 #include "config/job.h"
-#include "shim/cap.h"
+#include "core/limits.h"
 #include "shim/real.h"
 #include "shim/signals.h"
 

@@ -3,13 +3,14 @@
 # dlopen, the hooked names of shim/hooks.def and the C library functions of shim/libc.def
 # (through a generated version script), and carries its own copy of core/ and config/ objects.
 
-SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/capture.c shim/charges.c shim/context.c shim/deepbind.c \
-             shim/dlsym.c shim/exec.c shim/exit.c shim/graph.c shim/hooks.c shim/init.c \
-             shim/ipc.c shim/log.c shim/memory.c shim/passthru.c shim/ctx.c shim/ctx_alloc.c shim/oom.c shim/pending.c shim/pool.c shim/procaddr.c \
+SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/capture.c shim/charges.c shim/context.c \
+             shim/ctx.c shim/ctx_alloc.c shim/deepbind.c shim/dlsym.c shim/exec.c shim/exit.c \
+             shim/finish.c shim/graph.c shim/hooks.c shim/init.c shim/ipc.c shim/log.c \
+             shim/memory.c shim/oom.c shim/passthru.c shim/pending.c shim/pool.c shim/procaddr.c \
              shim/ptrquery.c shim/real.c shim/runinfo.c shim/settings.c shim/signals.c \
              shim/trace.c shim/vmm.c
 SHIM_SRCS += shim/glibc.c
-TEST_SCRIPTS += tests/unit/glibc_versions.sh
+TEST_SCRIPTS += tests/unit/glibc_versions.sh tests/unit/layers.sh
 SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
              $(CORE_OBJS) $(REPORT_OBJS)
 SHIM_LIB  := $(BUILD)/libgpucap.so

@@ -8,7 +8,6 @@
  */
 #include "shim/signals.h"
 
-#include "shim/exit.h"
 #include "shim/export.h"
 #include "shim/real.h"
 
@@ -16,6 +15,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
@@ -83,10 +83,18 @@ void signals_die(int sig) {
   raise(sig); /* blocked inside the handler: delivered, by default, as it returns */
 }
 
+/* The exit path's entry for a terminating signal (shim/finish.h), set once from a constructor. */
+static bool (*_Atomic on_end)(int sig, const char *name);
+
+void signals_on_end(bool (*fn)(int sig, const char *name)) {
+  atomic_store(&on_end, fn);
+}
+
 static void on_signal(int sig) {
   int saved = errno;
   int i = slot(sig);
-  if (exit_by_signal(sig, i >= 0 ? names[i] : "signal")) {
+  bool (*end)(int, const char *) = atomic_load(&on_end);
+  if (!end || end(sig, i >= 0 ? names[i] : "signal")) {
     signals_die(sig);
   }
   errno = saved;
@@ -101,7 +109,7 @@ void signals_arm(void) {
     struct sigaction cur, mine;
     memset(&mine, 0, sizeof mine);
     mine.sa_handler = on_signal;
-    mine.sa_flags = SA_RESTART; /* should it return (see exit_by_signal): no EINTR */
+    mine.sa_flags = SA_RESTART; /* should it return (see finish_by_signal): no EINTR */
     sigfillset(&mine.sa_mask);  /* nothing else runs on this thread while the report is written */
     change_begin();
     if (!held((int)i) && next_sigaction(caught[i], NULL, &cur) == 0 &&
