@@ -12,8 +12,12 @@
 #   make bench        replay the bundled traces through the pool and print the results table
 #   make format       clang-format every tracked .c and .h file in place
 #   make format-check fail on any file clang-format would change (CI runs it)
+#   make lint         the shim's include layers (scripts/layers.sh) and clang-tidy (.clang-tidy),
+#                     every kept check an error (CI runs it)
 #   DEBUG=1           -O0, assertions and invariant checks after every pool operation
 #   SANITIZER=address|undefined|thread|address,undefined
+#                     a sanitizer build; DEBUG=1 and every sanitizer build are the checked
+#                     build (shim preconditions asserted: shim/check.h)
 #   WERROR=1          warnings are errors (CI builds so, with gcc and with clang)
 #   V=1               show full command lines
 #
@@ -50,6 +54,11 @@ ifneq ($(SANITIZER),)
   SAN_FLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
+# The checked build (shim/check.h): DEBUG=1 and every sanitizer build.
+ifneq ($(filter 1,$(DEBUG))$(SANITIZER),)
+  PROJECT_CFLAGS += -DGPUCAP_CHECKED=1
+endif
+
 ALL_CFLAGS  := $(PROJECT_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 ALL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
@@ -69,7 +78,7 @@ ifneq ($(FLAGS_NOW),$(shell cat $(FLAGS_STAMP) 2>/dev/null))
 endif
 
 .DEFAULT_GOAL := all
-.PHONY: all test check quick demo bench install uninstall clean format format-check
+.PHONY: all test check quick demo bench install uninstall clean format format-check lint
 
 # Filled in by the fragments.
 PROGRAMS :=
@@ -105,5 +114,12 @@ format:
 
 format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+CLANG_TIDY ?= clang-tidy
+LINT_FLAGS := -std=c11 -D_GNU_SOURCE -DGPUCAP_VERSION=\"$(VERSION)\" -DGPUCAP_CHECKED=1 -I.
+lint:
+	scripts/layers.sh
+	git ls-files 'core/*.c' 'config/*.c' 'shim/*.c' | \
+	  xargs -P $(JOBS) -I{} $(CLANG_TIDY) --quiet {} -- $(LINT_FLAGS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -5,6 +5,7 @@
  */
 #include "shim/cap.h"
 
+#include "shim/check.h"
 #include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/real.h"
@@ -44,6 +45,7 @@ CUresult cap_current_device(int *dev) {
 }
 
 uint64_t cap_limit(int dev, uint64_t physical_total) {
+  CHECK_DEVICE(dev);
   struct device_cap *c = &devices[dev];
   if (atomic_load_explicit(&c->ready, memory_order_acquire)) {
     return atomic_load_explicit(&c->limit, memory_order_relaxed);
@@ -67,6 +69,7 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
 }
 
 bool cap_charge(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
   uint64_t limit = cap_limit(dev, 0);
   struct device_cap *c = &devices[dev];
   uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
@@ -80,14 +83,17 @@ bool cap_charge(int dev, uint64_t bytes) {
 }
 
 void cap_add(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
   atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
 }
 
 void cap_credit(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
   atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
 }
 
 uint64_t cap_used(int dev) {
+  CHECK_DEVICE(dev);
   return atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
 }
 

@@ -5,6 +5,7 @@
 #include "shim/ctx_impl.h"
 
 #include "shim/cap.h"
+#include "shim/check.h"
 #include "shim/exit.h"
 #include "shim/fork.h"
 #include "shim/log.h"
@@ -181,6 +182,7 @@ void ctx_dying(CUcontext handle, bool dying) {
 /* Forgets c's pool, keeping its figures for the exit report: its regions went with its
  * context, so the pool only returns charges. Registry lock held. */
 static void drop(struct ctx *c) {
+  CHECK_HELD(&registry);
   pthread_mutex_lock(&c->lock);
   if (c->pool.bfc) {
     bfc_stats_t st;

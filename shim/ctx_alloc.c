@@ -10,6 +10,7 @@
 
 #include "shim/cap.h"
 #include "shim/capture.h"
+#include "shim/check.h"
 #include "shim/oom.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
@@ -22,6 +23,7 @@
  * deferred frees that covered; `mine` is the thread's current context, restored if the pop
  * fails. Called and returns with o's lock held; drops it meanwhile. */
 static void settle_other(struct ctx *o, CUcontext mine) {
+  CHECK_HELD(&o->lock);
   uint64_t in_use, deferred, free_b, reserved;
   bfc_usage(o->pool.bfc, &in_use, &deferred, &free_b, &reserved);
   CUcontext handle = atomic_load_explicit(&o->handle, memory_order_acquire);

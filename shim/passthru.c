@@ -7,6 +7,7 @@
 #include "shim/passthru.h"
 
 #include "shim/cap.h"
+#include "shim/check.h"
 #include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/pending.h"
@@ -25,6 +26,7 @@ struct counters {
 static struct counters counters[GPUCAP_MAX_DEVICES];
 
 static void count_alloc(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
   struct counters *c = &counters[dev];
   uint64_t now = atomic_fetch_add(&c->in_use, bytes) + bytes;
   uint64_t peak = atomic_load(&c->peak), largest = atomic_load(&c->largest);
@@ -37,6 +39,7 @@ static void count_alloc(int dev, uint64_t bytes) {
 
 /* Takes a block out of the counters and the trace (its charge is returned separately). */
 static void forget_block(uint64_t ptr, const charge_t *e) {
+  CHECK_DEVICE(e->dev);
   atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
   atomic_fetch_add(&counters[e->dev].frees, 1);
   trace_event(TRACE_FREE, ptr, e->bytes);
@@ -186,6 +189,7 @@ void passthru_drop_ordered(int dev) {
 }
 
 void passthru_counts(int dev, passthru_counts_t *out) {
+  CHECK_DEVICE(dev);
   const struct counters *c = &counters[dev];
   *out = (passthru_counts_t){.allocs = atomic_load(&c->allocs),
                              .frees = atomic_load(&c->frees),

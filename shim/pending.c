@@ -189,7 +189,6 @@ void pending_add(int dev, uint64_t bytes, bool ordered, CUstream stream, bool pt
       pass(-1, backlog > MAX_PENDING, 2, &looked);
       return;
     }
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
     real.cuEventSynchronize(ev); /* recorded: wait for it instead of tracking it */
     real.cuEventDestroy_v2(ev);
     free(e);

@@ -3,9 +3,9 @@
 # dlopen, the hooked names of shim/hooks.def and the C library functions of shim/libc.def
 # (through a generated version script), and carries its own copy of core/ and config/ objects.
 
-SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/capture.c shim/charges.c shim/context.c \
-             shim/ctx.c shim/ctx_alloc.c shim/deepbind.c shim/dlsym.c shim/exec.c shim/exit.c \
-             shim/finish.c shim/graph.c shim/hooks.c shim/init.c shim/ipc.c shim/log.c \
+SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/capture.c shim/charges.c shim/check.c \
+             shim/context.c shim/ctx.c shim/ctx_alloc.c shim/deepbind.c shim/dlsym.c shim/exec.c \
+             shim/exit.c shim/finish.c shim/graph.c shim/hooks.c shim/init.c shim/ipc.c shim/log.c \
              shim/memory.c shim/oom.c shim/passthru.c shim/pending.c shim/pool.c shim/procaddr.c \
              shim/ptrquery.c shim/real.c shim/runinfo.c shim/settings.c shim/signals.c \
              shim/trace.c shim/vmm.c
@@ -35,3 +35,11 @@ $(SHIM_LIB): $(SHIM_OBJS) $(CONFIG_OBJS) $(SHIM_MAP)
 	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) $(CONFIG_OBJS) -Wl,--version-script=$(SHIM_MAP) \
 	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) \
 	  -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0 -Wl,--as-needed
+
+# ---- The checked build's preconditions (shim/check.h), with their failure path. ----
+$(BUILD)/tests/test_check: $(BUILD)/obj/tests/unit/test_check.o $(BUILD)/obj/shim/check.o \
+    $(BUILD)/obj/shim/log.o $(CONFIG_OBJS)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+TEST_PROGRAMS += $(BUILD)/tests/test_check
