@@ -1,5 +1,5 @@
 /* The hook table built from shim/hooks.def, and the cuGetProcAddress routing rule.
- * The rule is the driver's own (research: cudart-probe.md §2): highest ABI version not above
+ * The rule is the driver's own (docs/design.md, "Routing"): highest ABI version not above
  * the request, per-thread variant on request. Read-only data; no locks needed.
  */
 #include "shim/hooks.h"
