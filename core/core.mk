@@ -29,7 +29,9 @@ $(BUILD)/tests/test_bfc_check: $(BUILD)/obj/tests/unit/test_bfc_check.o \
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
 
-$(BUILD)/gpucap-replay: $(BUILD)/obj/tests/bench/replay.o $(CORE_OBJS)
+# The replay reads traces with the CLI's reader: one parser for the command and the bench.
+$(BUILD)/gpucap-replay: $(BUILD)/obj/tests/bench/replay.o $(BUILD)/obj/scripts/tracecsv.o \
+                        $(CORE_OBJS)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -pthread

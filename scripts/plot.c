@@ -641,17 +641,17 @@ int plot_main(int argc, char **argv) {
   tracecsv_event_t *ev = NULL;
   size_t n = 0;
   char err[512];
-  size_t cut = 0;
-  int rc = tracecsv_parse(text, len, &ev, &n, &cut, err, sizeof err);
+  tracecsv_info_t info;
+  int rc = tracecsv_parse(text, len, &ev, &n, &info, err, sizeof err);
   free(text);
   if (rc != 0) {
     cli_error("plot: %s: %s", trace, err);
     return CLI_FAIL;
   }
-  if (cut > 0) {
+  if (info.cut > 0) {
     cli_warn("plot: %s: line %zu ends without a newline (the trace was cut while it was "
              "written): left out",
-             trace, cut);
+             trace, info.cut);
   }
   if (n == 0) {
     free(ev);

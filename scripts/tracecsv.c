@@ -1,6 +1,6 @@
-/* tracecsv: the RMM CSV trace reader (contracts in tracecsv.h). One pass over the lines; each
- * field is checked whole, as the settings parsers check values, so a damaged trace is reported
- * with its line number rather than plotted wrong.
+/* tracecsv: the trace reader (contracts in tracecsv.h). The header names the columns; then one
+ * pass over the lines, each field checked whole, as the settings parsers check values, so a
+ * damaged trace is reported with its line number rather than plotted or replayed wrong.
  */
 #include "scripts/tracecsv.h"
 
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
+#define MAX_FIELDS 32 /* columns read; a header with more is refused */
 #define NS_PER_S INT64_C(1000000000)
 #define DAY_NS (86400 * NS_PER_S)
 #define MAX_DAYS 100000 /* nanoseconds of 100 000 days fit in an int64_t (106 751) */
@@ -106,12 +107,163 @@ static bool equals(field_t f, const char *s) {
   return f.n == strlen(s) && memcmp(f.p, s, f.n) == 0;
 }
 
-int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n, size_t *cut,
-                   char *err, size_t errlen) {
+/* The columns beyond RMM's six that the reader knows. */
+enum { COL_DEVICE, COL_EVENT, COL_HELD, NCOLS };
+static const char *const col_names[NCOLS] = {"Device", "Event", "Held"};
+
+/* Splits a line into at most MAX_FIELDS comma-separated fields; returns their number, or
+ * MAX_FIELDS + 1 when there are more. */
+static size_t split(const char *line, size_t ln, field_t *f) {
+  size_t nf = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= ln; i++) {
+    if (i == ln || line[i] == ',') {
+      if (nf == MAX_FIELDS) {
+        return MAX_FIELDS + 1;
+      }
+      f[nf++] = (field_t){line + start, i - start};
+      start = i + 1;
+    }
+  }
+  return nf;
+}
+
+/* Reads the header: RMM's six columns first, then any others; *nf gets the number of columns
+ * and col[] where gpucap's are (-1: absent). */
+static int header(const char *line, size_t ln, size_t *nf, int col[NCOLS], char *err,
+                  size_t errlen) {
+  field_t f[MAX_FIELDS];
+  size_t six = strlen(HEADER);
+  for (int c = 0; c < NCOLS; c++) {
+    col[c] = -1;
+  }
+  if (ln < six || memcmp(line, HEADER, six) != 0 || (ln > six && line[six] != ',')) {
+    return bad(err, errlen, 1,
+               "not an RMM trace: the first line must be '" HEADER "' (GPUCAP_TRACE writes it)");
+  }
+  *nf = split(line, ln, f);
+  if (*nf > MAX_FIELDS) {
+    return bad(err, errlen, 1, "more than %d columns", MAX_FIELDS);
+  }
+  for (size_t i = 6; i < *nf; i++) {
+    for (int c = 0; c < NCOLS; c++) {
+      if (equals(f[i], col_names[c])) {
+        if (col[c] >= 0) {
+          return bad(err, errlen, 1, "the column %s is named twice", col_names[c]);
+        }
+        col[c] = (int)i;
+      }
+    }
+  }
+  return 0;
+}
+
+/* A pointer: hexadecimal with or without 0x, or RMM's "(nil)" for a null pointer. */
+static bool parse_ptr(field_t f, uint64_t *out) {
+  if (equals(f, "(nil)")) {
+    *out = 0;
+    return true;
+  }
+  if (f.n > 2 && f.p[0] == '0' && (f.p[1] == 'x' || f.p[1] == 'X')) {
+    f.p += 2;
+    f.n -= 2;
+  }
+  return parse_u64(f, 16, out);
+}
+
+static const char *const rmm_actions[] = {"allocate", "allocate failure", "free"};
+static const char *const gpucap_events[] = {"alloc", "refused", "free", "reserve", "release"};
+
+/* One line's fields into e (all but the time). */
+static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, tracecsv_event_t *e,
+                        char *err, size_t errlen) {
+  int rmm = -1;
+  for (int a = 0; a < 3; a++) {
+    if (equals(f[2], rmm_actions[a])) {
+      rmm = a;
+    }
+  }
+  if (rmm < 0) {
+    return bad(err, errlen, lineno, "Action '%.*s' is not 'allocate', 'allocate failure' or 'free'",
+               (int)(f[2].n > 40 ? 40 : f[2].n), f[2].p);
+  }
+  e->action = (tracecsv_action_t)rmm; /* the first three agree */
+  if (f[0].n == 0) {
+    return bad(err, errlen, lineno, "Thread is empty");
+  }
+  if (!digits(f[0], 1, 20) || !parse_u64(f[0], 10, &e->thread)) {
+    e->thread = 0; /* RMM's readers take it as a number; a name is still a thread */
+  }
+  if (!parse_ptr(f[3], &e->ptr)) {
+    return bad(err, errlen, lineno, "Pointer '%.*s' is not a hexadecimal address or (nil)",
+               (int)(f[3].n > 40 ? 40 : f[3].n), f[3].p);
+  }
+  if (!digits(f[4], 1, 20) || !parse_u64(f[4], 10, &e->size)) {
+    return bad(err, errlen, lineno, "Size '%.*s' is not a byte count",
+               (int)(f[4].n > 40 ? 40 : f[4].n), f[4].p);
+  }
+  if (!parse_ptr(f[5], &e->stream)) {
+    return bad(err, errlen, lineno, "Stream '%.*s' is not a hexadecimal handle",
+               (int)(f[5].n > 40 ? 40 : f[5].n), f[5].p);
+  }
+  e->dev = -1;
+  e->held = e->size;
+  if (col[COL_DEVICE] >= 0) {
+    field_t d = f[col[COL_DEVICE]];
+    uint64_t v = 0;
+    if (equals(d, "-1")) {
+      e->dev = -1;
+    } else if (digits(d, 1, 5) && parse_u64(d, 10, &v) && v <= 65535) {
+      e->dev = (int)v;
+    } else {
+      return bad(err, errlen, lineno, "Device '%.*s' is not a device ordinal or -1",
+                 (int)(d.n > 40 ? 40 : d.n), d.p);
+    }
+  }
+  if (col[COL_HELD] >= 0) {
+    field_t h = f[col[COL_HELD]];
+    if (!digits(h, 1, 20) || !parse_u64(h, 10, &e->held)) {
+      return bad(err, errlen, lineno, "Held '%.*s' is not a byte count", (int)(h.n > 40 ? 40 : h.n),
+                 h.p);
+    }
+  }
+  if (col[COL_EVENT] >= 0) {
+    field_t v = f[col[COL_EVENT]];
+    int ev = -1;
+    for (int a = 0; a < 5; a++) {
+      if (equals(v, gpucap_events[a])) {
+        ev = a;
+      }
+    }
+    /* Region rows are 'allocate failure' to RMM's readers, which skip failures. */
+    int want = ev == TRACECSV_RESERVE || ev == TRACECSV_RELEASE ? TRACECSV_FAILURE : ev;
+    if (ev < 0) {
+      return bad(err, errlen, lineno,
+                 "Event '%.*s' is not alloc, refused, free, reserve or release",
+                 (int)(v.n > 40 ? 40 : v.n), v.p);
+    }
+    if (want != rmm) {
+      return bad(err, errlen, lineno, "Event '%s' does not go with Action '%s'", gpucap_events[ev],
+                 rmm_actions[rmm]);
+    }
+    e->action = (tracecsv_action_t)ev;
+  }
+  if (e->action == TRACECSV_FAILURE) {
+    e->ptr = 0;
+    e->held = 0;
+  }
+  return 0;
+}
+
+int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n,
+                   tracecsv_info_t *info, char *err, size_t errlen) {
   tracecsv_event_t *ev = NULL;
+  tracecsv_info_t inf = {false, 0, -1};
   size_t count = 0;
   size_t cap = 0;
   size_t lineno = 0;
+  size_t nf = 6;
+  int col[NCOLS] = {-1, -1, -1};
   int64_t first = -1;
   int64_t prev = 0;
   int64_t day = 0;
@@ -119,9 +271,6 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
 
   *events = NULL;
   *n = 0;
-  if (cut != NULL) {
-    *cut = 0;
-  }
   if (err != NULL && errlen > 0) {
     err[0] = '\0';
   }
@@ -132,39 +281,23 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
     pos += ln + 1;
     lineno++;
     if (nl == NULL && lineno > 1) {
-      if (cut != NULL) {
-        *cut = lineno; /* cut while it was written: never trusted, even if it parses */
-      }
+      inf.cut = lineno; /* cut while it was written: never trusted, even if it parses */
       break;
     }
     if (ln > 0 && line[ln - 1] == '\r') {
       ln--;
     }
     if (lineno == 1) {
-      if (ln != strlen(HEADER) || memcmp(line, HEADER, ln) != 0) {
-        rc = bad(err, errlen, lineno,
-                 "not an RMM trace: the first line must be '" HEADER "' (GPUCAP_TRACE writes it)");
-      }
+      rc = header(line, ln, &nf, col, err, errlen);
+      inf.gpucap = col[COL_DEVICE] >= 0 && col[COL_EVENT] >= 0 && col[COL_HELD] >= 0;
       continue;
     }
     if (ln == 0) {
       continue;
     }
-    field_t f[6];
-    size_t nf = 0;
-    size_t start = 0;
-    for (size_t i = 0; i <= ln; i++) {
-      if (i == ln || line[i] == ',') {
-        if (nf == 6) {
-          nf++;
-          break;
-        }
-        f[nf++] = (field_t){line + start, i - start};
-        start = i + 1;
-      }
-    }
-    if (nf != 6) {
-      rc = bad(err, errlen, lineno, "expected 6 comma-separated fields (" HEADER ")");
+    field_t f[MAX_FIELDS];
+    if (split(line, ln, f) != nf) {
+      rc = bad(err, errlen, lineno, "expected %zu comma-separated fields, as the header names", nf);
       break;
     }
     if (memchr(line, '\0', ln) != NULL) {
@@ -173,37 +306,17 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
     }
     tracecsv_event_t e = {0};
     int64_t tod = parse_time(f[1]);
-    field_t ptr = f[3];
-    if (ptr.n > 2 && ptr.p[0] == '0' && (ptr.p[1] == 'x' || ptr.p[1] == 'X')) {
-      ptr.p += 2;
-      ptr.n -= 2;
-    }
-    if (equals(f[2], "allocate")) {
-      e.action = TRACECSV_ALLOC;
-    } else if (equals(f[2], "allocate failure")) {
-      e.action = TRACECSV_FAILURE;
-    } else if (equals(f[2], "free")) {
-      e.action = TRACECSV_FREE;
-    } else {
-      rc = bad(err, errlen, lineno, "Action '%.*s' is not 'allocate', 'allocate failure' or 'free'",
-               (int)(f[2].n > 40 ? 40 : f[2].n), f[2].p);
-      break;
-    }
-    if (f[0].n == 0) {
-      rc = bad(err, errlen, lineno, "Thread is empty");
-    } else if (tod < 0) {
+    if (tod < 0) {
       rc = bad(err, errlen, lineno, "Time '%.*s' is not HH:MM:SS.ffffff",
                (int)(f[1].n > 40 ? 40 : f[1].n), f[1].p);
-    } else if (!parse_u64(ptr, 16, &e.ptr)) {
-      rc = bad(err, errlen, lineno, "Pointer '%.*s' is not a hexadecimal address",
-               (int)(f[3].n > 40 ? 40 : f[3].n), f[3].p);
-    } else if (!digits(f[4], 1, 20) || !parse_u64(f[4], 10, &e.size)) {
-      rc = bad(err, errlen, lineno, "Size '%.*s' is not a byte count",
-               (int)(f[4].n > 40 ? 40 : f[4].n), f[4].p);
+      break;
     }
+    rc = parse_fields(f, col, lineno, &e, err, errlen);
     if (rc != 0) {
       break;
     }
+    e.line = lineno > UINT32_MAX ? UINT32_MAX : (uint32_t)lineno;
+    inf.max_dev = e.dev > inf.max_dev ? e.dev : inf.max_dev;
     int64_t t = tod + day;
     if (first < 0) {
       first = t;
@@ -244,6 +357,9 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
   if (rc != 0) {
     free(ev);
     return rc;
+  }
+  if (info != NULL) {
+    *info = inf;
   }
   *events = ev;
   *n = count;

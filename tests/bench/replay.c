@@ -1,14 +1,16 @@
 /* gpucap-replay: replays an RMM-format allocation log through core/bfc; prints one JSON line.
  *
- * The CSV (`Thread,Time,Action,Pointer,Size,Stream`) is parsed once into dense events: logged
- * pointers become slot numbers, so the timed loop does only pool work. The device primitive
- * hands out addresses and never memory. Cold = a fresh pool, warm = the same pool replaying
- * again; both are medians over --runs. A no-pool baseline (bump addresses plus the same hash
- * map a pass-through shim would keep) is timed in the same run. `--threads N` replays the trace
- * in N threads sharing one pool behind one lock. Options: see usage().
+ * The trace (RMM's CSV, or GPUCAP_TRACE's, read by scripts/tracecsv.c, the CLI's reader) is
+ * parsed once into dense events: logged pointers become slot numbers, so the timed loop does
+ * only pool work. The device primitive hands out addresses and never memory. Cold = a fresh pool,
+ * warm = the same pool replaying again; both are medians over --runs. A no-pool baseline (bump
+ * addresses plus the same hash map a pass-through shim would keep) is timed in the same run.
+ * `--threads N` replays the trace in N threads sharing one pool behind one lock. Options: see
+ * usage().
  */
-#include "core/bfc.h"
 #include "core/addrmap.h"
+#include "core/bfc.h"
+#include "scripts/tracecsv.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -145,24 +147,22 @@ static int push_event(trace_t *t, uint64_t *cap, ev_t e) {
   return 0;
 }
 
-/* Fields of one CSV line, split in place. Returns the number of fields. */
-static int split(char *line, char **field, int max) {
-  int n = 0;
-  field[n++] = line;
-  for (char *c = line; *c != '\0' && n < max; c++) {
-    if (*c == ',') {
-      *c = '\0';
-      field[n++] = c + 1;
-    }
-  }
-  return n;
-}
-
+/* The trace, read by the CLI's reader (scripts/tracecsv.h), as dense events: each logged
+ * pointer becomes a slot number. Region rows and refusals are not replayed. */
 static int parse(const char *path, trace_t *t) {
   size_t len = 0;
   char *text = read_file(path, &len);
   if (text == NULL) {
     fprintf(stderr, "gpucap-replay: error: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  tracecsv_event_t *tev = NULL;
+  size_t ntev = 0;
+  char err[256];
+  int rc = tracecsv_parse(text, len, &tev, &ntev, NULL, err, sizeof err);
+  free(text);
+  if (rc != 0) {
+    fprintf(stderr, "gpucap-replay: error: %s: %s\n", path, err);
     return -1;
   }
   memset(t, 0, sizeof(*t));
@@ -173,26 +173,11 @@ static int parse(const char *path, trace_t *t) {
   if (slot_size == NULL || free_slots == NULL || addrmap_init(&ptrs, 1024) != 0) {
     return -1;
   }
-  long lineno = 0;
-  for (char *line = text; line != NULL && *line != '\0';) {
-    char *eol = strchr(line, '\n');
-    if (eol != NULL) {
-      *eol = '\0';
-    }
-    lineno++;
-    char *f[7];
-    int nf = split(line, f, 7);
-    char *next = eol ? eol + 1 : NULL;
-    if (nf < 5 || strncmp(line, "Thread", 6) == 0) {
-      line = next;
-      continue;
-    }
-    const char *action = f[2];
-    uint64_t ptr = strcmp(f[3], "(nil)") == 0 ? 0 : strtoull(f[3], NULL, 16);
-    uint64_t size = strtoull(f[4], NULL, 10);
-    if (strcmp(action, "allocate failure") == 0) {
+  for (size_t i = 0; i < ntev; i++) {
+    uint64_t ptr = tev[i].ptr, size = tev[i].size;
+    if (tev[i].action == TRACECSV_FAILURE) {
       t->failures_skipped++;
-    } else if (strcmp(action, "allocate") == 0) {
+    } else if (tev[i].action == TRACECSV_ALLOC) {
       if (ptr == ADDRMAP_EMPTY || size == 0 || addrmap_get(&ptrs, ptr) != NULL) {
         t->duplicate_allocs++;
       } else {
@@ -225,7 +210,7 @@ static int parse(const char *path, trace_t *t) {
             live_rounded > t->peak_live_rounded ? live_rounded : t->peak_live_rounded;
         t->max_live_blocks = live_blocks > t->max_live_blocks ? live_blocks : t->max_live_blocks;
       }
-    } else if (strcmp(action, "free") == 0) {
+    } else if (tev[i].action == TRACECSV_FREE) {
       void *v = ptr == ADDRMAP_EMPTY ? NULL : addrmap_take(&ptrs, ptr);
       if (v == NULL) {
         t->unmatched_frees++;
@@ -239,17 +224,13 @@ static int parse(const char *path, trace_t *t) {
         live_blocks--;
         free_slots[nfree++] = (uint32_t)slot;
       }
-    } else {
-      fprintf(stderr, "gpucap-replay: warning: %s:%ld: unknown action '%s'\n", path, lineno,
-              action);
     }
-    line = next;
   }
   t->leaked = live_blocks;
   addrmap_fini(&ptrs);
   free(slot_size);
   free(free_slots);
-  free(text);
+  free(tev);
   return 0;
 }
 

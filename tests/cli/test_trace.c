@@ -15,10 +15,10 @@
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
 
-static size_t cut;
+static tracecsv_info_t info;
 
 static int parse(const char *text, tracecsv_event_t **ev, size_t *n, char *err, size_t errlen) {
-  return tracecsv_parse(text, strlen(text), ev, n, &cut, err, errlen);
+  return tracecsv_parse(text, strlen(text), ev, n, &info, err, errlen);
 }
 
 static void test_parse(void) {
@@ -32,7 +32,8 @@ static void test_parse(void) {
   char err[256] = "";
   TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace parses (%s)", err);
   TAP_EQ(n, 4, "four events; blank lines and CRLF are fine");
-  TAP_EQ(cut, 0, "nothing was cut");
+  TAP_EQ(info.cut, 0, "nothing was cut");
+  tap_ok(!info.gpucap && info.max_dev == -1, "RMM's own columns: no device");
   if (n == 4) {
     TAP_EQ(ev[0].ns, 0, "times start at the first event");
     TAP_EQ(ev[1].ns, 499999000, "fractions of any length count (0.5 s - 1 us)");
@@ -80,14 +81,14 @@ static void test_cut(void) {
   char err[256] = "";
   const char *mid = HEADER "1,10:00:00.000000,allocate,0x100,256,0x0\n1,10:00:0";
   TAP_EQ(parse(mid, &ev, &n, err, sizeof err), 0, "a trace cut mid-line parses (%s)", err);
-  tap_ok(n == 1 && cut == 3, "the whole lines are kept, line 3 is reported cut");
+  tap_ok(n == 1 && info.cut == 3, "the whole lines are kept, line 3 is reported cut");
   free(ev);
   const char *size = HEADER "1,10:00:00.000000,allocate,0x100,256,0x0\n"
                             "1,10:00:00.000001,allocate,0x200,10";
   TAP_EQ(parse(size, &ev, &n, err, sizeof err), 0, "a line cut in its size parses");
-  tap_ok(n == 1 && cut == 3, "and is left out, though '10' would read as a size");
+  tap_ok(n == 1 && info.cut == 3, "and is left out, though '10' would read as a size");
   free(ev);
-  TAP_EQ(tracecsv_parse(size, strlen(size), &ev, &n, NULL, err, sizeof err), 0, "cut may be NULL");
+  TAP_EQ(tracecsv_parse(size, strlen(size), &ev, &n, NULL, err, sizeof err), 0, "info may be NULL");
   free(ev);
 }
 
@@ -285,11 +286,83 @@ static void test_plot(void) {
   free(t);
 }
 
+#define GHEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held\n"
+
+/* gpucap's columns: devices, streams, chunk sizes and the pool's region rows. */
+static void test_columns(void) {
+  const char *text =
+      GHEADER "7,10:00:00.000000,allocate failure,0x100000,2097152,0x0,1,reserve,2097152\n"
+              "7,10:00:00.000001,allocate,0x100000,1000,0x2,1,alloc,1024\n"
+              "8,10:00:00.000002,allocate failure,(nil),4194304,0x7f00aa,1,refused,0\n"
+              "8,10:00:00.000003,free,0x100000,1000,0x0,1,free,1024\n"
+              "8,10:00:00.000004,allocate failure,0x100000,2097152,0x0,1,release,2097152\n"
+              "8,10:00:00.000005,allocate,0x900000,4096,0x0,-1,alloc,4096\n";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace with gpucap's columns parses (%s)",
+         err);
+  tap_ok(info.gpucap && info.max_dev == 1, "it has them; its highest device is 1");
+  if (tap_ok(n == 6, "six events")) {
+    TAP_EQ(ev[0].action, TRACECSV_RESERVE, "a region reserved (Action 'allocate failure')");
+    TAP_EQ(ev[4].action, TRACECSV_RELEASE, "a region released");
+    TAP_EQ(ev[2].action, TRACECSV_FAILURE, "a refusal");
+    tap_ok(ev[0].ptr == 0x100000 && ev[0].size == 2097152 && ev[0].held == 2097152,
+           "a region's address and size");
+    tap_ok(ev[1].size == 1000 && ev[1].held == 1024, "a block's request and its chunk");
+    tap_ok(ev[1].stream == 2 && ev[2].stream == 0x7f00aa, "the Stream column");
+    tap_ok(ev[1].dev == 1 && ev[5].dev == -1, "the Device column; -1 is none");
+    tap_ok(ev[2].ptr == 0 && ev[2].held == 0, "(nil) is a null pointer");
+    tap_ok(ev[1].thread == 7 && ev[1].line == 3, "thread and line");
+  }
+  free(ev);
+
+  /* RMM's own failure rows carry "(nil)" (its logging adaptor prints the null pointer so). */
+  const char *rmm = HEADER "1,10:00:00.0,allocate failure,(nil),4096,0x0\n";
+  TAP_EQ(parse(rmm, &ev, &n, err, sizeof err), 0, "RMM's (nil) is read (%s)", err);
+  tap_ok(n == 1 && !info.gpucap && ev[0].dev == -1 && ev[0].held == 0, "as a refusal");
+  free(ev);
+
+  /* Columns in another order, and one the reader does not know. */
+  const char *order = "Thread,Time,Action,Pointer,Size,Stream,Held,Note,Event,Device\n"
+                      "1,10:00:00.0,allocate,0x10,100,0x0,128,hello,alloc,3\n";
+  TAP_EQ(parse(order, &ev, &n, err, sizeof err), 0, "columns in any order after RMM's (%s)", err);
+  tap_ok(n == 1 && info.gpucap && ev[0].dev == 3 && ev[0].held == 128,
+         "each read from its own column");
+  free(ev);
+
+  static const struct {
+    const char *line, *msg;
+  } cases[] = {
+      {"1,10:00:00.0,allocate,0x10,256,0x0,0,free,256", "Event 'free' does not go with Action"},
+      {"1,10:00:00.0,allocate failure,0x10,256,0x0,0,alloc,256", "does not go with"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,0,grow,256", "Event 'grow'"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,x,alloc,256", "Device 'x'"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,65536,alloc,256", "Device '65536'"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,-2,alloc,256", "Device '-2'"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,0,alloc,-1", "Held '-1'"},
+      {"1,10:00:00.0,allocate,0x10,256,zz,0,alloc,256", "Stream 'zz'"},
+      {"1,10:00:00.0,allocate,0x10,256,0x0,0,alloc", "line 2: expected 9"},
+      {"1,10:00:00.0,allocate,(nil)x,256,0x0,0,alloc,256", "Pointer '(nil)x'"},
+  };
+  char line[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(line, sizeof line, GHEADER "%s\n", cases[i].line);
+    int rc = parse(line, &ev, &n, err, sizeof err);
+    tap_ok(rc == -EINVAL && strstr(err, cases[i].msg) != NULL && ev == NULL, "refused: %s (%s)",
+           cases[i].line, err);
+  }
+  TAP_EQ(parse("Thread,Time,Action,Pointer,Size,Stream,Device,Device\n", &ev, &n, err, sizeof err),
+         -EINVAL, "a column named twice is refused");
+  tap_ok(strstr(err, "line 1: the column Device is named twice") != NULL, "saying so: %s", err);
+}
+
 int main(void) {
   test_parse();
   test_refusals();
   test_cut();
   test_wrap();
   test_plot();
+  test_columns();
   return tap_done();
 }
