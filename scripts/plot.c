@@ -653,6 +653,14 @@ int plot_main(int argc, char **argv) {
              "written): left out",
              trace, info.cut);
   }
+  /* The pool's region rows are not part of this picture: it draws the program's blocks. */
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ev[i].action != TRACECSV_RESERVE && ev[i].action != TRACECSV_RELEASE) {
+      ev[kept++] = ev[i];
+    }
+  }
+  n = kept;
   if (n == 0) {
     free(ev);
     cli_error("plot: %s has no events: the program made no allocation through gpucap", trace);

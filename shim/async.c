@@ -26,6 +26,7 @@
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/trace.h"
 
 #include <pthread.h>
 
@@ -189,8 +190,8 @@ static int block_device(uint64_t ptr) {
   return ordinal;
 }
 
-static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
-                      CUstream stream) {
+static CUresult alloc_on(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                         CUstream stream) {
   struct on o = {.stream = stream, .ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ};
   HOOK_PROLOGUE(true);
   bool from_pool = w == FROM_POOL || w == FROM_POOL_PTSZ;
@@ -252,7 +253,7 @@ static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPoo
   return rc;
 }
 
-static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
+static CUresult free_async_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   CUresult rc;
   struct on o = {.stream = stream, .ptsz = ptsz};
   HOOK_PROLOGUE(true);
@@ -274,6 +275,27 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
     }
   }
   return passthru_untrack_free(dptr, free_async, &o, after_free);
+}
+
+/* The stream as the trace records it: the per-thread default stream of a _ptsz call is 0x2
+ * (CU_STREAM_PER_THREAD), as RMM's replay reads it. */
+static uint64_t stream_id(CUstream stream, bool ptsz) {
+  return ptsz && !stream ? (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD : (uint64_t)(uintptr_t)stream;
+}
+
+static CUresult alloc(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                      CUstream stream) {
+  trace_stream(stream_id(stream, w == ASYNC_PTSZ || w == FROM_POOL_PTSZ));
+  CUresult rc = alloc_on(w, dptr, bytes, pool, stream);
+  trace_stream(0);
+  return rc;
+}
+
+static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
+  trace_stream(stream_id(stream, ptsz));
+  CUresult rc = free_async_on(dptr, stream, ptsz);
+  trace_stream(0);
+  return rc;
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {

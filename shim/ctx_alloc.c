@@ -114,6 +114,16 @@ bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
   return true;
 }
 
+/* A block's row in the trace, recorded where the pool decided (lock held): for an allocation,
+ * the chunk it holds; for a refusal, nothing. */
+static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, uint64_t bytes) {
+  uint64_t held = 0;
+  if (action == TRACE_ALLOC && trace_on()) {
+    bfc_lookup(c->pool.bfc, addr, NULL, &held, NULL);
+  }
+  trace_note(action, c->dev, action == TRACE_ALLOC ? addr : 0, bytes, held);
+}
+
 CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult rc;
   struct ctx *c = ctx_current(&rc);
@@ -187,12 +197,12 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult driver_rc = c->pool.last_driver_rc;
   bool driver_full = c->pool.driver_full;
   int dev = c->dev;
+  trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
   pthread_mutex_unlock(&c->lock);
+  trace_poll();
   if (err == 0) {
-    trace_event(TRACE_ALLOC, addr, bytes);
     return CUDA_SUCCESS;
   }
-  trace_event(TRACE_ALLOC_FAILURE, 0, bytes);
   if (print_oom) {
     oom_print(dev, bytes, oom_text, sizeof oom_text, &oom_stats, driver_full);
   }
@@ -233,15 +243,17 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
     pthread_mutex_unlock(&c->lock);
     return false; /* its context was destroyed meanwhile: the driver answers */
   }
-  bfc_lookup(c->pool.bfc, ptr, NULL, NULL, &requested);
+  uint64_t held = 0;
+  bfc_lookup(c->pool.bfc, ptr, NULL, &held, &requested);
   int err = bfc_free_deferred(c->pool.bfc, ptr);
+  if (err == 0) {
+    trace_note(TRACE_FREE, c->dev, ptr, requested, held);
+  }
   pthread_mutex_unlock(&c->lock);
+  trace_poll();
   if (err == -ENOENT) {
     return false;
   }
   *rc = err == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  if (err == 0) {
-    trace_event(TRACE_FREE, ptr, requested);
-  }
   return true;
 }

@@ -37,17 +37,18 @@ static void count_alloc(int dev, uint64_t bytes) {
   atomic_fetch_add(&c->allocs, 1);
 }
 
-/* Takes a block out of the counters and the trace (its charge is returned separately). */
-static void forget_block(uint64_t ptr, const charge_t *e) {
+/* Takes a block out of the counters, and records its free at `ticket` in the trace (its charge
+ * is returned separately). */
+static void forget_block(uint64_t ptr, const charge_t *e, uint64_t ticket) {
   CHECK_DEVICE(e->dev);
   atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
   atomic_fetch_add(&counters[e->dev].frees, 1);
-  trace_event(TRACE_FREE, ptr, e->bytes);
+  trace_fill(ticket, TRACE_FREE, e->dev, ptr, e->bytes, e->bytes);
 }
 
 /* Returns a tracked block's charge once the driver no longer has it. */
 static void credit_block(uint64_t ptr, const charge_t *e) {
-  forget_block(ptr, e);
+  forget_block(ptr, e, trace_ticket());
   cap_credit(e->dev, e->bytes);
 }
 
@@ -73,7 +74,8 @@ CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kin
     credit_block(ptr, &old); /* freed in a way gpucap did not see */
   }
   count_alloc(dev, bytes);
-  trace_event(TRACE_ALLOC, ptr, bytes);
+  trace_note(TRACE_ALLOC, dev, ptr, bytes, bytes);
+  trace_poll();
   return CUDA_SUCCESS;
 }
 
@@ -105,7 +107,8 @@ CUresult passthru_refuse(int dev, uint64_t bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   atomic_fetch_add(&counters[dev].ooms, 1);
-  trace_event(TRACE_ALLOC_FAILURE, 0, bytes);
+  trace_note(TRACE_ALLOC_FAILURE, dev, 0, bytes, 0);
+  trace_poll();
   log_msg(LOG_DEBUG, "device %d: %llu bytes refused: %llu of %llu in use", dev,
           (unsigned long long)bytes, (unsigned long long)cap_used(dev),
           (unsigned long long)cap_limit(dev, 0));
@@ -135,16 +138,22 @@ CUresult passthru_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
 CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void *arg,
                                passthru_after_fn after) {
   charge_hold_t *held = ptr ? charges_hold(&blocks, ptr) : NULL;
+  /* The free's place among the rows is taken before the driver may hand the address out again
+   * (to another thread, whose allocation row must come after it). */
+  uint64_t ticket = held ? trace_ticket() : 0;
   CUresult rc = driver_free(ptr, arg);
   charge_t e;
   if (charges_settle(&blocks, ptr, held, rc == CUDA_SUCCESS, &e)) {
-    forget_block(ptr, &e);
+    forget_block(ptr, &e, ticket);
     if (after) {
       after(&e, arg);
     } else {
       cap_credit(e.dev, e.bytes);
     }
+  } else {
+    trace_fill(ticket, TRACE_NONE, -1, 0, 0, 0);
   }
+  trace_poll();
   return rc;
 }
 

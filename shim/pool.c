@@ -77,6 +77,7 @@ static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
     cap_credit(p->dev, ask);
     return -ENOMEM;
   }
+  trace_note(TRACE_RESERVE, p->dev, *base, bytes, bytes);
   return 0;
 }
 
@@ -91,7 +92,9 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
     driver = p->shifted[i].driver;
     extra = p->shifted[i].extra;
   }
+  uint64_t ticket = trace_ticket(); /* before the driver may hand the addresses out again */
   CUresult rc = p->gone ? CUDA_SUCCESS : real.cuMemFree_v2(driver);
+  trace_fill(ticket, rc == CUDA_SUCCESS ? TRACE_RELEASE : TRACE_NONE, p->dev, base, bytes, bytes);
   if (rc != CUDA_SUCCESS) {
     log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)", p->dev,
             (unsigned long long)bytes, rc);
@@ -154,9 +157,9 @@ uint64_t pool_largest_request(const pool_t *p, const bfc_stats_t *s) {
 
 /* A block the driver freed with its context: its `free` row in the trace. */
 static int trace_dropped(void *arg, const bfc_chunk_info_t *c) {
-  (void)arg;
+  const pool_t *p = arg;
   if (c->state == BFC_IN_USE) {
-    trace_event(TRACE_FREE, c->addr, c->requested);
+    trace_note(TRACE_FREE, p->dev, c->addr, c->requested, c->size);
   }
   return 0;
 }
@@ -189,7 +192,7 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
 
 void pool_close(pool_t *p) {
   if (p->bfc) {
-    bfc_walk(p->bfc, trace_dropped, NULL);
+    bfc_walk(p->bfc, trace_dropped, p);
     p->gone = true; /* the regions went with the context: release() only returns charges */
     bfc_destroy(p->bfc);
     p->bfc = NULL;

@@ -1,12 +1,20 @@
-/* The RMM-format allocation trace. The file is created at the first event (shim/log.c's checks:
- * no symlink, no other user's file, no file another output setting writes), with the user's
- * umask; a failure to open it is reported once and tracing stops. Lines are formatted on the
- * stack and appended to a 64 KiB buffer under a mutex; the buffer is written when nearly full,
- * before an exec and at exit.
- * The file only ever holds whole lines: a write that fails (a full disk, a file size limit) is
- * cut back to the last whole line, one warning says so and tracing stops; the exit report notes
- * it. The exit path and an exec take the mutex with exit_lock and, if it stays busy, note what
- * they could not write instead of waiting.
+/* The allocation trace. Each event takes a ticket from one atomic counter where its outcome is
+ * decided (shim/pool.c takes it under the pool's lock), so the tickets are in the order of the
+ * operations. The event is stored, unformatted, in the ring slot of its ticket; whoever flushes
+ * formats the slots in ticket order, stopping at the first slot not yet filled, into a 64 KiB
+ * buffer that is appended to the file when full. A writer whose slot is still held by a row
+ * not yet written flushes (or waits for the flusher) first, so the ring never reorders.
+ * Recording an event costs a counter increment and a few stores: no lock, no formatting, no
+ * I/O; trace_poll, called with no lock held, does the formatting and writing once a quarter of
+ * the ring is waiting.
+ * The file is created at the first poll after the first event (shim/log.c's checks: no
+ * symlink, no other user's file, no file another output setting writes), with the user's umask;
+ * a failure to create it is reported once and tracing stops. The file only ever holds whole
+ * lines: a write that fails (a full disk, a file size limit) is cut back to the last whole
+ * line, one warning says so and tracing stops; the exit report notes it. The exit path and an
+ * exec take the flush lock with exit_lock and, if it stays busy, note what they could not write
+ * instead of waiting. Times of day use the time zone offset read at the last poll (never
+ * localtime on the exit path, which a signal may run).
  */
 #include "shim/trace.h"
 
@@ -21,6 +29,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,49 +39,79 @@
 #include <unistd.h>
 
 #define TRACE_BUF (64 * 1024)
-#define HEADER "Thread,Time,Action,Pointer,Size,Stream\n"
+#define RING 4096          /* events recorded and not yet formatted, at most */
+#define POLL_AT (RING / 4) /* trace_poll writes once this many are waiting */
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held\n"
 #define HEADER_LEN (sizeof HEADER - 1)
 
-enum { NOT_OPENED = 0, OPEN = 1, OFF = -1, FAILED = -2 };
+/* NOT_OPENED: no event yet; ARMED: events recorded, the file not created yet. */
+enum { NOT_OPENED = 0, OPEN = 1, ARMED = 2, OFF = -1, FAILED = -2 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+struct slot {
+  _Atomic uint64_t ticket; /* the ticket whose event this slot holds, once it is stored */
+  int64_t ns;              /* CLOCK_REALTIME */
+  uint64_t ptr, size, held, stream;
+  int32_t tid;
+  int16_t dev;
+  uint8_t action;
+} __attribute__((aligned(64))); /* one cache line: writers on other cores share none */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the flusher's */
 /* This thread holds `lock` (so a signal handler running on it must not wait for it). */
 static _Thread_local bool holding;
+static _Thread_local int32_t my_tid;
+static _Thread_local uint64_t my_stream;
+static struct slot ring[RING];
+static _Atomic uint64_t issued;  /* tickets handed out; the first is 1 */
+static _Atomic uint64_t drained; /* every ticket up to this one is formatted or dropped */
 static int fd = -1;
-static atomic_int state; /* NOT_OPENED, OPEN, OFF or FAILED; written locked */
+static atomic_int state; /* NOT_OPENED, ARMED, OPEN, OFF or FAILED; changed under `lock` but
+                            NOT_OPENED -> ARMED/OFF, which is idempotent */
 static char path[PATH_MAX];
 static char buf[TRACE_BUF];
-static size_t used;           /* bytes in buf */
-static atomic_ulong buffered; /* events in buf */
-static atomic_ulong lost;     /* events never written after a failed write */
-static uint64_t written;      /* bytes in the file, all whole lines */
-static int fail_err;          /* errno of the failed write */
-static int64_t fail_ns;       /* when it failed (Unix time) */
-
-static void take(void) {
-  pthread_mutex_lock(&lock);
-  holding = true;
-}
+static size_t used;            /* bytes in buf */
+static atomic_ulong buffered;  /* rows in buf */
+static atomic_ulong lost;      /* events never written after a failed write */
+static uint64_t written;       /* bytes in the file, all whole lines */
+static int fail_err;           /* errno of the failed write */
+static int64_t fail_ns;        /* when it failed (Unix time) */
+static _Atomic long tz_offset; /* seconds east of UTC, at the last poll */
 
 static void give(void) {
   holding = false;
   pthread_mutex_unlock(&lock);
 }
 
+static void read_zone(void) {
+  struct tm tm;
+  time_t now = time(NULL);
+  if (localtime_r(&now, &tm) != NULL) {
+    atomic_store_explicit(&tz_offset, tm.tm_gmtoff, memory_order_relaxed);
+  }
+}
+
+/* The first event: is there a trace to write? Idempotent, lock-free. */
+static int decide(void) {
+  int want = settings_get()->trace[0] ? ARMED : OFF;
+  int expect = NOT_OPENED;
+  if (want == ARMED) {
+    read_zone();
+  }
+  atomic_compare_exchange_strong(&state, &expect, want);
+  return atomic_load_explicit(&state, memory_order_relaxed);
+}
+
+/* Creates the file. Lock held, state ARMED. */
 static void open_trace(void) {
-  const char *setting = settings_get()->trace;
-  state = OFF;
-  if (!setting[0]) {
-    return;
-  }
-  fd = log_create("GPUCAP_TRACE", setting, path, sizeof path);
+  fd = log_create("GPUCAP_TRACE", settings_get()->trace, path, sizeof path);
   if (fd < 0) {
+    atomic_store(&state, OFF);
     return;
   }
-  state = OPEN;
   memcpy(buf, HEADER, HEADER_LEN);
   used = HEADER_LEN;
   written = 0;
+  atomic_store(&state, OPEN);
 }
 
 /* Writes the buffer out; on failure cuts the file back to its last whole line and stops
@@ -109,52 +148,158 @@ static void write_out(void) {
           path, strerror(err));
 }
 
-void trace_event(enum trace_action action, uint64_t ptr, uint64_t size) {
+/* One row, RMM's six columns then gpucap's three. Region rows are `allocate failure` in RMM's
+ * Action column: RMM's readers know only its three actions and its replay skips failures, so
+ * they read the trace as RMM's own; gpucap's Event column says what the row is. */
+static int format_row(const struct slot *s, char *line, size_t cap) {
+  static const char *const rmm[] = {"allocate", "allocate failure", "free", "allocate failure",
+                                    "allocate failure"};
+  static const char *const ours[] = {"alloc", "refused", "free", "reserve", "release"};
+  int64_t sec = s->ns / 1000000000 + atomic_load_explicit(&tz_offset, memory_order_relaxed);
+  int64_t day = ((sec % 86400) + 86400) % 86400;
+  return snprintf(line, cap,
+                  "%d,%02d:%02d:%02d.%06ld,%s,0x%" PRIx64 ",%" PRIu64 ",0x%" PRIx64
+                  ",%d,%s,%" PRIu64 "\n",
+                  s->tid, (int)(day / 3600), (int)(day / 60 % 60), (int)(day % 60),
+                  (long)(s->ns % 1000000000 / 1000), rmm[s->action], s->ptr, s->size, s->stream,
+                  s->dev, ours[s->action], s->held);
+}
+
+/* Formats the filled slots in ticket order into the buffer (writing it when full), up to the
+ * first slot not filled yet. Lock held. */
+static void drain(void) {
+  uint64_t t = atomic_load_explicit(&drained, memory_order_relaxed) + 1;
+  for (;; t++) {
+    struct slot *s = &ring[t % RING];
+    if (atomic_load_explicit(&s->ticket, memory_order_acquire) != t) {
+      break;
+    }
+    int st = atomic_load_explicit(&state, memory_order_relaxed);
+    if (s->action != TRACE_NONE && st == OPEN) {
+      char line[192];
+      int n = format_row(s, line, sizeof line);
+      if (n > 0 && used + (size_t)n > sizeof buf) {
+        write_out();
+      }
+      if (atomic_load_explicit(&state, memory_order_relaxed) == OPEN && n > 0) {
+        memcpy(buf + used, line, (size_t)n);
+        used += (size_t)n;
+        atomic_fetch_add_explicit(&buffered, 1, memory_order_relaxed);
+      } else {
+        atomic_fetch_add_explicit(&lost, 1, memory_order_relaxed);
+      }
+    } else if (s->action != TRACE_NONE && st == FAILED) {
+      atomic_fetch_add_explicit(&lost, 1, memory_order_relaxed);
+    }
+    atomic_store_explicit(&drained, t, memory_order_release);
+  }
+}
+
+/* Creates the file if this is the first write, then drains. Lock held. */
+static void flush_locked(void) {
+  if (atomic_load_explicit(&state, memory_order_relaxed) == ARMED) {
+    open_trace();
+  }
+  drain();
+}
+
+bool trace_on(void) {
   int st = atomic_load_explicit(&state, memory_order_relaxed);
-  if (st < 0) {
+  if (st == NOT_OPENED) {
+    st = decide();
+  }
+  return st > 0;
+}
+
+uint64_t trace_ticket(void) {
+  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  if (st == NOT_OPENED) {
+    st = decide();
+  }
+  if (st <= 0) {
     if (st == FAILED) {
       atomic_fetch_add_explicit(&lost, 1, memory_order_relaxed);
     }
+    return 0;
+  }
+  return atomic_fetch_add_explicit(&issued, 1, memory_order_relaxed) + 1;
+}
+
+void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
+                uint64_t held) {
+  if (ticket == 0) {
     return;
   }
   int saved = errno;
-  static const char *const names[] = {"allocate", "allocate failure", "free"};
-  struct timespec ts;
-  struct tm tm;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  localtime_r(&ts.tv_sec, &tm);
-  char line[160];
-  int n = snprintf(line, sizeof line, "%ld,%02d:%02d:%02d.%06ld,%s,%#" PRIx64 ",%" PRIu64 ",0x0\n",
-                   (long)syscall(SYS_gettid), tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000,
-                   names[action], ptr, size);
-  take();
-  if (state == NOT_OPENED) {
-    open_trace();
+  /* The slot is free once the row RING tickets earlier is drained. Whoever waits drains (the
+   * slots before it are filled, or about to be, by threads that wait for nothing meanwhile). */
+  while (ticket - atomic_load_explicit(&drained, memory_order_acquire) > RING) {
+    if (atomic_load_explicit(&state, memory_order_relaxed) == FAILED) {
+      break; /* nothing is written any more: the row is lost either way */
+    }
+    if (!holding && pthread_mutex_trylock(&lock) == 0) {
+      holding = true;
+      flush_locked();
+      give();
+    }
+    sched_yield();
   }
-  if (state == OPEN && n > 0) {
-    if (used + (size_t)n > sizeof buf) {
+  struct slot *s = &ring[ticket % RING];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (my_tid == 0) {
+    my_tid = (int32_t)syscall(SYS_gettid);
+  }
+  s->ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  s->ptr = ptr;
+  s->size = size;
+  s->held = held;
+  s->stream = my_stream;
+  s->tid = my_tid;
+  s->dev = (int16_t)(dev < -1 || dev > INT16_MAX ? -1 : dev);
+  s->action = (uint8_t)action;
+  atomic_store_explicit(&s->ticket, ticket, memory_order_release);
+  errno = saved;
+}
+
+void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held) {
+  trace_fill(trace_ticket(), action, dev, ptr, size, held);
+}
+
+void trace_stream(uint64_t stream) {
+  my_stream = stream;
+}
+
+void trace_poll(void) {
+  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  if (st <= 0 || (st == OPEN && atomic_load_explicit(&issued, memory_order_relaxed) -
+                                        atomic_load_explicit(&drained, memory_order_relaxed) <
+                                    POLL_AT)) {
+    return;
+  }
+  int saved = errno;
+  if (!holding && pthread_mutex_trylock(&lock) == 0) { /* someone else is writing: fine */
+    holding = true;
+    read_zone();
+    flush_locked();
+    if (atomic_load_explicit(&state, memory_order_relaxed) == OPEN && used > TRACE_BUF / 2) {
       write_out();
     }
-    if (state == OPEN) {
-      memcpy(buf + used, line, (size_t)n);
-      used += (size_t)n;
-      atomic_fetch_add_explicit(&buffered, 1, memory_order_relaxed);
-    } else {
-      atomic_fetch_add_explicit(&lost, 1, memory_order_relaxed);
-    }
+    give();
   }
-  give();
   errno = saved;
 }
 
 bool trace_flush(void) {
-  if (atomic_load_explicit(&state, memory_order_relaxed) != OPEN) {
+  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  if (st != OPEN && st != ARMED) {
     return true;
   }
   if (holding || !exit_lock(&lock)) {
     return false; /* this thread was interrupted holding it, or another one keeps it */
   }
-  if (state == OPEN && used > 0) {
+  flush_locked();
+  if (atomic_load_explicit(&state, memory_order_relaxed) == OPEN && used > 0) {
     write_out();
   }
   pthread_mutex_unlock(&lock);
@@ -165,7 +310,13 @@ void trace_exit(void) {
   if (!trace_flush()) {
     exit_note("GPUCAP_TRACE: its last %lu events were not written: the trace was in use when "
               "the process ended",
-              atomic_load_explicit(&buffered, memory_order_relaxed));
+              atomic_load_explicit(&buffered, memory_order_relaxed) +
+                  (unsigned long)(atomic_load(&issued) - atomic_load(&drained)));
+  } else if (atomic_load(&issued) != atomic_load(&drained) &&
+             atomic_load_explicit(&state, memory_order_relaxed) == OPEN) {
+    exit_note("GPUCAP_TRACE: its last %lu events were not written: another thread was "
+              "recording one when the process ended",
+              (unsigned long)(atomic_load(&issued) - atomic_load(&drained)));
   }
   if (atomic_load_explicit(&state, memory_order_relaxed) == FAILED) {
     char when[40];
@@ -180,8 +331,10 @@ void trace_exit(void) {
 static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   holding = false;
-  /* A child whose parent had not opened the trace traces like any process (its own file with
-   * %p); one whose parent had opened it must not create that file again over the parent's. */
+  my_tid = 0; /* the child's only thread is a new one */
+  my_stream = 0;
+  /* A child whose parent had recorded nothing traces like any process (its own file with %p;
+   * the ring is untouched); one whose parent had must not create that file over the parent's. */
   int st = atomic_load_explicit(&state, memory_order_relaxed);
   atomic_store_explicit(&state, st == NOT_OPENED ? NOT_OPENED : OFF, memory_order_relaxed);
   if (fd >= 0) {

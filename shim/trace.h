@@ -1,8 +1,13 @@
 /* GPUCAP_TRACE: every allocation event, in RAPIDS RMM's CSV log format
- * (`Thread,Time,Action,Pointer,Size,Stream`), so RMM's replay benchmark and gpucap-replay can
- * read it. Events are buffered in memory and written in large appends, before an exec and at
- * exit; the file only ever holds whole lines. Thread-safe (one mutex around the buffer); a
- * no-op when GPUCAP_TRACE is unset.
+ * (`Thread,Time,Action,Pointer,Size,Stream`) followed by gpucap's own columns
+ * (`Device,Event,Held`), so RMM's replay benchmark, gpucap-replay and the gpucap command read it
+ * (docs/report.md describes the columns).
+ * The rows are in the order of the operations: each event takes a place in one sequence (a
+ * ticket) where its outcome is decided (under the pool's lock, or before the driver call that
+ * frees the memory), and the rows are written in ticket order, whatever thread writes them.
+ * Events are kept in a ring in memory and written in large appends (trace_poll, before an exec
+ * and at exit); the file only ever holds whole lines. Thread-safe; a no-op when GPUCAP_TRACE is
+ * unset.
  */
 #ifndef GPUCAP_SHIM_TRACE_H
 #define GPUCAP_SHIM_TRACE_H
@@ -10,17 +15,48 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum trace_action { TRACE_ALLOC, TRACE_ALLOC_FAILURE, TRACE_FREE };
+enum trace_action {
+  TRACE_ALLOC,         /* a block handed to the program */
+  TRACE_ALLOC_FAILURE, /* a request refused */
+  TRACE_FREE,          /* a block the program freed */
+  TRACE_RESERVE,       /* a pool region reserved from the driver */
+  TRACE_RELEASE,       /* a pool region returned to the driver */
+  TRACE_NONE,          /* a ticket given back unused: no row */
+};
 
-/* Records one event: the block's address (0 for a failure) and the bytes asked for. */
-void trace_event(enum trace_action action, uint64_t ptr, uint64_t size);
+/* True iff events are being recorded (GPUCAP_TRACE set, the file not failed). Lock-free. */
+bool trace_on(void);
 
-/* Writes out whatever is buffered, taking the lock with exit_lock (shim/exit.h). Returns false
- * iff the lock stayed busy (the buffer is then left as it is). Async-signal-safe. */
+/* A place in the order of the rows, or 0 when not tracing. The caller must fill it with
+ * trace_fill before it takes another ticket (trace_note takes one): a ticket left unfilled
+ * holds back every later row. O(1), lock-free: may be called under any lock. */
+uint64_t trace_ticket(void);
+
+/* Records one event at `ticket` (nothing when ticket is 0; no row for TRACE_NONE): its device
+ * (-1 when not known), the block's or region's address (0 for a refusal), the bytes asked for
+ * (for a free, those the block was asked with; for a region, its size), the bytes it holds
+ * (chunk size; 0 for a refusal). The stream is the one trace_stream set for this thread.
+ * Writes no file; waits only when the ring is full of rows not yet written (then it writes
+ * them itself). May be called under a pool lock. */
+void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
+                uint64_t held);
+
+/* trace_fill(trace_ticket(), ...): an event whose place in the order is now. */
+void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held);
+
+/* Sets the stream recorded with this thread's next events (0: none, the legacy default
+ * stream; 2: the per-thread default stream). Restore 0 after the call it is for. */
+void trace_stream(uint64_t stream);
+
+/* Writes out the recorded rows once enough are waiting. Call with no lock held. */
+void trace_poll(void);
+
+/* Writes out whatever is recorded, taking the lock with exit_lock (shim/exit.h). Returns false
+ * iff the lock stayed busy (the rows are then left as they are). Async-signal-safe. */
 bool trace_flush(void);
 
-/* On the exit path: trace_flush, then an exit note for anything the trace lost (events left in
- * a buffer that stayed busy, or after a write failed). */
+/* On the exit path: trace_flush, then an exit note for anything the trace lost (rows held back
+ * by a lock that stayed busy or by an event still being recorded, or after a write failed). */
 void trace_exit(void);
 
 #endif

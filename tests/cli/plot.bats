@@ -76,7 +76,7 @@ svg_ok() {
   head -c -10 trace.csv >cut.csv
   run --separate-stderr "$GPUCAP" plot cut.csv -o t.svg
   status_is 0
-  err_has "gpucap: warning: plot: cut.csv: line 8 ends without a newline (the trace was cut"
+  err_has "gpucap: warning: plot: cut.csv: line 10 ends without a newline (the trace was cut"
   grep -q '3 allocations, 2 frees, 1 refused' t.svg
   svg_ok t.svg
 }

@@ -26,4 +26,21 @@ peak=$(json_num "$stats" peak_bytes)
 [ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
 ok $? "pass-through: the driver's peak ($peak bytes) never passed the cap"
 is "$(json_num "$stats" leaked_allocations)" 0 "pass-through: nothing leaked"
+
+# The trace of 8 threads under a cap that held: its rows are in the order of the operations, so
+# a replay pairs every free with its allocation and the bytes in use never pass the cap. (Rows
+# once came out of order: a free written after another thread reused the address.)
+for pool in on off; do
+  trace="$WORK/trace-$pool.csv"
+  GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=256MiB GPUCAP_TRACE="$trace" FAKECUDA_STATS="$WORK/t.json" \
+    tap_program "8 threads traced, GPUCAP_POOL=$pool" with_shim "$TESTBIN/threads" 8 6000
+  peak=$(json_num "$WORK/t.json" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le $((256 << 20)) ]
+  ok $? "GPUCAP_POOL=$pool: the cap held (the driver's peak: $peak bytes)"
+  r=$("$BUILD/gpucap-replay" "$trace" --runs 1)
+  like "$r" '"unmatched_frees":0,' "GPUCAP_POOL=$pool: the trace replays with no unmatched free"
+  live=$(printf '%s\n' "$r" | sed -n 's/.*"peak_live_bytes":\([0-9]*\).*/\1/p')
+  [ -n "$live" ] && [ "$live" -le $((256 << 20)) ]
+  ok $? "GPUCAP_POOL=$pool: the trace's bytes in use peak at $live, under the cap"
+done
 done_testing
