@@ -1,7 +1,8 @@
 /* plot: the SVG timeline of an allocation trace, and the `gpucap plot` command (contracts in
- * plot.h). Layout: title, a line of figures, a legend, then the plot area with byte ticks at
- * power-of-two steps and time ticks at 1-2-5 steps. All text is XML-escaped; names that are
- * not valid UTF-8 are shown with '?' for the bad bytes, so the document always parses.
+ * plot.h). Layout: title, a line of figures, a legend, then one panel per device, each with its
+ * own byte axis (ticks at power-of-two steps) over a common time axis (ticks at 1-2-5 steps).
+ * All text is XML-escaped; names that are not valid UTF-8 are shown with '?' for the bad bytes,
+ * so the document always parses.
  */
 #include "scripts/plot.h"
 
@@ -20,10 +21,24 @@
 #define TRACE_FILE_MAX ((size_t)4 << 30) /* tens of millions of events */
 #define REPORT_FILE_MAX ((size_t)64 << 20)
 
-/* Picture geometry, in SVG user units (pixels at 100%). */
-enum { W = 960, H = 540, PX0 = 96, PX1 = W - 112, PY0 = 108, PY1 = H - 60 };
+/* Picture geometry, in SVG user units (pixels at 100%): the header, then panels of PANEL_H,
+ * each with its plot area from PANEL_TOP to PANEL_H - PANEL_BOTTOM. */
+enum {
+  W = 960,
+  PX0 = 96,
+  PX1 = W - 112,
+  HEAD_H = 100,
+  PANEL_H = 300,
+  PANEL_TOP = 34,
+  PANEL_BOTTOM = 40,
+  FOOT_H = 34
+};
 
-#define C_USE "#1f5fa8"
+#define C_RESERVED "#e08a00"
+#define C_RESERVED_FILL "#fbe6c6" /* solid fills: the two areas never blend into a third colour */
+#define C_HELD "#1f5fa8"
+#define C_HELD_FILL "#c6daf2"
+#define C_REQUESTED "#2e8b57"
 #define C_CAP "#c0392b"
 #define C_POOL "#e08a00"
 #define C_FAIL "#8e2ca8"
@@ -33,14 +48,6 @@ enum { W = 960, H = 540, PX0 = 96, PX1 = W - 112, PY0 = 108, PY1 = H - 60 };
 #define FONT "DejaVu Sans, Helvetica, Arial, sans-serif"
 /* A white outline behind a label keeps it legible over lines and marks. */
 #define HALO "stroke=\"#ffffff\" stroke-width=\"3\" paint-order=\"stroke\" "
-
-typedef struct figures {
-  size_t allocs, frees, failures;
-  uint64_t peak;    /* bytes in use at the peak */
-  int64_t peak_ns;  /* when it was first reached */
-  uint64_t fail_hi; /* highest in use + request among refused allocations */
-  int64_t end_ns;   /* time of the last event */
-} figures_t;
 
 /* ---- Text ---- */
 
@@ -87,6 +94,7 @@ static void human(uint64_t bytes, char *buf, size_t len) {
 /* ---- Scales ---- */
 
 typedef struct scale {
+  int py0, py1;   /* the panel's plot area, top and bottom */
   uint64_t ymax;  /* top of the byte axis */
   uint64_t ystep; /* power of two */
   unsigned yunit; /* index in units[] for tick labels */
@@ -157,56 +165,32 @@ static double yof(const scale_t *s, uint64_t bytes) {
   if (f > 1.0) {
     f = 1.0;
   }
-  return PY1 - f * (PY1 - PY0);
+  return s->py1 - f * (s->py1 - s->py0);
 }
 
 /* ---- Drawing ---- */
 
-static void figures_of(const tracecsv_event_t *ev, size_t n, figures_t *fg) {
-  uint64_t level = 0;
-  memset(fg, 0, sizeof *fg);
-  for (size_t i = 0; i < n; i++) {
-    const tracecsv_event_t *e = &ev[i];
-    if (e->action == TRACECSV_ALLOC) {
-      fg->allocs++;
-      level = e->size > UINT64_MAX - level ? UINT64_MAX : level + e->size;
-      if (level > fg->peak) {
-        fg->peak = level;
-        fg->peak_ns = e->ns;
-      }
-    } else if (e->action == TRACECSV_FREE) {
-      fg->frees++;
-      level -= e->size < level ? e->size : level;
-    } else {
-      fg->failures++;
-      uint64_t hi = e->size > UINT64_MAX - level ? UINT64_MAX : level + e->size;
-      if (hi > fg->fail_hi) {
-        fg->fail_hi = hi;
-      }
-    }
-    fg->end_ns = e->ns;
-  }
+enum series { REQUESTED, HELD, RESERVED };
+
+static uint64_t level(const tl_point_t *p, enum series w) {
+  return w == REQUESTED ? p->requested : w == HELD ? p->held : p->reserved;
 }
 
-/* The step line of bytes in use, one vertical run per half-pixel column at most. Writes the
- * path data (without the closing of the area) to f. */
-static void step_path(FILE *f, const scale_t *s, const tracecsv_event_t *ev, size_t n) {
-  uint64_t level = 0;
+/* The step line of one series, one vertical run per half-pixel column at most. Writes the path
+ * data (without the closing of the area) to f. */
+static void step_path(FILE *f, const scale_t *s, const tl_device_t *d, enum series w) {
   long col = -1;
-  uint64_t lo = 0, hi = 0, last = 0;
+  uint64_t lo = 0, hi = 0, last = 0, cur = 0;
   double colx = PX0;
-  fprintf(f, "M%.1f %.1f", (double)PX0, (double)PY1);
-  for (size_t i = 0; i <= n; i++) {
+  fprintf(f, "M%.1f %.1f", (double)PX0, (double)s->py1);
+  for (size_t i = 0; i <= d->npts; i++) {
     long c = -1;
     double x = 0;
-    if (i < n) {
-      if (ev[i].action == TRACECSV_FAILURE) {
-        continue;
-      }
-      x = xof(s, ev[i].ns);
+    if (i < d->npts) {
+      x = xof(s, d->pts[i].ns);
       c = lround(x * 2);
     }
-    if (c != col || i == n) {
+    if (c != col || i == d->npts) {
       if (col >= 0) {
         fprintf(f, "H%.1f", colx);
         if (lo < hi) {
@@ -214,23 +198,33 @@ static void step_path(FILE *f, const scale_t *s, const tracecsv_event_t *ev, siz
         }
         fprintf(f, "V%.1f", yof(s, last));
       }
-      if (i == n) {
+      if (i == d->npts) {
         break;
       }
       col = c;
       colx = x;
-      lo = hi = level;
+      lo = hi = cur;
     }
-    if (ev[i].action == TRACECSV_ALLOC) {
-      level = ev[i].size > UINT64_MAX - level ? UINT64_MAX : level + ev[i].size;
-    } else {
-      level -= ev[i].size < level ? ev[i].size : level;
-    }
-    lo = level < lo ? level : lo;
-    hi = level > hi ? level : hi;
-    last = level;
+    cur = level(&d->pts[i], w);
+    lo = cur < lo ? cur : lo;
+    hi = cur > hi ? cur : hi;
+    last = cur;
   }
   fprintf(f, "H%.1f", (double)PX1);
+}
+
+/* One series as a filled area and its outline (only the outline when fill is NULL). */
+static void area(FILE *f, const scale_t *s, const tl_device_t *d, enum series w, const char *color,
+                 const char *fill, double width) {
+  if (fill != NULL) {
+    fprintf(f, "<path d=\"");
+    step_path(f, s, d, w);
+    fprintf(f, "V%dH%dZ\" fill=\"%s\" stroke=\"none\"/>\n", s->py1, PX0, fill);
+  }
+  fprintf(f, "<path d=\"");
+  step_path(f, s, d, w);
+  fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" stroke-linejoin=\"round\"/>\n",
+          color, width);
 }
 
 /* A horizontal line across the plot, labelled in the right margin. */
@@ -258,7 +252,7 @@ static void cross(FILE *f, double x, double y) {
 
 typedef struct refusal {
   double x;
-  uint64_t level; /* in use when it was refused */
+  uint64_t level; /* held when it was refused */
   uint64_t size;  /* asked for */
 } refusal_t;
 
@@ -275,44 +269,38 @@ static void refusal(FILE *f, const scale_t *s, const refusal_t *r, bool label) {
           x, yof(s, r->level), x, y);
   if (want > s->ymax) {
     /* Beyond the axis: an arrow at the top. */
-    fprintf(f, "<path d=\"M%.1f %.1fl-5 9h10z\" fill=\"" C_FAIL "\"/>\n", x, (double)PY0);
-    y = PY0 + 5;
+    fprintf(f, "<path d=\"M%.1f %.1fl-5 9h10z\" fill=\"" C_FAIL "\"/>\n", x, (double)s->py0);
+    y = s->py0 + 5;
   } else {
     cross(f, x, y);
   }
   if (label) {
     fprintf(f,
-            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"" C_FAIL "\" "
+            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"" C_FAIL "\" " HALO
             "text-anchor=\"%s\">+%s</text>\n",
             left ? x - 8 : x + 8, y + 4, left ? "end" : "start", size);
   }
 }
 
-/* Each refusal: a dotted stem from the bytes in use up to where the request would have taken
+/* Each refusal: a dotted stem from the bytes held up to where the request would have taken
  * them, and a cross there (an arrow at the top when that is off the axis). Of the refusals
  * within a few pixels of each other only the highest is drawn; when there are a few in all,
  * each is labelled with the size asked for. */
-static void failures(FILE *f, const scale_t *s, const tracecsv_event_t *ev, size_t n,
-                     size_t count) {
+static void failures(FILE *f, const scale_t *s, const tl_device_t *d) {
   enum { BUCKET_PX = 6 };
-  uint64_t level = 0;
   bool have = false;
   long bucket = -1;
   refusal_t best = {0};
-  for (size_t i = 0; i < n; i++) {
-    const tracecsv_event_t *e = &ev[i];
-    if (e->action == TRACECSV_ALLOC) {
-      level = e->size > UINT64_MAX - level ? UINT64_MAX : level + e->size;
+  bool label = d->refusals <= 6;
+  for (size_t i = 0; i < d->npts; i++) {
+    const tl_point_t *p = &d->pts[i];
+    if (p->refused == 0) {
       continue;
     }
-    if (e->action == TRACECSV_FREE) {
-      level -= e->size < level ? e->size : level;
-      continue;
-    }
-    refusal_t r = {xof(s, e->ns), level, e->size};
+    refusal_t r = {xof(s, p->ns), p->held, p->refused};
     long b = lround(floor(r.x / BUCKET_PX));
     if (have && b != bucket) {
-      refusal(f, s, &best, count <= 6);
+      refusal(f, s, &best, label);
       have = false;
     }
     uint64_t want = r.size > UINT64_MAX - r.level ? UINT64_MAX : r.level + r.size;
@@ -324,13 +312,13 @@ static void failures(FILE *f, const scale_t *s, const tracecsv_event_t *ev, size
     bucket = b;
   }
   if (have) {
-    refusal(f, s, &best, count <= 6);
+    refusal(f, s, &best, label);
   }
 }
 
+/* The byte axis of a panel, and its time ticks and labels. */
 static void axes(FILE *f, const scale_t *s) {
   char label[32];
-  /* Byte ticks and grid. */
   for (uint64_t v = 0; v <= s->ymax; v += s->ystep) {
     double y = yof(s, v);
     double u = (double)v / (double)((uint64_t)1 << (10 * s->yunit));
@@ -351,7 +339,6 @@ static void axes(FILE *f, const scale_t *s) {
       break;
     }
   }
-  /* Time ticks and grid. */
   double limit = s->span / s->tdiv;
   for (int i = 0; i < 1000; i++) {
     double t = i * s->tstep;
@@ -361,33 +348,29 @@ static void axes(FILE *f, const scale_t *s) {
     double x = PX0 + t / limit * (PX1 - PX0);
     snprintf(label, sizeof label, "%g", t);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"" C_GRID "\"/>\n", x,
-            PY0, x, PY1);
+            s->py0, x, s->py1);
     fprintf(f,
             "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" fill=\"" C_MUTED
             "\">%s</text>\n",
-            x, PY1 + 18, label);
+            x, s->py1 + 18, label);
   }
   fprintf(f, "<path d=\"M%d %dV%dH%d\" fill=\"none\" stroke=\"#444\" stroke-width=\"1.2\"/>\n", PX0,
-          PY0, PY1, PX1);
-  fprintf(f,
-          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\" fill=\"" C_TEXT
-          "\">time since the first event (%s)</text>\n",
-          (PX0 + PX1) / 2, H - 18, s->tunit);
+          s->py0, s->py1, PX1);
   fprintf(f,
           "<text transform=\"translate(20 %d) rotate(-90)\" text-anchor=\"middle\" "
           "font-size=\"13\" fill=\"" C_TEXT "\">device memory</text>\n",
-          (PY0 + PY1) / 2);
+          (s->py0 + s->py1) / 2);
 }
 
 /* One legend entry at x; returns the x of the next. */
 static double legend_item(FILE *f, double x, const char *kind, const char *color,
                           const char *text) {
   double y = 86;
-  if (strcmp(kind, "area") == 0) {
+  if (strncmp(kind, "#", 1) == 0) { /* an area: kind is its fill */
     fprintf(f,
             "<rect x=\"%.1f\" y=\"%.1f\" width=\"22\" height=\"10\" fill=\"%s\" "
-            "fill-opacity=\"0.18\" stroke=\"%s\" stroke-width=\"2\"/>\n",
-            x, y - 9, color, color);
+            "stroke=\"%s\" stroke-width=\"2\"/>\n",
+            x, y - 9, kind, color);
   } else if (strcmp(kind, "cross") == 0) {
     cross(f, x + 11, y - 4);
   } else {
@@ -401,94 +384,176 @@ static double legend_item(FILE *f, double x, const char *kind, const char *color
   return x + 28 + 6.7 * (double)strlen(text) + 22;
 }
 
+/* The cap of a panel's device: --cap, else the report's for that device (for events of no
+ * recorded device, the report's when it has only one); 0 when none. */
+static uint64_t cap_of(const plot_opts_t *o, int dev) {
+  if (o->cap > 0) {
+    return o->cap;
+  }
+  if (dev < 0) {
+    return o->unknown_cap;
+  }
+  return dev < TIMELINE_MAX_DEVICES ? o->dev_cap[dev] : 0;
+}
+
+/* One device's panel, its plot area from top + PANEL_TOP. */
+static void panel(FILE *f, const tl_device_t *d, const plot_opts_t *o, scale_t s, int top,
+                  bool several) {
+  uint64_t cap = cap_of(o, d->dev);
+  uint64_t pool = o->gpucap ? 0 : o->peak_pool;
+  uint64_t peak = o->gpucap ? d->peak_reserved : d->peak_requested;
+  uint64_t hi = peak > cap ? peak : cap;
+  hi = pool > hi ? pool : hi;
+  hi = d->peak_held > hi ? d->peak_held : hi;
+  /* Refused requests count, up to twice the other lines: one huge request must not flatten
+   * the picture; those above get an arrow at the top. */
+  uint64_t fail_top = hi > 0 && d->fail_hi / 2 > hi ? 2 * hi : d->fail_hi;
+  byte_scale(fail_top > hi ? fail_top : hi, &s);
+  s.py0 = top + PANEL_TOP;
+  s.py1 = top + PANEL_H - PANEL_BOTTOM;
+
+  char cap_s[32], held_s[32], res_s[32], req_s[32];
+  human(cap, cap_s, sizeof cap_s);
+  human(d->peak_held, held_s, sizeof held_s);
+  human(d->peak_reserved, res_s, sizeof res_s);
+  human(d->peak_requested, req_s, sizeof req_s);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\" fill=\"" C_TEXT "\">",
+          PX0, top + 20);
+  if (d->dev >= 0) {
+    fprintf(f, "device %d", d->dev);
+  } else {
+    fprintf(f, several ? "device not recorded" : "all devices");
+  }
+  fprintf(f, "</text>\n<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"" C_MUTED "\">", PX0 + 150,
+          top + 20);
+  if (o->gpucap) {
+    fprintf(f, "peak reserved %s \xc2\xb7 peak held %s \xc2\xb7 peak requested %s", res_s, held_s,
+            req_s);
+  } else {
+    fprintf(f, "peak requested %s", req_s);
+  }
+  fprintf(f, " \xc2\xb7 %zu refused \xc2\xb7 cap %s</text>\n", d->refusals,
+          cap > 0 ? cap_s : "none");
+
+  axes(f, &s);
+  if (o->gpucap) {
+    area(f, &s, d, RESERVED, C_RESERVED, C_RESERVED_FILL, 1.6);
+    area(f, &s, d, HELD, C_HELD, C_HELD_FILL, 2.0);
+    area(f, &s, d, REQUESTED, C_REQUESTED, NULL, 1.3);
+  } else {
+    area(f, &s, d, REQUESTED, C_HELD, C_HELD_FILL, 2.0);
+  }
+  failures(f, &s, d);
+  /* When the cap and the pool coincide, one label goes above and one below. */
+  if (pool > 0) {
+    hline(f, &s, pool, C_POOL, "2 3", o->pool_name != NULL ? o->pool_name : "peak pool", cap > 0);
+  }
+  if (cap > 0) {
+    hline(f, &s, cap, C_CAP, "7 4", "cap", false);
+  }
+  uint64_t mark = o->gpucap ? d->peak_held : d->peak_requested;
+  if (d->allocs > 0) {
+    int64_t when = d->peak_held_ns;
+    if (!o->gpucap) {
+      for (size_t i = 0; i < d->npts; i++) {
+        if (d->pts[i].requested == mark) {
+          when = d->pts[i].ns;
+          break;
+        }
+      }
+    }
+    double x = xof(&s, when);
+    double y = yof(&s, mark);
+    char m[32];
+    human(mark, m, sizeof m);
+    bool left = x > PX1 - 140;
+    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"" C_HELD "\"/>\n", x, y);
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"" C_HELD "\" " HALO
+            "text-anchor=\"%s\">peak %s %s</text>\n",
+            left ? x - 8 : x + 8, y - 8, left ? "end" : "start", o->gpucap ? "held" : "requested",
+            m);
+  }
+}
+
 int plot_svg(const tracecsv_event_t *ev, size_t n, const plot_opts_t *opts, char **svg,
              size_t *len) {
+  static timeline_t tl;
+  int rc = timeline_build(ev, n, &tl);
+  if (rc != 0) {
+    return rc;
+  }
   char *buf = NULL;
   size_t size = 0;
   FILE *f = open_memstream(&buf, &size);
   if (f == NULL) {
+    timeline_free(&tl);
     return -ENOMEM;
   }
-  figures_t fg;
-  scale_t s;
-  figures_of(ev, n, &fg);
-  uint64_t top = fg.peak;
-  top = opts->cap > top ? opts->cap : top;
-  top = opts->peak_pool > top ? opts->peak_pool : top;
-  /* Refused requests count, up to twice the other lines: one huge request must not flatten
-   * the picture; those above get an arrow at the top. */
-  uint64_t fail_top = top > 0 && fg.fail_hi / 2 > top ? 2 * top : fg.fail_hi;
-  top = fail_top > top ? fail_top : top;
-  byte_scale(top, &s);
-  time_scale(fg.end_ns, &s);
-
-  char peak[32], dur[48];
-  human(fg.peak, peak, sizeof peak);
+  scale_t s = {0};
+  time_scale(tl.end_ns, &s);
+  size_t allocs = 0, frees = 0, refusals = 0;
+  for (int i = 0; i < tl.ndev; i++) {
+    allocs += tl.dev[i].allocs;
+    frees += tl.dev[i].frees;
+    refusals += tl.dev[i].refusals;
+  }
+  int panels = tl.ndev > 0 ? tl.ndev : 1;
+  int h = HEAD_H + panels * PANEL_H + FOOT_H;
+  char dur[48];
   snprintf(dur, sizeof dur, "%.3g %s", s.span / s.tdiv, s.tunit);
+  const char *title = opts->title != NULL ? opts->title : "Device memory over time";
 
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   fprintf(f,
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
           "viewBox=\"0 0 %d %d\" font-family=\"%s\">\n",
-          W, H, W, H, FONT);
+          W, h, W, h, FONT);
   fprintf(f, "<title>");
-  put_escaped(f, opts->title != NULL ? opts->title : "Device memory over time");
+  put_escaped(f, title);
   fprintf(f, "</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
   fprintf(f, "<text x=\"%d\" y=\"34\" font-size=\"20\" font-weight=\"bold\" fill=\"" C_TEXT "\">",
           PX0);
-  put_escaped(f, opts->title != NULL ? opts->title : "Device memory over time");
+  put_escaped(f, title);
   fprintf(f, "</text>\n<text x=\"%d\" y=\"58\" font-size=\"13\" fill=\"" C_MUTED "\">", PX0);
   if (opts->source != NULL) {
     put_escaped(f, opts->source);
     fprintf(f, " \xc2\xb7 ");
   }
-  fprintf(f,
-          "%zu allocation%s, %zu free%s, %zu refused \xc2\xb7 peak in use %s \xc2\xb7 "
-          "%s</text>\n",
-          fg.allocs, fg.allocs == 1 ? "" : "s", fg.frees, fg.frees == 1 ? "" : "s", fg.failures,
-          peak, dur);
+  fprintf(f, "%zu allocation%s, %zu free%s, %zu refused \xc2\xb7 %d device%s \xc2\xb7 %s</text>\n",
+          allocs, allocs == 1 ? "" : "s", frees, frees == 1 ? "" : "s", refusals, tl.ndev,
+          tl.ndev == 1 ? "" : "s", dur);
 
   double lx = PX0;
-  lx = legend_item(f, lx, "area", C_USE, "in use (bytes requested)");
-  if (opts->cap > 0) {
+  if (opts->gpucap) {
+    lx = legend_item(f, lx, C_RESERVED_FILL, C_RESERVED, "reserved from the driver");
+    lx = legend_item(f, lx, C_HELD_FILL, C_HELD, "held by blocks");
+    lx = legend_item(f, lx, "none", C_REQUESTED, "requested");
+  } else {
+    lx = legend_item(f, lx, C_HELD_FILL, C_HELD, "requested");
+  }
+  bool any_cap = false;
+  for (int i = 0; i < tl.ndev; i++) {
+    any_cap = any_cap || cap_of(opts, tl.dev[i].dev) > 0;
+  }
+  if (any_cap) {
     lx = legend_item(f, lx, "7 4", C_CAP, "cap");
   }
-  if (opts->peak_pool > 0) {
+  if (!opts->gpucap && opts->peak_pool > 0) {
     lx = legend_item(f, lx, "2 3", C_POOL, opts->pool_name != NULL ? opts->pool_name : "peak pool");
   }
-  if (fg.failures > 0) {
-    legend_item(f, lx, "cross", C_FAIL, "refused (in use + request)");
+  if (refusals > 0) {
+    legend_item(f, lx, "cross", C_FAIL, "refused (held + request)");
   }
-
-  axes(f, &s);
-  /* In use: the filled area, then its outline. */
-  fprintf(f, "<path d=\"");
-  step_path(f, &s, ev, n);
-  fprintf(f, "V%dH%dZ\" fill=\"" C_USE "\" fill-opacity=\"0.16\" stroke=\"none\"/>\n", PY1, PX0);
-  fprintf(f, "<path d=\"");
-  step_path(f, &s, ev, n);
-  fprintf(f, "\" fill=\"none\" stroke=\"" C_USE "\" stroke-width=\"2\" "
-             "stroke-linejoin=\"round\"/>\n");
-  failures(f, &s, ev, n, fg.failures);
-  /* When the cap and the pool coincide, one label goes above and one below. */
-  if (opts->peak_pool > 0) {
-    hline(f, &s, opts->peak_pool, C_POOL, "2 3",
-          opts->pool_name != NULL ? opts->pool_name : "peak pool", opts->cap > 0);
+  for (int i = 0; i < tl.ndev; i++) {
+    panel(f, &tl.dev[i], opts, s, HEAD_H + i * PANEL_H, tl.ndev > 1);
   }
-  if (opts->cap > 0) {
-    hline(f, &s, opts->cap, C_CAP, "7 4", "cap", false);
-  }
-  if (fg.allocs > 0) {
-    double x = xof(&s, fg.peak_ns);
-    double y = yof(&s, fg.peak);
-    bool left = x > PX1 - 140;
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"" C_USE "\"/>\n", x, y);
-    fprintf(f,
-            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"" C_USE "\" " HALO
-            "text-anchor=\"%s\">peak %s</text>\n",
-            left ? x - 8 : x + 8, y - 8, left ? "end" : "start", peak);
-  }
+  fprintf(f,
+          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\" fill=\"" C_TEXT
+          "\">time since the first event (%s)</text>\n",
+          (PX0 + PX1) / 2, h - 14, s.tunit);
   fprintf(f, "</svg>\n");
+  timeline_free(&tl);
   if (fclose(f) != 0 || buf == NULL) {
     free(buf);
     return -ENOMEM;
@@ -503,16 +568,17 @@ int plot_svg(const tracecsv_event_t *ev, size_t n, const plot_opts_t *opts, char
 static const char plot_usage[] =
     "Usage: gpucap plot TRACE.csv -o OUT.svg [--cap SIZE] [--json REPORT.json] [--title TEXT]\n"
     "\n"
-    "Draws a trace written by GPUCAP_TRACE (or `gpucap run --trace`) as a timeline: the bytes\n"
-    "the program has in use over time, refused allocations as marks, and, when known, the cap\n"
-    "and the pool's peak size. The picture is a self-contained SVG: open it in a browser.\n"
-    "A trace holds one process and all of its devices together (the format has no device\n"
-    "column); for one device per picture, run one device per process.\n"
+    "Draws a trace written by GPUCAP_TRACE (or `gpucap run --trace`) as a timeline, one panel\n"
+    "per device: the bytes gpucap reserved from the driver, the bytes the program's blocks\n"
+    "held and the bytes it requested, over time; refused allocations as marks; and the\n"
+    "device's cap. The picture is a self-contained SVG: open it in a browser. A trace in\n"
+    "RMM's own format (no Device, Event and Held columns) is drawn as one panel of the bytes\n"
+    "requested, with the pool's peak size when a report gives it.\n"
     "\n"
     "Options:\n"
     "  -o, --output OUT.svg  where to write the picture (- for standard output); required\n"
-    "  --cap SIZE            draw the cap at SIZE (4GiB, 512MiB; as GPUCAP_MEMORY_LIMIT)\n"
-    "  --json REPORT.json    take the cap and the peak pool size from the run's JSON report\n"
+    "  --cap SIZE            draw a cap at SIZE on every panel (4GiB, 512MiB)\n"
+    "  --json REPORT.json    take each device's cap from the run's JSON report\n"
     "  --title TEXT          the picture's title\n"
     "  -h, --help            print this help\n"
     "  --version             print gpucap's version\n"
@@ -522,9 +588,9 @@ static const char plot_usage[] =
     "\n"
     "Example: gpucap plot ./trace.csv --json ./run.json -o timeline.svg\n";
 
-/* Takes the cap and the pool from a report: only when its pools are all on one device, since
- * the trace mixes every device of the process. */
-static int from_report(const char *path, plot_opts_t *o, bool cap_given) {
+/* Takes each device's cap from a report, and, for a trace without gpucap's columns (which
+ * mixes the devices), the pool's peak size when the report's pools are all on one device. */
+static int from_report(const char *path, plot_opts_t *o) {
   char *text = NULL;
   size_t len = 0;
   if (cli_read_file("plot", path, REPORT_FILE_MAX, &text, &len) != 0) {
@@ -545,17 +611,15 @@ static int from_report(const char *path, plot_opts_t *o, bool cap_given) {
   for (int i = 0; i < n; i++) {
     one_device = one_device && rows[i].device == rows[0].device;
     pool += rows[i].pooled ? rows[i].stats.peak_pool_bytes : 0;
+    int d = rows[i].device;
+    if (d >= 0 && d < TIMELINE_MAX_DEVICES && rows[i].cap != REPORT_NO_CAP) {
+      o->dev_cap[d] = rows[i].cap;
+    }
   }
   if (n == 0) {
-    cli_warn("plot: %s has no devices; no cap or pool line", path);
-  } else if (!one_device) {
-    cli_warn("plot: %s reports several devices but the trace mixes them; no cap or pool line "
-             "(give --cap to draw one)",
-             path);
-  } else {
-    if (!cap_given && rows[0].cap != REPORT_NO_CAP) {
-      o->cap = rows[0].cap;
-    }
+    cli_warn("plot: %s has no devices; no cap line", path);
+  } else if (one_device) {
+    o->unknown_cap = rows[0].cap != REPORT_NO_CAP ? rows[0].cap : 0;
     o->peak_pool = pool;
     o->pool_name = n > 1 ? "peak pools (sum)" : "peak pool";
   }
@@ -629,7 +693,7 @@ int plot_main(int argc, char **argv) {
       return CLI_USAGE;
     }
   }
-  if (json != NULL && from_report(json, &o, cap != NULL) != 0) {
+  if (json != NULL && from_report(json, &o) != 0) {
     return CLI_FAIL;
   }
 
@@ -653,14 +717,12 @@ int plot_main(int argc, char **argv) {
              "written): left out",
              trace, info.cut);
   }
-  /* The pool's region rows are not part of this picture: it draws the program's blocks. */
-  size_t kept = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (ev[i].action != TRACECSV_RESERVE && ev[i].action != TRACECSV_RELEASE) {
-      ev[kept++] = ev[i];
-    }
+  if (!info.gpucap && json != NULL && o.peak_pool == 0) {
+    cli_warn("plot: %s reports several devices but the trace does not say which event is on "
+             "which; no pool line",
+             json);
   }
-  n = kept;
+  o.gpucap = info.gpucap;
   if (n == 0) {
     free(ev);
     cli_error("plot: %s has no events: the program made no allocation through gpucap", trace);
@@ -672,6 +734,10 @@ int plot_main(int argc, char **argv) {
   size_t svglen = 0;
   rc = plot_svg(ev, n, &o, &svg, &svglen);
   free(ev);
+  if (rc == -E2BIG) {
+    cli_error("plot: %s: more than %d devices", trace, TIMELINE_MAX_DEVICES);
+    return CLI_FAIL;
+  }
   if (rc != 0) {
     cli_error("plot: out of memory");
     return CLI_FAIL;

@@ -1,6 +1,7 @@
-/* plot: draws an allocation trace (tracecsv) as a self-contained SVG timeline: bytes in use
- * over time as a step line, refused allocations as marks, and optional horizontal lines for
- * the cap and the pool's peak size, with axes in human units, a title and a legend.
+/* plot: draws an allocation trace (tracecsv) as a self-contained SVG timeline, one panel per
+ * device: the bytes gpucap reserved from the driver, the bytes the program's blocks held and the
+ * bytes it requested, over time (scripts/timeline.h), refused allocations as marks, and the
+ * device's cap as a line, with axes in human units, a title and a legend.
  *
  * The SVG has no scripts, external fonts, images or links, so any browser or viewer shows it
  * as is. Long traces are drawn at the resolution of the picture (per half-pixel column, the
@@ -9,21 +10,29 @@
 #ifndef GPUCAP_SCRIPTS_PLOT_H
 #define GPUCAP_SCRIPTS_PLOT_H
 
+#include "scripts/timeline.h"
 #include "scripts/tracecsv.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct plot_opts {
-  const char *title;     /* NULL: "Device memory over time" */
-  const char *source;    /* shown under the title (the trace's file name); may be NULL */
-  uint64_t cap;          /* 0: no cap line */
-  uint64_t peak_pool;    /* 0: no pool line */
-  const char *pool_name; /* label of the pool line: "peak pool" */
+  const char *title;  /* NULL: "Device memory over time" */
+  const char *source; /* shown under the title (the trace's file name); may be NULL */
+  uint64_t cap;       /* a cap line on every panel; 0: none (then dev_cap decides) */
+  uint64_t dev_cap[TIMELINE_MAX_DEVICES]; /* cap of device ordinal i; 0: none */
+  uint64_t unknown_cap; /* cap of the events whose device is not recorded; 0: none */
+  /* A trace without gpucap's columns (RMM's own) has one panel, with only the bytes requested:
+   * the pool's peak size, from a report, may then be drawn as a line. 0: none. */
+  uint64_t peak_pool;
+  const char *pool_name; /* label of that line: "peak pool" */
+  bool gpucap;           /* the trace has gpucap's columns (tracecsv_info_t.gpucap) */
 } plot_opts_t;
 
 /* Renders the events into a malloc'ed, NUL-terminated SVG document (*svg, *len; freed by the
- * caller). Fails iff memory runs out (-ENOMEM). O(n). */
+ * caller). Fails iff memory runs out (-ENOMEM) or the trace has more devices than
+ * TIMELINE_MAX_DEVICES (-E2BIG). O(n). */
 int plot_svg(const tracecsv_event_t *ev, size_t n, const plot_opts_t *opts, char **svg,
              size_t *len);
 

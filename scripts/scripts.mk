@@ -7,7 +7,7 @@
 # here, while recipes (expanded when run) use the variables.
 
 CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts/rjson.c \
-            scripts/tracecsv.c scripts/plot.c scripts/target.c scripts/outpath.c scripts/driver.c
+            scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/target.c scripts/outpath.c scripts/driver.c
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)

@@ -18,7 +18,7 @@ svg_ok() {
   fi
 }
 
-@test "a capped run's trace and report make a timeline with the cap and the pool" {
+@test "a capped run's trace and report make a timeline: reserved, held, requested and the cap" {
   capped_run
   run --separate-stderr "$GPUCAP" plot trace.csv --json run.json -o timeline.svg
   status_is 0
@@ -27,7 +27,12 @@ svg_ok() {
   grep -q '<svg xmlns="http://www.w3.org/2000/svg"' timeline.svg
   grep -q '3 allocations, 3 frees, 1 refused' timeline.svg
   grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' timeline.svg
-  grep -q '>peak pool</tspan>' timeline.svg
+  # The pool grew by two 1 GiB regions; its blocks held 1.5 GiB at most.
+  grep -q '>device 0<' timeline.svg
+  grep -q 'peak reserved 2.0 GiB' timeline.svg
+  grep -q 'peak held 1.5 GiB' timeline.svg
+  grep -q '>reserved from the driver<' timeline.svg
+  ! grep -q 'peak pool' timeline.svg
   grep -q '>+1.0 GiB</text>' timeline.svg
   ! grep -q -e '<script' -e 'href' -e 'url(' timeline.svg
   svg_ok timeline.svg
@@ -48,7 +53,7 @@ svg_ok() {
   run "$GPUCAP" plot --output=t.svg --json=run.json --cap=3GiB trace.csv
   status_is 0
   grep -q '>3.0 GiB</tspan>' t.svg
-  grep -q '>peak pool</tspan>' t.svg
+  ! grep -q '>2.0 GiB</tspan>' t.svg
 }
 
 @test "-o - writes the picture to standard output; - reads the trace from standard input" {
@@ -58,17 +63,48 @@ svg_ok() {
   [[ "$output" == "<?xml"*"</svg>" ]]
 }
 
-@test "a report with several devices: no cap line, a warning that says why" {
+@test "two devices: one panel each, each with its own cap from the report" {
+  capped_run
+  obj=$(sed -n '/^    {$/,/^    }$/p' run.json)
+  { echo '{"gpucap_version": "0.1.0", "pid": 1, "devices": ['; echo "$obj,"
+    sed -e 's/"device": 0/"device": 1/' -e 's/"cap_bytes": [0-9]*/"cap_bytes": 3221225472/' \
+      <<<"$obj"; echo ']}'; } >two.json
+  run "$GPUCAP" report two.json
+  status_is 0
+  # The same run again on device 1, after it (the reader moves its earlier times up).
+  { cat trace.csv; sed -e 1d -e 's/,0,\([a-z]*\),/,1,\1,/' trace.csv; } >both.csv
+  run --separate-stderr "$GPUCAP" plot both.csv --json two.json -o t.svg
+  status_is 0
+  [ -z "$stderr" ]
+  grep -q '>device 0<' t.svg
+  grep -q '>device 1<' t.svg
+  grep -q '6 allocations, 6 frees, 2 refused' t.svg
+  grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' t.svg
+  grep -q '>cap</tspan><tspan[^>]*>3.0 GiB<' t.svg
+  svg_ok t.svg
+}
+
+@test "an RMM trace (no Device column) and a report with several devices: no pool line, a warning" {
   capped_run
   obj=$(sed -n '/^    {$/,/^    }$/p' run.json)
   { echo '{"gpucap_version": "0.1.0", "pid": 1, "devices": ['; echo "$obj,"
     sed 's/"device": 0/"device": 1/' <<<"$obj"; echo ']}'; } >two.json
-  run "$GPUCAP" report two.json
+  grep -v -e ',reserve,' -e ',release,' trace.csv | cut -d, -f1-6 >rmm.csv
+  run --separate-stderr "$GPUCAP" plot rmm.csv --json two.json -o t.svg
   status_is 0
-  run --separate-stderr "$GPUCAP" plot trace.csv --json two.json -o t.svg
+  err_has "gpucap: warning: plot: two.json reports several devices but the trace does not say"
+  ! grep -q 'peak pool' t.svg
+  grep -q '>all devices<' t.svg
+  grep -q 'peak requested 1.5 GiB' t.svg
+}
+
+@test "an RMM trace and a one-device report: the pool's peak size is drawn" {
+  capped_run
+  grep -v -e ',reserve,' -e ',release,' trace.csv | cut -d, -f1-6 >rmm.csv
+  run --separate-stderr "$GPUCAP" plot rmm.csv --json run.json -o t.svg
   status_is 0
-  err_has "gpucap: warning: plot: two.json reports several devices but the trace mixes them"
-  ! grep -q '>cap</tspan>' t.svg
+  grep -q '>peak pool</tspan>' t.svg
+  grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' t.svg
 }
 
 @test "a trace cut mid-line (a full disk, a killed run): drawn without its last line, a warning" {
@@ -150,7 +186,7 @@ svg_ok() {
   run "$GPUCAP" plot --help
   status_is 0
   has "Usage: gpucap plot TRACE.csv -o OUT.svg [--cap SIZE] [--json REPORT.json] [--title TEXT]"
-  has "all of its devices together"
+  has "one panel"
   run "$GPUCAP" plot --version
   status_is 0
   [[ "$output" =~ ^gpucap\ [0-9.]+$ ]]

@@ -4,6 +4,7 @@
  * size stays bounded for long traces. Prints TAP.
  */
 #include "scripts/plot.h"
+#include "scripts/timeline.h"
 #include "scripts/tracecsv.h"
 #include "tests/tap.h"
 
@@ -227,7 +228,7 @@ static void test_plot(void) {
              strstr(svg, "@import") == NULL && strstr(svg, "url(") == NULL,
          "self-contained: no scripts, links or external resources");
   tap_ok(strstr(svg, "2 allocations, 2 frees, 1 refused") != NULL, "the figures line counts");
-  tap_ok(strstr(svg, "peak in use 1.3 GiB") != NULL, "the peak in use, as the report writes it");
+  tap_ok(strstr(svg, "peak requested 1.3 GiB") != NULL, "the peak in use, as the report writes it");
   tap_ok(strstr(svg, ">cap</tspan>") != NULL && strstr(svg, ">2.0 GiB</tspan>") != NULL,
          "the cap line is labelled");
   tap_ok(strstr(svg, ">peak pool</tspan>") != NULL, "the pool line is labelled");
@@ -357,6 +358,73 @@ static void test_columns(void) {
   tap_ok(strstr(err, "line 1: the column Device is named twice") != NULL, "saying so: %s", err);
 }
 
+/* The three figures per device: a block in a region leaves `reserved` alone, one the driver
+ * allocated on its own adds to it; a region adds its size until it is released. */
+static void test_timeline(void) {
+  const char *text =
+      GHEADER "1,10:00:00.000000,allocate failure,0x100000,2097152,0x0,0,reserve,2097152\n"
+              "1,10:00:00.000001,allocate,0x100000,1000,0x0,0,alloc,1024\n"
+              "1,10:00:00.000002,allocate,0x900000,4000,0x0,0,alloc,4096\n"
+              "1,10:00:00.000003,allocate,0x100400,512,0x0,1,alloc,512\n"
+              "1,10:00:00.000004,allocate failure,0x0,8388608,0x0,0,refused,0\n"
+              "1,10:00:00.000005,free,0x100000,1000,0x0,0,free,1024\n"
+              "1,10:00:00.000006,free,0x900000,4000,0x0,0,free,4096\n"
+              "1,10:00:00.000007,free,0xdead00,16,0x0,0,free,16\n"
+              "1,10:00:00.000008,allocate failure,0x100000,2097152,0x0,0,release,2097152\n"
+              "1,10:00:00.000009,allocate,0x200000,64,0x0,-1,alloc,64\n";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  parse(text, &ev, &n, NULL, 0);
+  static timeline_t tl;
+  TAP_EQ(timeline_build(ev, n, &tl), 0, "a timeline is built");
+  TAP_EQ(tl.ndev, 3, "three devices");
+  tap_ok(tl.dev[0].dev == 0 && tl.dev[1].dev == 1 && tl.dev[2].dev == -1,
+         "in ordinal order, the unrecorded last");
+  const tl_device_t *d = &tl.dev[0];
+  if (tap_ok(d->npts == 8, "device 0: a point per event (%zu)", d->npts)) {
+    tap_ok(d->pts[0].reserved == 2097152 && d->pts[0].held == 0, "a region: reserved, not held");
+    tap_ok(d->pts[1].reserved == 2097152 && d->pts[1].held == 1024 && d->pts[1].requested == 1000,
+           "a block in it: held and requested");
+    tap_ok(d->pts[2].reserved == 2097152 + 4096 && d->pts[2].held == 5120,
+           "a block outside every region: reserved as well");
+    tap_ok(d->pts[3].refused == 8388608 && d->pts[3].held == 5120, "a refusal, at what was held");
+    tap_ok(d->pts[4].reserved == 2097152 + 4096 && d->pts[4].held == 4096,
+           "a pooled block freed: reserved stays");
+    tap_ok(d->pts[5].reserved == 2097152 && d->pts[5].held == 0, "the own block freed: returned");
+    tap_ok(d->pts[7].reserved == 0, "the region released: nothing reserved");
+    tap_ok(d->peak_reserved == 2097152 + 4096 && d->peak_held == 5120 && d->peak_requested == 5000,
+           "the peaks");
+    tap_ok(d->allocs == 2 && d->frees == 2 && d->refusals == 1 && d->reserves == 1 &&
+               d->releases == 1,
+           "the counts");
+  }
+  TAP_EQ(tl.unmatched_frees, 1, "a free of a block never allocated is counted, not applied");
+  tap_ok(tl.dev[1].npts == 1 && tl.dev[1].pts[0].reserved == 512,
+         "device 1's block is not in device 0's region");
+  timeline_free(&tl);
+
+  plot_opts_t o = {.gpucap = true, .dev_cap = {[0] = 3u << 20, [1] = 5u << 20}};
+  char *svg = NULL;
+  size_t len = 0;
+  TAP_EQ(plot_svg(ev, n, &o, &svg, &len), 0, "three devices are drawn");
+  tap_ok(well_formed(svg), "well-formed");
+  tap_ok(strstr(svg, ">device 0</text>") != NULL && strstr(svg, ">device 1</text>") != NULL &&
+             strstr(svg, ">device not recorded</text>") != NULL,
+         "one panel each");
+  tap_ok(strstr(svg, ">3.0 MiB</tspan>") != NULL && strstr(svg, ">5.0 MiB</tspan>") != NULL,
+         "each device's own cap");
+  TAP_EQ(count(svg, ">cap</tspan>"), 2, "no cap for the device the report does not name");
+  tap_ok(strstr(svg, "peak reserved 2.0 MiB \xc2\xb7 peak held 5.0 KiB \xc2\xb7 peak requested "
+                     "4.9 KiB") != NULL,
+         "each panel's peaks, named reserved, held and requested");
+  tap_ok(strstr(svg, ">reserved from the driver</text>") != NULL &&
+             strstr(svg, ">held by blocks</text>") != NULL &&
+             strstr(svg, ">requested</text>") != NULL,
+         "a legend for the three");
+  free(svg);
+  free(ev);
+}
+
 int main(void) {
   test_parse();
   test_refusals();
@@ -364,5 +432,6 @@ int main(void) {
   test_wrap();
   test_plot();
   test_columns();
+  test_timeline();
   return tap_done();
 }
