@@ -1,9 +1,10 @@
 /* gpucap: the command-line front end. `gpucap run` starts a program with the library preloaded
- * and its settings checked; `report`, `plot` and `env` read what a run left behind or would
- * use. This file only dispatches; each command lives in its own module (run.c, rjson.c,
- * plot.c). Exit statuses: cli.h.
+ * and its settings checked; `report`, `plot`, `export` and `env` read what a run left behind
+ * or would use. This file only dispatches; each command lives in its own module (run.c,
+ * rjson.c, plot.c, export.c). Exit statuses: cli.h.
  */
 #include "scripts/cli.h"
+#include "scripts/export.h"
 #include "scripts/plot.h"
 #include "scripts/rjson.h"
 #include "scripts/run.h"
@@ -21,6 +22,8 @@ static const struct command {
      "run COMMAND with its device memory capped, pooled and reported"},
     {"report", rjson_main, "report FILE.json", "print a saved JSON exit report as a table"},
     {"plot", plot_main, "plot TRACE.csv -o OUT.svg", "draw a trace as a timeline picture (SVG)"},
+    {"export", export_main, "export --format FORMAT TRACE.csv -o OUT",
+     "write a trace for PyTorch's memory viewer or Perfetto"},
     {"env", run_env_main, "env [OPTIONS]", "show the settings a run would use and their origin"},
 };
 
@@ -49,8 +52,8 @@ static void usage(void) {
   fputs("\n"
         "Exit status: gpucap run exits with its command's status, or 125 when gpucap refuses\n"
         "to start it, 126 when it cannot be executed, 127 when it is not found (as env(1));\n"
-        "gpucap env exits 0, or 125 for a bad setting; report and plot exit 0, 1 when an input\n"
-        "or output fails, 2 on a usage error; gpucap itself exits 125 on a usage error.\n"
+        "gpucap env exits 0, or 125 for a bad setting; report, plot and export exit 0, 1 when\n"
+        "an input or output fails, 2 on a usage error; gpucap itself exits 125 on a usage error.\n"
         "\n"
         "Example: gpucap run --limit 8GiB --json run.json python train.py\n"
         "Documentation: man gpucap; README.md and docs/ (installed in share/doc/gpucap).\n",
@@ -68,7 +71,7 @@ static const struct command *find(const char *name) {
 
 static int dispatch(int argc, char **argv) {
   if (argc < 2) {
-    cli_error("no command given; try gpucap --help (commands: run, report, plot, env)");
+    cli_error("no command given; try gpucap --help (commands: run, report, plot, export, env)");
     return CLI_ERROR;
   }
   const char *name = argv[1];
@@ -87,7 +90,7 @@ static int dispatch(int argc, char **argv) {
     }
     const struct command *c = find(argv[2]);
     if (c == NULL || argc > 3) {
-      cli_error("help: %s; commands: run, report, plot, env",
+      cli_error("help: %s; commands: run, report, plot, export, env",
                 argc > 3 ? "one command at a time" : "no such command");
       return CLI_ERROR;
     }
@@ -102,7 +105,9 @@ static int dispatch(int argc, char **argv) {
                 "(see gpucap --help)",
                 name, name);
     } else {
-      cli_error("unknown command '%s'; commands: run, report, plot, env (see gpucap --help)", name);
+      cli_error(
+          "unknown command '%s'; commands: run, report, plot, export, env (see gpucap --help)",
+          name);
     }
     return CLI_ERROR;
   }

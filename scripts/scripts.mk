@@ -7,7 +7,8 @@
 # here, while recipes (expanded when run) use the variables.
 
 CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts/rjson.c \
-            scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/target.c scripts/outpath.c scripts/driver.c
+            scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/pickle.c \
+            scripts/export.c scripts/target.c scripts/outpath.c scripts/driver.c
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)
@@ -20,7 +21,7 @@ $(GPUCAP_CLI): $(BUILD)/obj/scripts/gpucap.o $(CLI_OBJS) $(CONFIG_OBJS) $(REPORT
 
 # ---- Tests: C unit tests of the modules, then bats tests of the installed-looking command.
 # test_cli_json builds its reports from real pools, so it links the pool too.
-CLI_TEST_NAMES := test_cli_json test_cli_trace test_cli_preload
+CLI_TEST_NAMES := test_cli_json test_cli_trace test_cli_export test_cli_preload
 CLI_TEST_BINS := $(CLI_TEST_NAMES:%=$(BUILD)/tests/%)
 TEST_PROGRAMS += $(CLI_TEST_BINS)
 TEST_DEPS += $(GPUCAP_CLI)

@@ -50,7 +50,7 @@ load helpers
   [ "$output" = "$("$GPUCAP" --help)" ]
   run --separate-stderr "$GPUCAP" help nosuch
   status_is 125
-  err_has "help: no such command; commands: run, report, plot, env"
+  err_has "help: no such command; commands: run, report, plot, export, env"
   run --separate-stderr "$GPUCAP" help run plot
   status_is 125
   err_has "help: one command at a time"
@@ -63,7 +63,7 @@ load helpers
   [ -z "$output" ]
   run --separate-stderr "$GPUCAP" start
   status_is 125
-  err_has "gpucap: error: unknown command 'start'; commands: run, report, plot, env"
+  err_has "gpucap: error: unknown command 'start'; commands: run, report, plot, export, env"
   run --separate-stderr "$GPUCAP" --limit 1GiB -- true
   status_is 125
   err_has "unknown option '--limit'; options go after the command: gpucap run --limit ..."
