@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # gpucap plot TRACE.csv -o OUT.svg: the timeline of a real capped run, with the cap and pool
-# from --cap or --json; a picture a renderer accepts; every input and usage error.
+# from --cap or --json; a picture a renderer accepts, and one headless Chromium draws as it
+# should (its screenshot probed box by box); every input and usage error.
 
 load helpers
 
@@ -190,4 +191,53 @@ svg_ok() {
   run "$GPUCAP" plot --version
   status_is 0
   [[ "$output" =~ ^gpucap\ [0-9.]+$ ]]
+}
+
+# screenshot SVG PNG WIDTH HEIGHT: the picture as headless Chromium (Debian's chromium package)
+# draws it.
+screenshot() {
+  timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --force-device-scale-factor=1 --user-data-dir="$SCRATCH/chromium" \
+    --window-size="$3,$4" --screenshot="$SCRATCH/$2" "file://$SCRATCH/$1" >/dev/null 2>&1
+}
+
+@test "in a browser: each device's panel shows reserved over held, and the cap" {
+  command -v chromium >/dev/null || skip "chromium is not installed (apt-get install chromium)"
+  command -v python3 >/dev/null || skip "python3 is not installed"
+  # Device 0: a 2 GiB region holding a 1 GiB block; device 1: a 512 MiB block the driver
+  # allocated itself; both for one second, under a 3 GiB cap.
+  cat >two.csv <<'CSV'
+Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held
+1,10:00:00.000000,allocate failure,0x7f0000000000,2147483648,0x0,0,reserve,2147483648
+1,10:00:00.000000,allocate,0x7f0000000000,1073741824,0x0,0,alloc,1073741824
+1,10:00:00.000000,allocate,0x7e0000000000,536870912,0x0,1,alloc,536870912
+1,10:00:01.000000,free,0x7f0000000000,1073741824,0x0,0,free,1073741824
+1,10:00:01.000000,allocate failure,0x7f0000000000,2147483648,0x0,0,release,2147483648
+1,10:00:01.000000,free,0x7e0000000000,536870912,0x0,1,free,536870912
+CSV
+  run "$GPUCAP" plot two.csv --cap 3GiB -o two.svg
+  status_is 0
+  grep -q 'width="960" height="734"' two.svg
+  screenshot two.svg two.png 960 734
+  [ -s two.png ]
+  # Each panel's plot area spans y = top + 34 .. top + 260 (panels at 100 and 400) for bytes
+  # 0 .. 3.5 GiB, and x = 96 .. 848 for 0 .. 1 s; the boxes sit at 0.48 s, between grid lines.
+  run python3 "$TOP/tests/cli/png_probe.py" two.png \
+    455 305 12 12 455 240 12 12 455 205 12 12 455 166 44 1 \
+    455 640 12 12 455 605 12 12 455 466 44 1
+  status_is 0
+  # device 0: held (0-1 GiB), reserved above it (1-2 GiB), nothing above 2 GiB, the cap's
+  # dashes (7 on, 4 off) at 3 GiB; device 1: held (0-0.5 GiB), nothing above, its cap line.
+  # Each box: its colour, and the least share of its pixels that must have it.
+  expected="#c6daf2 95
+#fbe6c6 95
+#ffffff 95
+#c0392b 50
+#c6daf2 95
+#ffffff 95
+#c0392b 50"
+  paste -d' ' <(printf '%s\n' "$output") <(printf '%s\n' "$expected") >boxes.txt
+  cat boxes.txt
+  [ "$(wc -l <boxes.txt)" -eq 7 ]
+  awk '$1 != $3 || $2 < $4 { bad = 1 } END { exit bad }' boxes.txt
 }
