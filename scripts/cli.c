@@ -126,6 +126,53 @@ bool cli_opt_value(int argc, char **argv, int *i, const char *name, const char *
   return true;
 }
 
+int cli_parse(const char *cmd, int argc, char **argv, const char *usage, const cli_opt_t *opts,
+              int nopts, const char *input_name, const char **input) {
+  bool dashdash = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!dashdash && cli_is_help(a)) {
+      fputs(usage, stdout);
+      return CLI_OK;
+    }
+    if (!dashdash && strcmp(a, "--version") == 0) {
+      cli_print_version();
+      return CLI_OK;
+    }
+    if (dashdash || a[0] != '-' || strcmp(a, "-") == 0) {
+      if (*input != NULL) {
+        cli_error("%s: one %s at a time ('%s' and '%s'); see gpucap %s --help", cmd, input_name,
+                  *input, a, cmd);
+        return CLI_USAGE;
+      }
+      *input = a;
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      dashdash = true;
+      continue;
+    }
+    const char *v = NULL;
+    int k = 0;
+    while (k < nopts && !cli_opt_value(argc, argv, &i, opts[k].name, opts[k].shortname, &v)) {
+      k++;
+    }
+    if (k == nopts) {
+      cli_error("%s: unknown option '%s'; see gpucap %s --help", cmd, a, cmd);
+      return CLI_USAGE;
+    }
+    if (v == NULL) {
+      return CLI_USAGE;
+    }
+    if (*opts[k].value != NULL) {
+      cli_error("%s: %s is given twice; give it once", cmd, a);
+      return CLI_USAGE;
+    }
+    *opts[k].value = v;
+  }
+  return -1;
+}
+
 bool cli_is_help(const char *arg) {
   return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }

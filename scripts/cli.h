@@ -51,6 +51,23 @@ int cli_write_file(const char *what, const char *path, const char *buf, size_t l
 bool cli_opt_value(int argc, char **argv, int *i, const char *name, const char *shortname,
                    const char **value);
 
+/* An option that takes a value, for cli_parse: its long name ("--output"), its short name
+ * ("-o", or NULL) and where its value goes (NULL until given). */
+typedef struct cli_opt {
+  const char *name, *shortname;
+  const char **value;
+} cli_opt_t;
+
+/* The arguments of a command that reads one input file (`gpucap plot`, `gpucap export`):
+ * argv[1..argc) holds options from opts[0..nopts) (each at most once), -h/--help, --version,
+ * and one positional argument (*input, called `input_name` in messages; "-" is one, and
+ * everything after "--" is positional).
+ * Returns -1 when the caller should go on; CLI_OK after printing `usage` or the version to
+ * stdout; CLI_USAGE after printing an error naming `cmd` (an unknown or repeated option, a
+ * missing value, a second input). Does not check that options or the input were given. */
+int cli_parse(const char *cmd, int argc, char **argv, const char *usage, const cli_opt_t *opts,
+              int nopts, const char *input_name, const char **input);
+
 /* Returns true iff argument `arg` is "-h" or "--help". */
 bool cli_is_help(const char *arg);
 

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRACE_FILE_MAX ((size_t)4 << 30)
 #define SMALL_SEGMENT (1u << 20) /* PyTorch's small pool: segments under 1 MiB */
 
 /* ---- The torch snapshot ---- */
@@ -528,48 +527,10 @@ static const char export_usage[] =
 
 int export_main(int argc, char **argv) {
   const char *trace = NULL, *out = NULL, *format = NULL;
-  bool dashdash = false;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = NULL;
-    if (!dashdash && cli_is_help(a)) {
-      fputs(export_usage, stdout);
-      return CLI_OK;
-    }
-    if (!dashdash && strcmp(a, "--version") == 0) {
-      cli_print_version();
-      return CLI_OK;
-    }
-    if (dashdash || a[0] != '-' || strcmp(a, "-") == 0) {
-      if (trace != NULL) {
-        cli_error("export: one TRACE.csv at a time ('%s' and '%s'); see gpucap export --help",
-                  trace, a);
-        return CLI_USAGE;
-      }
-      trace = a;
-      continue;
-    }
-    if (strcmp(a, "--") == 0) {
-      dashdash = true;
-      continue;
-    }
-    const char **slot = NULL;
-    if (cli_opt_value(argc, argv, &i, "--output", "-o", &v)) {
-      slot = &out;
-    } else if (cli_opt_value(argc, argv, &i, "--format", NULL, &v)) {
-      slot = &format;
-    } else {
-      cli_error("export: unknown option '%s'; see gpucap export --help", a);
-      return CLI_USAGE;
-    }
-    if (v == NULL) {
-      return CLI_USAGE;
-    }
-    if (*slot != NULL) {
-      cli_error("export: %s is given twice; give it once", a);
-      return CLI_USAGE;
-    }
-    *slot = v;
+  const cli_opt_t opts[] = {{"--output", "-o", &out}, {"--format", NULL, &format}};
+  int st = cli_parse("export", argc, argv, export_usage, opts, 2, "TRACE.csv", &trace);
+  if (st >= 0) {
+    return st;
   }
   if (format == NULL) {
     cli_error("export: no format given; add --format torch-snapshot or --format perfetto");
@@ -588,30 +549,17 @@ int export_main(int argc, char **argv) {
     cli_error("export: no output given; add -o OUT (or -o - for standard output)");
     return CLI_USAGE;
   }
-  char *text = NULL;
-  size_t len = 0;
-  if (cli_read_file("export", trace, TRACE_FILE_MAX, &text, &len) != 0) {
-    return CLI_FAIL;
-  }
   tracecsv_event_t *ev = NULL;
   size_t n = 0;
-  char err[512];
   tracecsv_info_t info;
-  int rc = tracecsv_parse(text, len, &ev, &n, &info, err, sizeof err);
-  free(text);
-  if (rc != 0) {
-    cli_error("export: %s: %s", trace, err);
+  if (timeline_load("export", trace, &ev, &n, &info) != 0) {
     return CLI_FAIL;
-  }
-  if (info.cut > 0) {
-    cli_warn("export: %s: line %zu ends without a newline (the trace was cut while it was "
-             "written): left out",
-             trace, info.cut);
   }
   const char *base = strrchr(trace, '/');
   base = base != NULL ? base + 1 : trace;
   char *data = NULL;
   size_t dlen = 0;
+  int rc;
   if (torch) {
     unsigned char *pickle = NULL;
     rc = export_torch(ev, n, base, &pickle, &dlen);

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRACE_FILE_MAX ((size_t)4 << 30) /* tens of millions of events */
 #define REPORT_FILE_MAX ((size_t)64 << 20)
 
 /* Picture geometry, in SVG user units (pixels at 100%): the header, then panels of PANEL_H,
@@ -589,7 +588,8 @@ static const char plot_usage[] =
     "Example: gpucap plot ./trace.csv --json ./run.json -o timeline.svg\n";
 
 /* Takes each device's cap from a report, and, for a trace without gpucap's columns (which
- * mixes the devices), the pool's peak size when the report's pools are all on one device. */
+ * mixes the devices), the pool's peak size when the report's pools are all on one device.
+ * Returns the number of devices the report names, or -1 after an error. */
 static int from_report(const char *path, plot_opts_t *o) {
   char *text = NULL;
   size_t len = 0;
@@ -624,58 +624,19 @@ static int from_report(const char *path, plot_opts_t *o) {
     o->pool_name = n > 1 ? "peak pools (sum)" : "peak pool";
   }
   free(rows);
-  return 0;
+  return one_device ? 1 : n;
 }
 
 int plot_main(int argc, char **argv) {
   const char *trace = NULL, *out = NULL, *cap = NULL, *json = NULL;
   plot_opts_t o = {0};
-  bool dashdash = false;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = NULL;
-    if (!dashdash && cli_is_help(a)) {
-      fputs(plot_usage, stdout);
-      return CLI_OK;
-    }
-    if (!dashdash && strcmp(a, "--version") == 0) {
-      cli_print_version();
-      return CLI_OK;
-    }
-    if (dashdash || a[0] != '-' || strcmp(a, "-") == 0) {
-      if (trace != NULL) {
-        cli_error("plot: one TRACE.csv at a time ('%s' and '%s'); see gpucap plot --help", trace,
-                  a);
-        return CLI_USAGE;
-      }
-      trace = a;
-      continue;
-    }
-    if (strcmp(a, "--") == 0) {
-      dashdash = true;
-      continue;
-    }
-    const char **slot = NULL;
-    if (cli_opt_value(argc, argv, &i, "--output", "-o", &v)) {
-      slot = &out;
-    } else if (cli_opt_value(argc, argv, &i, "--cap", NULL, &v)) {
-      slot = &cap;
-    } else if (cli_opt_value(argc, argv, &i, "--json", NULL, &v)) {
-      slot = &json;
-    } else if (cli_opt_value(argc, argv, &i, "--title", NULL, &v)) {
-      slot = &o.title;
-    } else {
-      cli_error("plot: unknown option '%s'; see gpucap plot --help", a);
-      return CLI_USAGE;
-    }
-    if (v == NULL) {
-      return CLI_USAGE;
-    }
-    if (*slot != NULL) {
-      cli_error("plot: %s is given twice; give it once", a);
-      return CLI_USAGE;
-    }
-    *slot = v;
+  const cli_opt_t opts[] = {{"--output", "-o", &out},
+                            {"--cap", NULL, &cap},
+                            {"--json", NULL, &json},
+                            {"--title", NULL, &o.title}};
+  int st = cli_parse("plot", argc, argv, plot_usage, opts, 4, "TRACE.csv", &trace);
+  if (st >= 0) {
+    return st;
   }
   if (trace == NULL) {
     cli_error("plot: no trace given; usage: gpucap plot TRACE.csv -o OUT.svg");
@@ -693,31 +654,18 @@ int plot_main(int argc, char **argv) {
       return CLI_USAGE;
     }
   }
-  if (json != NULL && from_report(json, &o) != 0) {
+  int report_devices = json != NULL ? from_report(json, &o) : 0;
+  if (report_devices < 0) {
     return CLI_FAIL;
   }
 
-  char *text = NULL;
-  size_t len = 0;
-  if (cli_read_file("plot", trace, TRACE_FILE_MAX, &text, &len) != 0) {
-    return CLI_FAIL;
-  }
   tracecsv_event_t *ev = NULL;
   size_t n = 0;
-  char err[512];
   tracecsv_info_t info;
-  int rc = tracecsv_parse(text, len, &ev, &n, &info, err, sizeof err);
-  free(text);
-  if (rc != 0) {
-    cli_error("plot: %s: %s", trace, err);
+  if (timeline_load("plot", trace, &ev, &n, &info) != 0) {
     return CLI_FAIL;
   }
-  if (info.cut > 0) {
-    cli_warn("plot: %s: line %zu ends without a newline (the trace was cut while it was "
-             "written): left out",
-             trace, info.cut);
-  }
-  if (!info.gpucap && json != NULL && o.peak_pool == 0) {
+  if (!info.gpucap && report_devices > 1) {
     cli_warn("plot: %s reports several devices but the trace does not say which event is on "
              "which; no pool line",
              json);
@@ -732,7 +680,7 @@ int plot_main(int argc, char **argv) {
   o.source = base != NULL ? base + 1 : trace;
   char *svg = NULL;
   size_t svglen = 0;
-  rc = plot_svg(ev, n, &o, &svg, &svglen);
+  int rc = plot_svg(ev, n, &o, &svg, &svglen);
   free(ev);
   if (rc == -E2BIG) {
     cli_error("plot: %s: more than %d devices", trace, TIMELINE_MAX_DEVICES);

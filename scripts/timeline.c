@@ -5,11 +5,15 @@
 #include "scripts/timeline.h"
 
 #include "core/addrmap.h"
+#include "scripts/cli.h"
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define TIMELINE_FILE_MAX ((size_t)4 << 30) /* tens of millions of events */
 
 int tl_regions_add(tl_regions_t *s, uint64_t base, uint64_t size) {
   if (s->n == s->cap) {
@@ -206,4 +210,26 @@ void timeline_free(timeline_t *tl) {
     free(tl->dev[i].pts);
   }
   memset(tl, 0, sizeof *tl);
+}
+
+int timeline_load(const char *cmd, const char *path, tracecsv_event_t **ev, size_t *n,
+                  tracecsv_info_t *info) {
+  char *text = NULL;
+  size_t len = 0;
+  if (cli_read_file(cmd, path, TIMELINE_FILE_MAX, &text, &len) != 0) {
+    return -1;
+  }
+  char err[512];
+  int rc = tracecsv_parse(text, len, ev, n, info, err, sizeof err);
+  free(text);
+  if (rc != 0) {
+    cli_error("%s: %s: %s", cmd, path, err);
+    return -1;
+  }
+  if (info->cut > 0) {
+    cli_warn("%s: %s: line %zu ends without a newline (the trace was cut while it was "
+             "written): left out",
+             cmd, path, info->cut);
+  }
+  return 0;
 }

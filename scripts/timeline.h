@@ -52,6 +52,13 @@ typedef struct timeline {
  * O(n log regions + n log blocks). */
 int timeline_build(const tracecsv_event_t *ev, size_t n, timeline_t *tl);
 
+/* Reads and parses the trace file at `path` ("-": standard input) for the command `cmd`
+ * (plot, export) into *ev, *n and *info as tracecsv_parse does, warning when its last line was
+ * cut. Fails iff the file cannot be read or is not a trace (returns -1 after printing an error
+ * naming cmd, the path and the line); 0 on success. O(file size). */
+int timeline_load(const char *cmd, const char *path, tracecsv_event_t **ev, size_t *n,
+                  tracecsv_info_t *info);
+
 /* Frees what timeline_build allocated. */
 void timeline_free(timeline_t *tl);
 

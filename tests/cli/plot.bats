@@ -104,7 +104,17 @@ svg_ok() {
   grep -v -e ',reserve,' -e ',release,' trace.csv | cut -d, -f1-6 >rmm.csv
   run --separate-stderr "$GPUCAP" plot rmm.csv --json run.json -o t.svg
   status_is 0
+  [ -z "$stderr" ]
   grep -q '>peak pool</tspan>' t.svg
+  grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' t.svg
+  # Without a pool there is no pool line, and no warning about devices: the report has one.
+  GPUCAP_POOL=off grun_leaks --limit 2GiB --json ./off.json --trace ./off.csv --quiet -- \
+    "$WORKLOAD" >/dev/null 2>&1
+  cut -d, -f1-6 off.csv >rmm-off.csv
+  run --separate-stderr "$GPUCAP" plot rmm-off.csv --json off.json -o t.svg
+  status_is 0
+  [ -z "$stderr" ]
+  ! grep -q 'peak pool' t.svg
   grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' t.svg
 }
 
