@@ -14,15 +14,18 @@
 
 static atomic_long active;
 
+bool capture_any(void) {
+  return atomic_load_explicit(&active, memory_order_acquire) > 0;
+}
+
 bool capture_stream(CUstream stream, bool ptsz) {
+  if (!capture_any()) {
+    return false; /* no capture begun: the driver need not be asked */
+  }
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   __typeof__(real.cuStreamIsCapturing) fn =
       ptsz ? real.cuStreamIsCapturing_ptsz : real.cuStreamIsCapturing;
   return fn && fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-bool capture_any(void) {
-  return atomic_load_explicit(&active, memory_order_acquire) > 0;
 }
 
 /* In a fork child: no capture. */

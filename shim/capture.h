@@ -14,7 +14,9 @@
 
 /* True iff stream (a per-thread-default-stream call when ptsz) is being captured: a
  * stream-ordered allocation or free on it becomes a graph node, and allocates or frees
- * nothing now. False when the driver cannot say. */
+ * nothing now. False when the driver cannot say. Asks the driver only while a capture is
+ * counted (capture_any), so stream-ordered calls of a program that never captures cost no
+ * extra driver call. */
 bool capture_stream(CUstream stream, bool ptsz);
 
 /* True iff some capture began and has not ended (a capture ended by its context's destruction

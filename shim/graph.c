@@ -252,26 +252,26 @@ static CUresult instantiate(enum inst how, CUgraphExec *out, CUgraph g, const st
   CUresult rc = admit(x->bytes, !upload, admitted);
   if (rc == CUDA_SUCCESS) {
     rc = inst_call(how, out, g, a);
-    if (real.cuCtxGetCurrent) {
-      real.cuCtxGetCurrent(&x->ctx);
-    }
     if (upload) {
       mapped(x, admitted, rc);
     }
-    x->exec = rc == CUDA_SUCCESS ? *out : NULL;
-    struct gexec *stale = rc == CUDA_SUCCESS ? NULL : x;
+  }
+  if (rc == CUDA_SUCCESS) {
+    x->exec = *out;
+    if (real.cuCtxGetCurrent) {
+      real.cuCtxGetCurrent(&x->ctx);
+    }
     size_t at;
-    if (!stale && find(x->exec, &at)) {
+    if (find(x->exec, &at)) {
       unlist(at); /* a handle the driver reused: that graph was destroyed unseen */
     }
-    if (!stale && !list(x)) {
+    if (list(x)) {
+      x = NULL; /* the table holds it now */
+    } else {
       log_msg(LOG_WARN, "out of host memory: a graph's memory is charged only as it is mapped");
-      stale = x;
     }
-    free(stale);
-  } else {
-    free(x);
   }
+  free(x);
   pthread_mutex_unlock(&lock);
   return rc;
 }
