@@ -12,7 +12,9 @@
  * refuses the launch with CUDA_ERROR_OUT_OF_MEMORY before the driver maps anything. After every
  * call that can change the pool (launch, upload, trim, destroy, reset) the device's charge is
  * set to what the driver says its graph pool holds, and the admission is returned. A driver
- * that maps more than the footprint (rounding) is charged what it mapped.
+ * that maps more than the footprint (rounding) is charged what it mapped. A graph whose
+ * allocation nodes cannot all be read is refused at instantiation with the driver's error
+ * (failing closed: its memory could not be admitted).
  *
  * Locking: one mutex over the table and the charges, held across the launches and uploads of
  * graphs with allocation nodes (which it serialises) and the queries that settle them; graphs
@@ -47,42 +49,46 @@ static size_t nexecs, capexecs;
 static atomic_size_t listed;                 /* nexecs, read without the lock */
 static uint64_t charged[GPUCAP_MAX_DEVICES]; /* the graph pool's memory last seen, charged */
 
-/* The bytes g's allocation nodes take on each device, in bytes[] (zeroed first). False when the
- * driver cannot list them. */
-static bool footprint(CUgraph g, uint64_t bytes[GPUCAP_MAX_DEVICES]) {
+/* The bytes g's allocation nodes take on each device, in bytes[] (zeroed first). Returns
+ * CUDA_SUCCESS; NOT_FOUND when the driver cannot list g's nodes (then instantiation gets the
+ * driver's own answer for g); or the error of a node that cannot be read, whose memory gpucap
+ * could then not admit. */
+static CUresult footprint(CUgraph g, uint64_t bytes[GPUCAP_MAX_DEVICES]) {
   memset(bytes, 0, GPUCAP_MAX_DEVICES * sizeof *bytes);
   size_t n = 0;
   if (!real.cuGraphGetNodes || !real.cuGraphNodeGetType || !real.cuGraphMemAllocNodeGetParams ||
       real.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS) {
-    return false;
+    return CUDA_ERROR_NOT_FOUND;
   }
   CUgraphNode *nodes = n ? calloc(n, sizeof *nodes) : NULL;
   size_t got = n;
-  if (n && (!nodes || real.cuGraphGetNodes(g, nodes, &got) != CUDA_SUCCESS)) {
-    free(nodes);
-    return false;
+  if (n && !nodes) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  bool ok = true;
-  for (size_t i = 0; i < n && i < got; i++) {
+  CUresult rc = n ? real.cuGraphGetNodes(g, nodes, &got) : CUDA_SUCCESS;
+  for (size_t i = 0; rc == CUDA_SUCCESS && i < n && i < got; i++) {
     CUgraphNodeType type;
     CUDA_MEM_ALLOC_NODE_PARAMS p;
-    if (real.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) {
-      ok = false;
-    } else if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-      int dev = -1;
-      if (real.cuGraphMemAllocNodeGetParams(nodes[i], &p) == CUDA_SUCCESS &&
-          p.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-        dev = p.poolProps.location.id;
-      }
-      if (dev >= 0 && dev < GPUCAP_MAX_DEVICES && bytes[dev] + p.bytesize >= bytes[dev]) {
-        bytes[dev] += p.bytesize;
-      } else {
-        ok = false;
-      }
+    rc = real.cuGraphNodeGetType(nodes[i], &type);
+    if (rc != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+      continue;
+    }
+    rc = real.cuGraphMemAllocNodeGetParams(nodes[i], &p);
+    if (rc != CUDA_SUCCESS) {
+      continue;
+    }
+    int dev = p.poolProps.location.id;
+    if (p.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+      continue; /* not device memory: not the cap's */
+    }
+    if (dev < 0 || dev >= GPUCAP_MAX_DEVICES || bytes[dev] + p.bytesize < bytes[dev]) {
+      rc = CUDA_ERROR_NOT_SUPPORTED; /* memory on a device gpucap does not track */
+    } else {
+      bytes[dev] += p.bytesize;
     }
   }
   free(nodes);
-  return ok;
+  return rc;
 }
 
 static bool any(const uint64_t bytes[GPUCAP_MAX_DEVICES]) {
@@ -238,10 +244,16 @@ static CUresult instantiate(enum inst how, CUgraphExec *out, CUgraph g, const st
   if (!x) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (!out || !footprint(g, x->bytes) || !any(x->bytes)) {
-    if (out && !any(x->bytes) && g) {
-      log_msg(LOG_DEBUG, "graph %p: no allocation nodes gpucap could read", (void *)g);
-    }
+  CUresult rc = out ? footprint(g, x->bytes) : CUDA_ERROR_NOT_FOUND;
+  if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_FOUND) {
+    free(x); /* memory gpucap cannot see would pass the cap at the first launch */
+    log_msg(LOG_WARN,
+            "a graph's allocation nodes cannot be read (CUDA error %d): "
+            "its instantiation is refused, as its memory could not be capped",
+            (int)rc);
+    return rc;
+  }
+  if (rc != CUDA_SUCCESS || !any(x->bytes)) {
     free(x);
     return inst_call(how, out, g, a); /* nothing to admit, or the driver's own error */
   }
@@ -249,7 +261,7 @@ static CUresult instantiate(enum inst how, CUgraphExec *out, CUgraph g, const st
   bool upload = a->params && (a->params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
   uint64_t admitted[GPUCAP_MAX_DEVICES];
   pthread_mutex_lock(&lock);
-  CUresult rc = admit(x->bytes, !upload, admitted);
+  rc = admit(x->bytes, !upload, admitted);
   if (rc == CUDA_SUCCESS) {
     rc = inst_call(how, out, g, a);
     if (upload) {

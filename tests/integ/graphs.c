@@ -1,7 +1,7 @@
 /* graphs: graph memory under a 64 MiB cap, over the fake driver (linked with -lcuda and the
  * fake's test hooks), with gpucap preloaded. Prints TAP; tests/integ/graphs.sh judges the cap
  * itself from the fake's own per-device peak.
- * usage: graphs captured|alternate|refuse|upload|kept|threads|capture
+ * usage: graphs captured|alternate|refuse|upload|kept|threads|capture|unreadable
  * Run with GPUCAP_MEMORY_LIMIT=64MiB (device 0). */
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -217,6 +217,33 @@ static void *launcher(void *arg) {
   return NULL;
 }
 
+/* Run with FAKECUDA_FAIL=cuGraphMemAllocNodeGetParams:1: gpucap cannot read the 80 MiB
+ * allocation node, so it cannot admit the graph's memory: the instantiation is refused with
+ * the driver's error rather than let through uncharged; a readable graph then works. */
+static void unreadable_mode(CUstream s) {
+  CUgraph g;
+  CUgraphNode a;
+  CUgraphExec e = NULL;
+  CUDA_MEM_ALLOC_NODE_PARAMS p = {0};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.bytesize = 80 * MiB;
+  CK(cuGraphCreate(&g, 0));
+  CK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &p));
+  CUresult rc = cuGraphInstantiateWithFlags(&e, g, 0);
+  tap_ok(rc != CUDA_SUCCESS, "a graph whose allocation node cannot be read is refused (%d)", rc);
+  if (rc == CUDA_SUCCESS) {
+    cuGraphLaunch(e, s); /* what the refusal prevents: 80 MiB mapped under a 64 MiB cap */
+    cuStreamSynchronize(s);
+    cuGraphExecDestroy(e);
+  }
+  CK(cuGraphDestroy(g));
+  CUgraphExec ok = explicit_nodes(32 * MiB);
+  TAP_EQ(cuGraphLaunch(ok, s), CUDA_SUCCESS, "a readable graph launches afterwards");
+  CK(cuStreamSynchronize(s));
+  CK(cuGraphExecDestroy(ok));
+}
+
 static void threads_mode(void) {
   struct launcher l[4];
   pthread_t t[4];
@@ -261,6 +288,8 @@ int main(int argc, char **argv) {
     kept_mode(s);
   } else if (strcmp(mode, "capture") == 0) {
     capture_mode(s);
+  } else if (strcmp(mode, "unreadable") == 0) {
+    unreadable_mode(s);
   } else if (strcmp(mode, "threads") == 0) {
     threads_mode();
   } else {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Graph memory under the cap (tests/integ/graphs.c): captured and hand-built allocation nodes,
-# launches, uploads, trims, relaunches, a capture that a pool synchronisation would have
+# launches, uploads, trims, relaunches, a graph whose nodes cannot be read, a capture that a pool synchronisation would have
 # invalidated, and four threads launching at once, with the pool and
 # with GPUCAP_POOL=off. Judged from outside by the fake driver's per-device peak: the device
 # never held more than the 64 MiB cap (graph memory is held in 512-byte units, like every
@@ -19,6 +19,13 @@ for pool in on off; do
     ok $? "  $name: the device never held more than the cap (peak ${peak:-?})"
   done
 done
+
+# A graph gpucap cannot read is refused, not let through uncharged (fault injected in the fake).
+FAKECUDA_FAIL=cuGraphMemAllocNodeGetParams:1 FAKECUDA_STATS="$WORK/unreadable.json" \
+  tap_program "unreadable allocation node" with_shim "$TESTBIN/graphs" unreadable
+peak=$(json_num "$WORK/unreadable.json" peak_bytes)
+[ -n "$peak" ] && [ "$peak" -le $cap ]
+ok $? "  unreadable: the device never held more than the cap (peak ${peak:-?})"
 
 # Without gpucap the same program shows what the cap prevents.
 FAKECUDA_STATS="$WORK/uncapped.json" without_shim "$TESTBIN/graphs" captured >/dev/null 2>&1
