@@ -427,6 +427,25 @@ static void double_next_region(bfc_pool_t *p) {
   }
 }
 
+/* The size of the next region for a request of `rounded` bytes, `avail` (>= rounded) bytes of
+ * headroom left. Preallocation: the whole headroom. Growth: the next size of the doubling
+ * (2, 4, 8 MiB...) when the request fits in it and it fits under the limit; otherwise what the
+ * request needs, rounded up to BFC_INITIAL_REGION, and at most the headroom. A request larger
+ * than the doubling step gets a region of its own size: TensorFlow's jump to the next power of
+ * two strands up to half of it (three 300 MiB blocks would need 1.5 GiB of regions), and taking
+ * the whole headroom would leave nothing for other pools or kinds of allocation under the cap. */
+static uint64_t region_bytes(const bfc_pool_t *p, uint64_t rounded, uint64_t avail) {
+  if (!p->growth) {
+    return p->next_region < avail ? p->next_region : avail;
+  }
+  if (rounded <= p->next_region && p->next_region <= avail) {
+    return p->next_region;
+  }
+  uint64_t unit = BFC_INITIAL_REGION;
+  uint64_t need = rounded > UINT64_MAX - unit ? rounded : (rounded + unit - 1) / unit * unit;
+  return need < avail ? need : avail;
+}
+
 /* TensorFlow's Extend: reserve the next region and add it as one free chunk. */
 static int extend(bfc_pool_t *p, uint64_t rounded) {
   uint64_t avail = (p->limit - p->st.pool_bytes) & ~(uint64_t)(BFC_MIN_ALLOC - 1);
@@ -446,16 +465,8 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
   if (r == NULL) {
     return -ENOMEM;
   }
-  int increased = 0;
-  while (rounded > p->next_region) {
-    if (p->next_region > UINT64_MAX / 2) {
-      p->next_region = rounded;
-    } else {
-      p->next_region *= 2;
-    }
-    increased = 1;
-  }
-  uint64_t bytes = p->next_region < avail ? p->next_region : avail;
+  uint64_t bytes = region_bytes(p, rounded, avail);
+  int doubled = p->growth && bytes == p->next_region;
   uint64_t base = 0;
   for (;;) {
     int rc = p->prim.reserve(p->prim.ctx, bytes, &base);
@@ -484,7 +495,7 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
     return -EFAULT;
   }
   p->st.driver_alloc_calls++;
-  if (!increased) {
+  if (doubled) {
     double_next_region(p);
   }
   chunk_t *c = chunk_new(p);

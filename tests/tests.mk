@@ -51,14 +51,15 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer \
                   $(BUILD)/tests/early $(BUILD)/tests/arrays \
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
-                  $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs
+                  $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
                 tests/integ/noncuda.sh tests/integ/cudart.sh tests/integ/exports.sh \
                 tests/integ/threads.sh tests/integ/pool.sh tests/integ/report.sh \
                 tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/share.sh \
-                tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh
+                tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
+                tests/integ/room.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh
 
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
@@ -68,7 +69,8 @@ $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 
 # Linked against the fake driver like a real program against libcuda.so.1 (-lcuda).
 $(BUILD)/tests/captest $(BUILD)/tests/linked $(BUILD)/tests/pooltest $(BUILD)/tests/fidelity \
-$(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer $(BUILD)/tests/arrays $(BUILD)/tests/graphs: \
+$(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer $(BUILD)/tests/arrays $(BUILD)/tests/graphs \
+$(BUILD)/tests/roomtest: \
     $(BUILD)/tests/%: $(BUILD)/obj/tests/integ/%.o \
     $(FAKECUDA_LIB)
 	$(call say,LD,$@)

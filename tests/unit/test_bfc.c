@@ -127,13 +127,33 @@ static void test_growth(void) {
   must(p, 2 * MiB);
   must(p, 20 * MiB);
   must(p, 13 * MiB);
-  must(p, 40 * MiB);
+  must(p, 3 * MiB);
   TAP_EQ(fake.nok, 4, "jump: four regions");
   TAP_EQ(fake.ok_sizes[0], 2 * MiB, "jump: 2MiB");
-  TAP_EQ(fake.ok_sizes[1], 32 * MiB, "jump: 20MiB request jumps to the 32MiB doubling");
-  TAP_EQ(fake.ok_sizes[2], 32 * MiB, "jump: a jump does not double the next size");
-  TAP_EQ(fake.ok_sizes[3], 64 * MiB, "jump: then doubling resumes");
+  TAP_EQ(fake.ok_sizes[1], 20 * MiB, "jump: a 20MiB request gets a region of its own size");
+  TAP_EQ(fake.ok_sizes[2], 14 * MiB, "jump: 13MiB rounds up to 2MiB units, no power of two");
+  TAP_EQ(fake.ok_sizes[3], 4 * MiB, "jump: own-size regions do not advance the doubling");
   done(p, "jump");
+
+  /* Three 300 MiB blocks under 1 GiB: the doubling would take 512 MiB for each (issue 13). */
+  p = mk(GiB, 1, MiB);
+  must(p, 300 * MiB);
+  must(p, 300 * MiB);
+  must(p, 300 * MiB);
+  TAP_EQ(stats(p).pool_bytes, 900 * MiB, "three 300MiB blocks fit under 1GiB in 900MiB");
+  done(p, "300MiB");
+
+  p = mk(99 * MiB, 1, MiB);
+  for (uint64_t m = 2; m <= 32; m *= 2) {
+    must(p, m * MiB);
+  }
+  TAP_EQ(stats(p).pool_bytes, 62 * MiB, "past the doubling: 2+4+8+16+32MiB");
+  must(p, 5 * MiB);
+  TAP_EQ(fake.ok_sizes[5], 6 * MiB, "the 64MiB doubling does not fit: what the request needs");
+  must(p, 30 * MiB + 512);
+  TAP_EQ(fake.ok_sizes[6], 31 * MiB, "its 2MiB rounding does not fit: the 31MiB headroom");
+  TAP_EQ(stats(p).pool_bytes, 99 * MiB, "the pool reaches the limit");
+  done(p, "own size");
 
   p = mk(10 * MiB, 1, MiB);
   must(p, 2 * MiB);
@@ -191,7 +211,7 @@ static void test_backoff(void) {
   fake.refuse_above = 5 * MiB;
   must(p, 2 * MiB);
   must(p, 5 * MiB);
-  want = 8 * MiB;
+  want = 6 * MiB;
   same = 1;
   unsigned i = 1;
   while (want > 5 * MiB && backoff(want) >= 5 * MiB) {
@@ -199,7 +219,7 @@ static void test_backoff(void) {
     want = backoff(want);
   }
   same = same && fake.tried[i++] == want && fake.tried[i++] == 5 * MiB && i == fake.ntried;
-  tap_ok(same, "growth backoff: 8MiB down by 10%% steps, last try exactly the request");
+  tap_ok(same, "growth backoff: 6MiB down by 10%% steps, last try exactly the request");
   TAP_EQ(fake.ok_sizes[1], 5 * MiB, "growth backoff: region of exactly the request");
   done(p, "growth backoff");
 

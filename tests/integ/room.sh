@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The pool costs the program no room under its cap (issue 13's reproductions): equal-size
+# blocks get as many as on the bare driver, several contexts share a cap, and idle or unused
+# pool memory does not refuse other kinds of allocation. Judged by the program's own results
+# against the same program without the shim, and by the fake driver's counters.
+#
+# TEST_POOLS: the pool settings to run over (GPUCAP_POOL values, default "on"), so a backing
+# that GPUCAP_POOL selects can run the same checks.
+. "$TOP/tests/integ/lib.sh"
+
+MiB=$((1 << 20))
+GiB=$((1 << 30))
+
+# val KEY OUTPUT: the value of KEY=... in the program's output.
+val() {
+  printf '%s\n' "$2" | sed -n "s/^.*\b$1=\([-0-9]*\).*$/\1/p" | head -n 1
+}
+
+for pool in ${TEST_POOLS:-on}; do
+  # (a) Equal-size blocks on a 1 GiB device under a 1 GiB cap (`gpucap run --limit 1GiB`):
+  # the doubling took 512 MiB for a 300 MiB block and stranded the rest.
+  for size in 30 50 100 150 200 300; do
+    bytes=$((size * MiB))
+    bare=$(FAKECUDA_MEMORY=1GiB without_shim "$TESTBIN/captest" 0 $bytes)
+    stats="$WORK/fill-$size.json"
+    capped=$(FAKECUDA_MEMORY=1GiB FAKECUDA_STATS="$stats" GPUCAP_POOL=$pool \
+      GPUCAP_MEMORY_LIMIT=1GiB with_shim "$TESTBIN/captest" 0 $bytes 2>/dev/null)
+    is "$(val allocs "$capped")" "$(val allocs "$bare")" \
+      "pool $pool: ${size} MiB blocks under a 1 GiB cap: as many as on the bare driver"
+    peak=$(json_num "$stats" peak_bytes)
+    ok "$([ -n "$peak" ] && [ "$peak" -le $GiB ] && echo 0 || echo 1)" \
+      "  the driver's peak ($peak bytes) stays under the cap"
+  done
+  out=$(FAKECUDA_MEMORY=1GiB GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=1GiB \
+    with_shim "$TESTBIN/captest" 0 $((300 * MiB)) 2>/dev/null)
+  is "$(val allocs "$out")" 3 "pool $pool: three 300 MiB blocks on a 1 GiB device, cap 1 GiB"
+
+  stats="$WORK/ctxs.json"
+  out=$(FAKECUDA_STATS="$stats" GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB \
+    with_shim "$TESTBIN/roomtest" ctxs 3 $((20 * MiB)) 2>/dev/null)
+  is "$(val ctxs_ok "$out")" 3 "pool $pool: three contexts x 20 MiB under a 64 MiB cap"
+  ok "$([ "$(json_num "$stats" peak_bytes)" -le $((64 * MiB)) ] && echo 0 || echo 1)" \
+    "  the driver's peak stays under the cap"
+
+  # (b) Other kinds of allocation beside the pool, under a 64 MiB cap.
+  for mode in growth prealloc; do
+    growth=true
+    [ $mode = prealloc ] && growth=false
+    out=$(GPUCAP_POOL=$pool GPUCAP_ALLOW_GROWTH=$growth GPUCAP_MEMORY_LIMIT=64MiB \
+      with_shim "$TESTBIN/roomtest" kinds $((40 * MiB)) $((32 * MiB)) 2>/dev/null)
+    for kind in managed async create array; do
+      is "$(val $kind "$out")" 0 \
+        "pool $pool, $mode: 32 MiB $kind allocation after 40 MiB pooled and freed"
+    done
+  done
+
+  # A JAX-style preallocation of 75 % of the cap, then NCCL-style cuMemCreate buffers.
+  stats="$WORK/hold.json"
+  bare=$(FAKECUDA_MEMORY=64MiB without_shim "$TESTBIN/roomtest" hold $((48 * MiB)) $((2 * MiB)) 8)
+  out=$(FAKECUDA_STATS="$stats" GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB \
+    with_shim "$TESTBIN/roomtest" hold $((48 * MiB)) $((2 * MiB)) 8 2>/dev/null)
+  is "$(val created "$out")" "$(val created "$bare")" \
+    "pool $pool: 2 MiB cuMemCreate buffers beside a 48 MiB block: as many as on a 64 MiB device"
+  ok "$([ "$(json_num "$stats" peak_bytes)" -le $((64 * MiB)) ] && echo 0 || echo 1)" \
+    "  the driver's peak stays under the cap"
+
+  # With --preallocate the region pool holds the whole cap in one region: the 16 MiB its
+  # 48 MiB block leaves idle cannot be given back without unmapping part of the region.
+  out=$(GPUCAP_POOL=$pool GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=64MiB \
+    with_shim "$TESTBIN/roomtest" hold $((48 * MiB)) $((2 * MiB)) 8 2>/dev/null)
+  if [ "$pool" = on ]; then
+    n=$((tap_n + 1))
+    tap_n=$n
+    if [ "$(val created "$out")" = "$(val created "$bare")" ]; then
+      echo "ok $n - pool $pool, prealloc: cuMemCreate beside a 48 MiB block # TODO needs a pool that releases part of a region (issue 13's VMM pool)"
+    else
+      echo "not ok $n - pool $pool, prealloc: cuMemCreate beside a 48 MiB block # TODO needs a pool that releases part of a region (issue 13's VMM pool)"
+    fi
+  else
+    is "$(val created "$out")" "$(val created "$bare")" \
+      "pool $pool, prealloc: cuMemCreate beside a 48 MiB block"
+  fi
+done
+
+done_testing
