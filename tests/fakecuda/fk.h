@@ -4,7 +4,8 @@
  * body runs under the one global lock `fk.lock` (a test driver needs no finer locking; the lock
  * is recursive because the runtime's callbacks, run by the driver, may call back in) and no
  * fk_* function below may be called without it, except where its contract says so. Nothing
- * here blocks or sleeps: device work "executes" instantly when a sync point completes it.
+ * here blocks or sleeps (FAKECUDA_LATENCY is spent by fk_leave after the lock is dropped):
+ * device work "executes" instantly when a sync point completes it.
  * Objects (contexts, streams) are never freed before exit, so a stale handle can always be
  * looked up and rejected; events and work items are freed as soon as they are dead.
  */
@@ -53,6 +54,10 @@ struct fk_config {
   char machine[FK_MACHINE_NAME_MAX + 1]; /* FAKECUDA_MACHINE: the shared machine, "" none */
   int nfail;
   struct fk_fail fail[FK_MAX_FAILS];
+  /* FAKECUDA_LATENCY: nanoseconds each call of an entry point spends in the driver, by index
+   * into fk_exports (0: none); FAKECUDA_LATENCY_SLEEP=0 charges them without spending them. */
+  unsigned long long latency_ns[FK_MAX_EXPORTS];
+  int latency_charge_only;
 };
 
 /* Parses one size ("4096", "512KiB", "16GiB", "1T"; binary units only) into *out.
@@ -194,6 +199,7 @@ struct fk_global {
   uint64_t seq; /* global work sequence: enqueue order across all streams */
   unsigned long long next_id;
   unsigned long long calls[FK_MAX_EXPORTS];
+  unsigned long long latency_ns[FK_MAX_EXPORTS]; /* FAKECUDA_LATENCY charged, per entry point */
   unsigned long long gpa_queries;
   struct fk_caller callers[FK_MAX_CALLERS];
   unsigned long long hazards, stale_work;

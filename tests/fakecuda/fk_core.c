@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/fakecuda/fk.h"
@@ -27,6 +28,7 @@ static int trace_fd = -1; /* FAKECUDA_TRACE: where each call is logged */
 #define TRACE_DEPTH 8
 static __thread const char *current_fn[TRACE_DEPTH]; /* entry points this thread is inside */
 static __thread int trace_depth;
+static __thread unsigned long long owed_ns; /* FAKECUDA_LATENCY this thread has yet to spend */
 
 void fk_log(const char *fmt, ...) {
   va_list ap;
@@ -87,6 +89,10 @@ CUresult fk_enter(const char *fn, int need_init) {
   if (fk.cfg_error) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (idx >= 0 && fk.cfg.latency_ns[idx] != 0) {
+    fk.latency_ns[idx] += fk.cfg.latency_ns[idx];
+    owed_ns += fk.cfg.latency_charge_only ? 0 : fk.cfg.latency_ns[idx];
+  }
   if (fk.cfg.stub) {
     return CUDA_ERROR_STUB_LIBRARY; /* the stub answers 34 everywhere and writes nothing */
   }
@@ -107,12 +113,41 @@ CUresult fk_enter(const char *fn, int need_init) {
   return CUDA_SUCCESS;
 }
 
+/* Spends a call's FAKECUDA_LATENCY, without the lock: a real driver's calls overlap across
+ * threads (each waits on its own ioctl). Short ones spin, as the driver's CPU work would keep
+ * the thread busy and a sleep that short would oversleep by the kernel's timer slack; longer
+ * ones sleep. */
+static void spend(unsigned long long ns) {
+  struct timespec now, until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += (time_t)(ns / 1000000000ULL);
+  until.tv_nsec += (long)(ns % 1000000000ULL);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  if (ns > 100000) {
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+    }
+    return;
+  }
+  do {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (now.tv_sec < until.tv_sec ||
+           (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec));
+}
+
 CUresult fk_leave(CUresult rc) {
   trace_depth--;
   const char *fn = trace_depth < TRACE_DEPTH ? current_fn[trace_depth] : "?";
   fk_trace("%s = %d", fn, (int)rc);
   fk_log_failure(fn, rc);
   pthread_mutex_unlock(&fk.lock);
+  if (trace_depth == 0 && owed_ns != 0) {
+    unsigned long long ns = owed_ns;
+    owed_ns = 0;
+    spend(ns);
+  }
   return rc;
 }
 
@@ -332,9 +367,19 @@ static void write_stats(void) {
   }
   out_printf(&o, "\n],\n\"calls\": {");
   int first = 1;
+  unsigned long long driver_ns = 0;
   for (size_t i = 0; i < fk_export_count; i++) {
     if (fk.calls[i] != 0) {
       out_printf(&o, "%s\n  \"%s\": %llu", first ? "" : ",", fk_exports[i].name, fk.calls[i]);
+      first = 0;
+    }
+    driver_ns += fk.latency_ns[i];
+  }
+  out_printf(&o, "\n},\n\"driver_time_ns\": %llu,\n\"latency_ns\": {", driver_ns);
+  first = 1;
+  for (size_t i = 0; i < fk_export_count; i++) {
+    if (fk.latency_ns[i] != 0) {
+      out_printf(&o, "%s\n  \"%s\": %llu", first ? "" : ",", fk_exports[i].name, fk.latency_ns[i]);
       first = 0;
     }
   }

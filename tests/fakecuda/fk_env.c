@@ -11,6 +11,9 @@
  *   FAKECUDA_STUB     0 | 1
  *   FAKECUDA_TRACE    PATH | 1             1: stderr
  *   FAKECUDA_MACHINE  NAME                 1..64 of [A-Za-z0-9_.-], not starting with '.'
+ *   FAKECUDA_LATENCY  NAME:TIME,...        NAME an exported symbol, each at most once; TIME =
+ *                                          digits + ns, us or ms, at most 1 s
+ *   FAKECUDA_LATENCY_SLEEP  0 | 1          (default 1)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -183,13 +186,74 @@ static int parse_fail(struct fk_config *cfg, const char *val, char *err, size_t 
   }
 }
 
+#define MAX_LATENCY_NS 1000000000ULL
+
+/* Parses digits + ns/us/ms into nanoseconds, at most MAX_LATENCY_NS. */
+static int time_ns(const char *s, size_t len, unsigned long long *out) {
+  static const struct {
+    const char *unit;
+    unsigned long long ns;
+  } units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}};
+  size_t digits = 0;
+  while (digits < len && s[digits] >= '0' && s[digits] <= '9') {
+    digits++;
+  }
+  unsigned long long v;
+  if (parse_u64(s, digits, &v) != 0) {
+    return -EINVAL;
+  }
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (len - digits == 2 && memcmp(s + digits, units[i].unit, 2) == 0) {
+      if (v > MAX_LATENCY_NS / units[i].ns) {
+        return -EINVAL;
+      }
+      *out = v * units[i].ns;
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+static int parse_latency(struct fk_config *cfg, const char *val, char *err, size_t errlen) {
+  const char *var = "FAKECUDA_LATENCY", *p = val;
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    char name[128];
+    size_t nlen = colon ? (size_t)(colon - p) : 0;
+    if (nlen == 0 || nlen >= sizeof name) {
+      return fail_msg(err, errlen, var, val, "expected NAME:TIME,... (e.g. cuMemCreate:200us)");
+    }
+    memcpy(name, p, nlen);
+    name[nlen] = '\0';
+    int idx = fk_export_index(name);
+    if (idx < 0) {
+      return fail_msg(err, errlen, var, val, "not an exported entry point");
+    }
+    unsigned long long ns;
+    if (time_ns(colon + 1, len - nlen - 1, &ns) != 0) {
+      return fail_msg(err, errlen, var, val, "TIME must be digits + ns, us or ms, at most 1 s");
+    }
+    if (cfg->latency_ns[idx] != 0) {
+      return fail_msg(err, errlen, var, val, "entry point given twice");
+    }
+    cfg->latency_ns[idx] = ns;
+    if (end == NULL) {
+      return 0;
+    }
+    p = end + 1;
+  }
+}
+
 int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), char *err,
                  size_t errlen) {
   const char *devices = get("FAKECUDA_DEVICES"), *memory = get("FAKECUDA_MEMORY");
   const char *cc = get("FAKECUDA_CC"), *backing = get("FAKECUDA_BACKING");
   const char *fail = get("FAKECUDA_FAIL"), *stats = get("FAKECUDA_STATS");
   const char *stub = get("FAKECUDA_STUB"), *trace = get("FAKECUDA_TRACE");
-  const char *machine = get("FAKECUDA_MACHINE");
+  const char *machine = get("FAKECUDA_MACHINE"), *latency = get("FAKECUDA_LATENCY");
+  const char *latency_sleep = get("FAKECUDA_LATENCY_SLEEP");
   memset(cfg, 0, sizeof *cfg);
   cfg->ndev = 1;
   cfg->cc_major = 9;
@@ -250,6 +314,15 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
                       "must be 1..64 letters, digits, '_', '.' or '-', not starting with '.'");
     }
     strcpy(cfg->machine, machine);
+  }
+  if (latency != NULL && parse_latency(cfg, latency, err, errlen) != 0) {
+    return -EINVAL;
+  }
+  if (latency_sleep != NULL) {
+    if (strcmp(latency_sleep, "0") != 0 && strcmp(latency_sleep, "1") != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_LATENCY_SLEEP", latency_sleep, "must be 0 or 1");
+    }
+    cfg->latency_charge_only = latency_sleep[0] == '0';
   }
   return 0;
 }

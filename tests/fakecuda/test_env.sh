@@ -63,7 +63,11 @@ for setting in FAKECUDA_MEMORY=1GB FAKECUDA_MEMORY=0x40000000 FAKECUDA_MEMORY=-1
   FAKECUDA_DEVICES=abc FAKECUDA_DEVICES=65 FAKECUDA_CC=9 FAKECUDA_CC=9.10 FAKECUDA_BACKING=yes \
   FAKECUDA_STUB=true \
   FAKECUDA_FAIL=cuMemAlloc_v2 FAKECUDA_FAIL=cuNoSuchCall:1 FAKECUDA_FAIL=cuMemAlloc_v2:0 \
-  FAKECUDA_FAIL=cuMemAlloc_v2:1:0 FAKECUDA_FAIL=cuMemAlloc_v2:1:x; do
+  FAKECUDA_FAIL=cuMemAlloc_v2:1:0 FAKECUDA_FAIL=cuMemAlloc_v2:1:x \
+  FAKECUDA_LATENCY=cuMemCreate:200 FAKECUDA_LATENCY=cuMemCreate:2s \
+  FAKECUDA_LATENCY=cuMemCreate:1001ms FAKECUDA_LATENCY=cuNoSuchCall:1us \
+  FAKECUDA_LATENCY=cuMemMap:2us,cuMemMap:3us FAKECUDA_LATENCY=cuMemMap:2us, \
+  FAKECUDA_LATENCY=:2us FAKECUDA_LATENCY=cuMemMap:-2us FAKECUDA_LATENCY_SLEEP=yes; do
   out=$(p "$setting" "$probe" init version gpa:cuInit:2000)
   var=${setting%%=*}
   fails=$(printf '%s\n' "$out" | grep -c -e '^init 1$' -e '^version 1 ' -e '^gpa 1 ')
@@ -112,6 +116,22 @@ is "$(num libfk_caller.so "$json")" 1 "proc_address_callers: 1 from libfk_caller
 is "$(num hazards "$json")" 1 "hazards: the claim while work was pending"
 is "$(num pending_work "$json")" 0 "pending_work at exit"
 is "$(num initialized "$json")" 1 "initialized"
+
+json=$tmp/latency.json
+start=$(date +%s%N)
+p FAKECUDA_STATS="$json" FAKECUDA_LATENCY=cuMemAlloc_v2:20ms,cuMemFree_v2:300us,cuMemCreate:1ms \
+  "$probe" init ctx alloc:1000 alloc:4096 free:1 >/dev/null
+elapsed=$(($(date +%s%N) - start))
+is "$(num driver_time_ns "$json")" 40300000 \
+  "FAKECUDA_LATENCY: driver_time_ns sums the latencies of the calls made (2 x 20 ms + 300 us)"
+is "$(sed -n '/"latency_ns"/,$p' "$json" | tr -d ' \n')" \
+  '"latency_ns":{"cuMemAlloc_v2":40000000,"cuMemFree_v2":300000}}' \
+  "... and latency_ns lists it per entry point called"
+ok "$([ "$elapsed" -ge 40300000 ] && echo 0 || echo 1)" \
+  "... and the calls spent it (the run took at least 40.3 ms: $elapsed ns)"
+p FAKECUDA_STATS="$json" FAKECUDA_LATENCY=cuMemAlloc_v2:1000ms FAKECUDA_LATENCY_SLEEP=0 \
+  "$probe" init ctx alloc:1000 alloc:4096 >/dev/null
+is "$(num driver_time_ns "$json")" 2000000000 "FAKECUDA_LATENCY_SLEEP=0 charges the latency too"
 
 p FAKECUDA_STATS="$tmp/s.%p.json" "$probe" init ctx stale >/dev/null
 set -- "$tmp"/s.*.json

@@ -61,7 +61,7 @@ static int kinds(size_t first, size_t bytes) {
   CUdeviceptr d = 0;
   if (first > 0) {
     CUresult rc = cuMemAlloc_v2(&d, first);
-    printf("first_rc=%d free_rc=%d\n", rc, rc == CUDA_SUCCESS ? cuMemFree_v2(d) : -1);
+    printf("first_rc=%d free_rc=%d\n", rc, rc == CUDA_SUCCESS ? (int)cuMemFree_v2(d) : -1);
   }
   CUresult rc = cuMemAllocManaged(&d, bytes, CU_MEM_ATTACH_GLOBAL);
   printf("managed=%d\n", rc);
