@@ -430,10 +430,12 @@ static void double_next_region(bfc_pool_t *p) {
 /* The size of the next region for a request of `rounded` bytes, `avail` (>= rounded) bytes of
  * headroom left. Preallocation: the whole headroom. Growth: the next size of the doubling
  * (2, 4, 8 MiB...) when the request fits in it and it fits under the limit; otherwise what the
- * request needs, rounded up to BFC_INITIAL_REGION, and at most the headroom. A request larger
- * than the doubling step gets a region of its own size: TensorFlow's jump to the next power of
- * two strands up to half of it (three 300 MiB blocks would need 1.5 GiB of regions), and taking
- * the whole headroom would leave nothing for other pools or kinds of allocation under the cap. */
+ * request needs (the rounded request, at least BFC_INITIAL_REGION so that small requests near
+ * the limit do not make a region each), and at most the headroom. A request larger than the
+ * doubling step gets a region of its own size: TensorFlow's jump to the next power of two
+ * strands up to half of it (three 300 MiB blocks would need 1.5 GiB of regions), rounding to
+ * 2 MiB would strand 1 MiB of each 3 MiB block, and taking the whole headroom would leave
+ * nothing for other pools or kinds of allocation under the cap. */
 static uint64_t region_bytes(const bfc_pool_t *p, uint64_t rounded, uint64_t avail) {
   if (!p->growth) {
     return p->next_region < avail ? p->next_region : avail;
@@ -441,14 +443,18 @@ static uint64_t region_bytes(const bfc_pool_t *p, uint64_t rounded, uint64_t ava
   if (rounded <= p->next_region && p->next_region <= avail) {
     return p->next_region;
   }
-  uint64_t unit = BFC_INITIAL_REGION;
-  uint64_t need = rounded > UINT64_MAX - unit ? rounded : (rounded + unit - 1) / unit * unit;
+  uint64_t need = rounded > BFC_INITIAL_REGION ? rounded : BFC_INITIAL_REGION;
   return need < avail ? need : avail;
 }
 
 /* TensorFlow's Extend: reserve the next region and add it as one free chunk. */
 static int extend(bfc_pool_t *p, uint64_t rounded) {
-  uint64_t avail = (p->limit - p->st.pool_bytes) & ~(uint64_t)(BFC_MIN_ALLOC - 1);
+  uint64_t avail = p->limit - p->st.pool_bytes;
+  if (p->prim.room != NULL && rounded <= avail) {
+    uint64_t room = p->prim.room(p->prim.ctx, rounded);
+    avail = room < avail ? room : avail;
+  }
+  avail &= ~(uint64_t)(BFC_MIN_ALLOC - 1);
   if (rounded > avail) {
     return -ENOMEM;
   }

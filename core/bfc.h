@@ -24,11 +24,16 @@ typedef struct bfc_pool bfc_pool_t;
  *   -ENOMEM means "the device refuses this size" (the pool then backs off); any other error
  *   stops the attempt and is passed up to the caller of bfc_alloc.
  * release: give back exactly a range that reserve returned. A failed release leaves the region
- *   in the pool (it stays counted in pool_bytes). */
+ *   in the pool (it stays counted in pool_bytes).
+ * room (optional, NULL: no limit but the pool's): the most bytes reserve could obtain now (the
+ *   device's free memory, which other processes share), asked before every growth with the
+ *   rounded request that needs it; regions are sized to fit it, and a request above it fails
+ *   with -ENOMEM without a reserve. */
 typedef struct bfc_prim {
   void *ctx;
   int (*reserve)(void *ctx, uint64_t bytes, uint64_t *base);
   int (*release)(void *ctx, uint64_t base, uint64_t bytes);
+  uint64_t (*room)(void *ctx, uint64_t need);
 } bfc_prim_t;
 
 typedef struct bfc_options {
@@ -77,8 +82,9 @@ void bfc_destroy(bfc_pool_t *pool);
  *      chunk merged with its free and deferred address neighbours) of at least the rounded
  *      size: the caller should synchronise the device, call bfc_retire and call again;
  *   3. grow (TensorFlow's Extend: next region of 2 MiB doubling when the request fits in it
- *      and it fits under the limit; otherwise a region of what the request needs, rounded up
- *      to 2 MiB and clipped to the headroom, which does not advance the doubling; backing off
+ *      and it fits under the limit; otherwise a region of what the request needs, at least
+ *      2 MiB and clipped to the headroom and to the primitive's room, which does not advance
+ *      the doubling; backing off
  *      by 10% while the primitive says -ENOMEM, down to exactly the rounded size) and serve
  *      from the new region;
  *   4. -EAGAIN if any deferred bytes remain (retiring may free whole regions for step 5);

@@ -134,6 +134,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   int err;
   pthread_mutex_lock(&c->lock);
   c->pool.driver_full = false;
+  c->pool.others_hold = 0;
   bool trimmed_others = false;
   for (int tries = 0;; tries++) {
     uint64_t in_use, deferred, free_b, reserved;
@@ -196,6 +197,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   }
   CUresult driver_rc = c->pool.last_driver_rc;
   bool driver_full = c->pool.driver_full;
+  uint64_t others_hold = c->pool.others_hold;
   int dev = c->dev;
   trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
   pthread_mutex_unlock(&c->lock);
@@ -204,7 +206,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     return CUDA_SUCCESS;
   }
   if (print_oom) {
-    oom_print(dev, bytes, oom_text, sizeof oom_text, &oom_stats, driver_full);
+    oom_print(dev, bytes, oom_text, sizeof oom_text, &oom_stats, driver_full, others_hold);
   }
   if (err == -ENOMEM || err == -EAGAIN) {
     return CUDA_ERROR_OUT_OF_MEMORY;

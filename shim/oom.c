@@ -8,11 +8,17 @@
 
 /* The setting that would help. driver_full: the driver itself refused a region for want of
  * memory (then the device is full, whatever the cap). */
-static void hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_full) {
+static void hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_full,
+                 uint64_t others_hold) {
   uint64_t cap = cap_limit(dev, 0);
   if (s->free_bytes >= bytes && s->largest_free_block_bytes < bytes) {
     log_msg(LOG_INFO, "hint: enough memory is free but fragmented; GPUCAP_ALLOW_GROWTH=false "
                       "preallocates one region and fragments less");
+  } else if (driver_full && others_hold > 0) {
+    log_msg(LOG_INFO,
+            "hint: device %d is full: other processes hold %.1f MiB (%llu bytes, the "
+            "driver's own memory included), below the cap",
+            dev, (double)others_hold / 1048576.0, (unsigned long long)others_hold);
   } else if (driver_full) {
     log_msg(LOG_INFO,
             "hint: device %d itself is out of memory (the driver refused it, below "
@@ -29,8 +35,8 @@ static void hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_full
 }
 
 void oom_print(int dev, size_t bytes, const char *report, size_t len, const bfc_stats_t *s,
-               bool driver_full) {
+               bool driver_full, uint64_t others_hold) {
   log_msg(LOG_WARN, "device %d: out of memory allocating %zu bytes under the cap", dev, bytes);
   log_write_raw(report, strnlen(report, len));
-  hint(dev, bytes, s, driver_full);
+  hint(dev, bytes, s, driver_full, others_hold);
 }

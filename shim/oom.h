@@ -13,8 +13,10 @@
 
 /* Prints the refusal of `bytes` on device dev: the warning, report (the pool's
  * bfc_format_report text, NUL-terminated within len) and a hint chosen from s (the pool's
- * stats then) and driver_full (the driver itself refused a region for want of memory). */
+ * stats then), driver_full (the driver itself refused a region for want of memory, or the
+ * device's free memory was less than the region) and others_hold (then: what other processes
+ * and the driver held, when known; else 0). */
 void oom_print(int dev, size_t bytes, const char *report, size_t len, const bfc_stats_t *s,
-               bool driver_full);
+               bool driver_full, uint64_t others_hold);
 
 #endif

@@ -45,6 +45,27 @@ static uint64_t driver_bytes(uint64_t bytes, uint64_t extra) {
   return (bytes + extra + DRIVER_UNIT - 1) / DRIVER_UNIT * DRIVER_UNIT;
 }
 
+/* The most a region may take now: the device's free memory as the driver reports it (not the
+ * capped view the program sees), read before every growth, since other processes may have
+ * taken memory since the pool began and a region must not take what they would be refused.
+ * When it is less than `need`, notes what the others hold for the refusal's hint. */
+static uint64_t room(void *arg, uint64_t need) {
+  pool_t *p = arg;
+  size_t free_b = 0, total_b = 0;
+  if (real.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS) {
+    return UINT64_MAX; /* no answer: the driver's own refusal decides */
+  }
+  uint64_t extra = p->misaligns ? BFC_MIN_ALLOC : 0;
+  uint64_t r = free_b > extra ? (free_b - extra) / DRIVER_UNIT * DRIVER_UNIT : 0;
+  if (r < need) {
+    uint64_t mine = cap_used(p->dev), held = total_b > free_b ? total_b - free_b : 0;
+    p->driver_full = true;
+    p->last_driver_rc = CUDA_ERROR_OUT_OF_MEMORY;
+    p->others_hold = held > mine ? held - mine : 0;
+  }
+  return r;
+}
+
 static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
   pool_t *p = arg;
   uint64_t extra = p->misaligns ? BFC_MIN_ALLOC : 0, ask = driver_bytes(bytes, extra);
@@ -174,7 +195,7 @@ void pool_setup(int dev, pool_setup_t *s) {
 
 int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
   bfc_options_t opts = {.limit = s->limit, .allow_growth = s->growth};
-  bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release};
+  bfc_prim_t prim = {.ctx = p, .reserve = reserve, .release = release, .room = room};
   p->dev = dev;
   p->gone = false;
   p->misaligns = false;

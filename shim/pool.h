@@ -26,6 +26,8 @@ typedef struct pool {
   size_t pitch_align;      /* the device's texture alignment: a pitched block's row */
   CUresult last_driver_rc; /* the driver's answer behind a failed reserve */
   bool driver_full;        /* the driver refused a region for want of memory (this request) */
+  uint64_t others_hold;    /* this request: what other processes and the driver held when the
+                            * device's free memory refused a region; 0 otherwise */
   bool gone;               /* the driver already freed the regions: release only credits */
   /* Regions aligned inside a larger driver allocation (an object between gpucap and the driver
    * answered addresses not 256-byte aligned): region base -> what the driver gave. */

@@ -321,7 +321,7 @@ static uint64_t baseline(const trace_t *t, uint64_t *addr, addrmap_t *m, uint64_
 static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
   memset(as, 0, sizeof(*as));
   as->next = (uint64_t)1 << 40;
-  bfc_prim_t prim = {as, as_reserve, as_release};
+  bfc_prim_t prim = {as, as_reserve, as_release, NULL};
   bfc_options_t opts = {limit, growth};
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pool costs the program no room under its cap (issue 13's reproductions): equal-size
-# blocks get as many as on the bare driver, several contexts share a cap, and idle or unused
-# pool memory does not refuse other kinds of allocation. Judged by the program's own results
-# against the same program without the shim, and by the fake driver's counters.
+# blocks get as many as on the bare driver, several contexts share a cap, idle or unused pool
+# memory does not refuse other kinds of allocation, and the pool never asks the driver for more
+# than another process left on the device. Judged by the program's own results against the same
+# program without the shim, and by the fake driver's counters.
 #
 # TEST_POOLS: the pool settings to run over (GPUCAP_POOL values, default "on"), so a backing
 # that GPUCAP_POOL selects can run the same checks.
@@ -10,6 +11,8 @@
 
 MiB=$((1 << 20))
 GiB=$((1 << 30))
+machine=room-$$
+trap 'rm -f "/dev/shm/fakecuda.$(id -u).$machine"*; rm -rf "$WORK"' EXIT
 
 # val KEY OUTPUT: the value of KEY=... in the program's output.
 val() {
@@ -80,6 +83,38 @@ for pool in ${TEST_POOLS:-on}; do
     is "$(val created "$out")" "$(val created "$bare")" \
       "pool $pool, prealloc: cuMemCreate beside a 48 MiB block"
   fi
+
+  # Another process holds 1000 MiB of a 1 GiB device (a shared machine, FAKECUDA_MACHINE):
+  # growth reads the device's free memory, so regions fit what is left and the driver is never
+  # asked for more; the refusal says who holds the device.
+  mkfifo "$WORK/holder"
+  FAKECUDA_MEMORY=1GiB FAKECUDA_MACHINE=$machine without_shim "$TESTBIN/fakecuda_probe" init ctx \
+    alloc:$((1000 * MiB)) hold <"$WORK/holder" >"$WORK/holder.out" 2>&1 &
+  holder=$!
+  exec 3>"$WORK/holder"
+  i=0
+  while ! grep -q holding "$WORK/holder.out" && [ $i -lt 1200 ]; do # a bound for hangs
+    sleep 0.05
+    i=$((i + 1))
+  done
+  for size in 1 3 5 7; do
+    bare=$(FAKECUDA_MEMORY=1GiB FAKECUDA_MACHINE=$machine without_shim "$TESTBIN/captest" 0 \
+      $((size * MiB)))
+    stats="$WORK/full-$size.json"
+    capped=$(FAKECUDA_MEMORY=1GiB FAKECUDA_MACHINE=$machine FAKECUDA_STATS="$stats" \
+      GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=1GiB with_shim "$TESTBIN/captest" 0 $((size * MiB)) \
+      2>"$WORK/full.err")
+    is "$(val allocs "$capped")" "$(val allocs "$bare")" \
+      "pool $pool: ${size} MiB blocks beside another process's 1000 MiB: as many as bare"
+    is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" \
+      "$(grep -o '"alloc_calls": [0-9]*' "$stats" | head -n 1 | sed 's/.*: //')" \
+      "  the driver refused no region (every cuMemAlloc_v2 call succeeded)"
+  done
+  like "$(cat "$WORK/full.err")" "device 0 is full: other processes hold 1000.0 MiB" \
+    "pool $pool: the refusal says the device is full and what other processes hold"
+  exec 3>&-
+  wait "$holder"
+  rm -f "$WORK/holder"
 done
 
 done_testing

@@ -131,7 +131,7 @@ static void test_growth(void) {
   TAP_EQ(fake.nok, 4, "jump: four regions");
   TAP_EQ(fake.ok_sizes[0], 2 * MiB, "jump: 2MiB");
   TAP_EQ(fake.ok_sizes[1], 20 * MiB, "jump: a 20MiB request gets a region of its own size");
-  TAP_EQ(fake.ok_sizes[2], 14 * MiB, "jump: 13MiB rounds up to 2MiB units, no power of two");
+  TAP_EQ(fake.ok_sizes[2], 13 * MiB, "jump: 13MiB gets 13MiB, no power of two");
   TAP_EQ(fake.ok_sizes[3], 4 * MiB, "jump: own-size regions do not advance the doubling");
   done(p, "jump");
 
@@ -149,9 +149,11 @@ static void test_growth(void) {
   }
   TAP_EQ(stats(p).pool_bytes, 62 * MiB, "past the doubling: 2+4+8+16+32MiB");
   must(p, 5 * MiB);
-  TAP_EQ(fake.ok_sizes[5], 6 * MiB, "the 64MiB doubling does not fit: what the request needs");
-  must(p, 30 * MiB + 512);
-  TAP_EQ(fake.ok_sizes[6], 31 * MiB, "its 2MiB rounding does not fit: the 31MiB headroom");
+  TAP_EQ(fake.ok_sizes[5], 5 * MiB, "the 64MiB doubling does not fit: what the request needs");
+  must(p, 256);
+  TAP_EQ(fake.ok_sizes[6], 2 * MiB, "a small request near the limit: 2MiB, not a region each");
+  must(p, 30 * MiB);
+  TAP_EQ(fake.ok_sizes[7], 30 * MiB, "the headroom exactly");
   TAP_EQ(stats(p).pool_bytes, 99 * MiB, "the pool reaches the limit");
   done(p, "own size");
 
@@ -159,19 +161,20 @@ static void test_growth(void) {
   must(p, 2 * MiB);
   must(p, 4 * MiB);
   must(p, 3 * MiB);
-  TAP_EQ(fake.ok_sizes[2], 4 * MiB, "clip: third region clipped to the 4MiB headroom");
-  TAP_EQ(stats(p).pool_bytes, 10 * MiB, "clip: pool reaches the limit exactly");
+  TAP_EQ(fake.ok_sizes[2], 3 * MiB, "clip: the 8MiB doubling does not fit: the 3MiB request");
   must(p, MiB);
+  TAP_EQ(fake.ok_sizes[3], MiB, "clip: less than 2MiB left: the 1MiB headroom");
+  TAP_EQ(stats(p).pool_bytes, 10 * MiB, "clip: pool reaches the limit exactly");
   uint64_t a = 0;
   TAP_EQ(bfc_alloc(p, 256, &a), -ENOMEM, "clip: full pool at the limit is -ENOMEM");
   TAP_EQ(stats(p).num_ooms, 1, "clip: num_ooms");
-  TAP_EQ(fake.reserve_calls, 3, "clip: no reserve tried without headroom");
+  TAP_EQ(fake.reserve_calls, 4, "clip: no reserve tried without headroom");
   done(p, "clip");
 
   p = mk(10 * MiB + 100, 1, MiB);
   must(p, 2 * MiB);
   must(p, 4 * MiB);
-  must(p, 3 * MiB);
+  must(p, 4 * MiB);
   TAP_EQ(fake.ok_sizes[2], 4 * MiB, "odd limit: headroom rounds down to 256");
   done(p, "odd limit");
 
@@ -210,17 +213,18 @@ static void test_backoff(void) {
   p = mk(GiB, 1, MiB);
   fake.refuse_above = 5 * MiB;
   must(p, 2 * MiB);
+  must(p, 4 * MiB);
   must(p, 5 * MiB);
-  want = 6 * MiB;
+  want = 8 * MiB;
   same = 1;
-  unsigned i = 1;
+  unsigned i = 2;
   while (want > 5 * MiB && backoff(want) >= 5 * MiB) {
     same = same && fake.tried[i++] == want;
     want = backoff(want);
   }
   same = same && fake.tried[i++] == want && fake.tried[i++] == 5 * MiB && i == fake.ntried;
-  tap_ok(same, "growth backoff: 6MiB down by 10%% steps, last try exactly the request");
-  TAP_EQ(fake.ok_sizes[1], 5 * MiB, "growth backoff: region of exactly the request");
+  tap_ok(same, "growth backoff: 8MiB down by 10%% steps, last try exactly the request");
+  TAP_EQ(fake.ok_sizes[2], 5 * MiB, "growth backoff: region of exactly the request");
   done(p, "growth backoff");
 
   p = mk(GiB, 1, MiB);

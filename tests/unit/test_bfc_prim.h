@@ -105,7 +105,7 @@ static bfc_prim_t fake_init(fake_prim_t *f, uint64_t gap) {
   f->next = (uint64_t)1 << 32;
   f->gap = gap;
   f->rng = 0x1234567887654321ull;
-  bfc_prim_t prim = {f, fake_reserve, fake_release};
+  bfc_prim_t prim = {f, fake_reserve, fake_release, NULL};
   return prim;
 }
 

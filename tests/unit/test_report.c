@@ -364,7 +364,7 @@ static void build_rows(void) {
   TAP_EQ(rc, -ENOMEM, "setup: the full pool refuses one more byte");
   /* Device 1, second context: everything freed again, so all free bytes form one block. */
   bfc_pool_t *c = pools[2] = mk(2, 64 * MiB, 1);
-  uint64_t x = must(c, 5 * MiB), y = must(c, 512);
+  uint64_t x = must(c, MiB), y = must(c, 512); /* both in the first, 2 MiB region */
   bfc_free(c, x);
   bfc_free(c, y);
   for (int k = 0; k < 3; k++) {
