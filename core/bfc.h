@@ -81,10 +81,9 @@ void bfc_destroy(bfc_pool_t *pool);
  *   2. -EAGAIN if deferred chunks exist and retiring them would create a free run (a deferred
  *      chunk merged with its free and deferred address neighbours) of at least the rounded
  *      size: the caller should synchronise the device, call bfc_retire and call again;
- *   3. grow (TensorFlow's Extend: next region of 2 MiB doubling when the request fits in it
- *      and it fits under the limit; otherwise a region of what the request needs, at least
- *      2 MiB and clipped to the headroom and to the primitive's room, which does not advance
- *      the doubling; backing off
+ *   3. grow (TensorFlow's Extend: next region of 2 MiB doubling, or for a larger request a
+ *      region of exactly its size, after which the doubling resumes from 4 x that size;
+ *      clipped to the headroom under the limit and to the primitive's room; backing off
  *      by 10% while the primitive says -ENOMEM, down to exactly the rounded size) and serve
  *      from the new region;
  *   4. -EAGAIN if any deferred bytes remain (retiring may free whole regions for step 5);
