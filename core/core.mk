@@ -34,7 +34,7 @@ $(BUILD)/gpucap-replay: $(BUILD)/obj/tests/bench/replay.o $(BUILD)/obj/scripts/t
                         $(CORE_OBJS)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -pthread
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -pthread -ldl
 
 $(BUILD)/gpucap-tracegen: $(BUILD)/obj/tests/bench/tracegen.o
 	$(call say,LD,$@)

@@ -1,9 +1,13 @@
 #!/bin/sh
 # Replay benchmark driver (`make bench`): generates the bundled traces, replays each through
-# core/ in several configurations with build/gpucap-replay and prints markdown tables.
-# Needs only a POSIX shell, sed, awk and the two tools `make bench` builds. Environment: BUILD
-# (default build), RUNS (timed repetitions, default 11), TRACES (default: the five synthetic
-# kinds and the two traces recorded from real frameworks, tests/bench/traces/*.csv.gz).
+# core/ in several configurations with build/gpucap-replay and prints markdown tables; then
+# replays each once through the fake driver (build/fakecuda), bare and under gpucap with the
+# pool off and on, for the driver calls and the modelled driver time each costs.
+# Needs only a POSIX shell, sed, awk, the two tools `make bench` builds, the shim and the fake
+# driver. Environment: BUILD (default build), RUNS (timed repetitions, default 11), TRACES
+# (default: the five synthetic kinds and the two traces recorded from real frameworks,
+# tests/bench/traces/*.csv.gz), LATENCY (FAKECUDA_LATENCY for the driver replays; default the
+# fake's suggested A100 figures, tests/fakecuda/README.md).
 set -eu
 
 BUILD=${BUILD:-build}
@@ -13,8 +17,9 @@ RECORDED=$(dirname "$0")/traces
 REPLAY="$BUILD/gpucap-replay"
 GEN="$BUILD/gpucap-tracegen"
 CAP=1.10
+LATENCY=${LATENCY:-cuMemCreate:200us,cuMemMap:2us,cuMemSetAccess:36us,cuMemUnmap:26us,cuMemAddressReserve:19us,cuMemAlloc_v2:100us,cuMemFree_v2:50us}
 
-for tool in "$REPLAY" "$GEN"; do
+for tool in "$REPLAY" "$GEN" "$BUILD/libgpucap.so" "$BUILD/fakecuda/libcuda.so.1"; do
   if [ ! -x "$tool" ]; then
     echo "gpucap: error: $tool is missing; run 'make bench'" >&2
     exit 1
@@ -50,6 +55,35 @@ row() {
   printf '\n' >> "$out"
 }
 
+# over_fake SHIM POOL OUT TRACE [N]: one --driver replay of TRACE (the first N events) over the
+# fake driver with the modelled latencies charged, not slept; SHIM yes: under gpucap with
+# GPUCAP_POOL=POOL; the fake's report goes to OUT. Prints the replay's JSON line.
+over_fake() {
+  pre=
+  [ "$1" = yes ] && pre="$BUILD/libgpucap.so"
+  env -u GPUCAP_MEMORY_LIMIT -u GPUCAP_MEMORY_FRACTION GPUCAP_POOL="$2" GPUCAP_REPORT=off \
+    FAKECUDA_LATENCY="$LATENCY" FAKECUDA_LATENCY_SLEEP=0 FAKECUDA_STATS="$3" \
+    LD_LIBRARY_PATH="$BUILD/fakecuda" LD_PRELOAD="$pre" "$REPLAY" "$4" --driver ${5:-}
+}
+
+# calls FILE [REGEX]: the calls in a fake report of the entry points matching REGEX (default
+# all); ns FILE: its modelled driver time.
+calls() {
+  sed -n '/^"calls": {/,/^}/p' "$1" | grep -E "^  \"(${2:-cu.*})\":" |
+    awk -F': ' '{ s += $2 } END { print s + 0 }'
+}
+MEMCALLS='cuMem[A-Za-z_0-9]*|cu(Ctx|Stream)Synchronize'
+
+# cost J FILE SETUP: "M (A)" for a replay's report less its setup's: the calls that allocate,
+# free, map, query memory or synchronise (M) and all calls (A); then the modelled time in ms.
+cost() {
+  m=$(($(calls "$2" "$MEMCALLS") - $(calls "$3" "$MEMCALLS")))
+  a=$(($(calls "$2") - $(calls "$3")))
+  printf '%s (%s)\n%s\n' "$m" "$a" \
+    "$(awk -v a="$(ns "$2")" -v b="$(ns "$3")" 'BEGIN { printf "%.1f", (a - b) / 1e6 }')"
+}
+ns() { sed -n 's/^"driver_time_ns": \([0-9]*\),*$/\1/p' "$1"; }
+
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > a) ? b : a }'; }
 min() { awk -v a="$1" -v b="$2" 'BEGIN { print (b < a) ? b : a }'; }
 verdict() { if [ "$1" = yes ]; then echo met; else echo MISSED; fi; }
@@ -82,6 +116,16 @@ row "$tmp/threads" --- ---: ---: ---: ---: ---:
 row "$tmp/deferred" trace "on demand: warm ns/pair" "retires per pass" "completes @$CAP" \
   "min cap" "ratio 0.25: warm ns/pair" "retires per pass" "completes @$CAP" "min cap"
 row "$tmp/deferred" --- ---: ---: :-: ---: ---: ---: :-: ---:
+row "$tmp/driver" trace pairs "calls: bare driver" "calls: pool off" "calls: pool on" \
+  "driver ms: bare" "driver ms: pool off" "driver ms: pool on" "completed (bare/off/on)"
+row "$tmp/driver" --- ---: ---: ---: ---: ---: ---: ---: :-:
+
+# What setting up device 0 costs each configuration, subtracted from every replay's figures.
+first=$(echo $TRACES | cut -d' ' -f1)
+for cfg in "no bare" "yes off" "yes on"; do
+  set -- $cfg
+  over_fake "$1" "$2" "$tmp/setup-$1-$2.json" "$BUILD/traces/$first.csv" 0 >/dev/null
+done
 
 worst_warm=0
 worst_cold=0
@@ -113,6 +157,17 @@ for k in $TRACES; do
   row "$tmp/deferred" "$k" "$(get "$d" ns_per_pair_warm)" "$(get "$d" retires)" \
     "$(get "$d" completed)" "$(get "$d" min_cap_factor)" "$(get "$q" ns_per_pair_warm)" \
     "$(get "$q" retires)" "$(get "$q" completed)" "$(get "$q" min_cap_factor)"
+
+  set --
+  for cfg in "no bare" "yes off" "yes on"; do
+    c1=${cfg% *}
+    c2=${cfg#* }
+    j=$(over_fake "$c1" "$c2" "$tmp/fake.json" "$f")
+    printf '%s\n' "$j" >> "$BUILD/bench-results.jsonl"
+    c=$(cost "$j" "$tmp/fake.json" "$tmp/setup-$c1-$c2.json")
+    set -- "$@" "$(echo "$c" | sed -n 1p)" "$(echo "$c" | sed -n 2p)" "$(get "$j" completed)"
+  done
+  row "$tmp/driver" "$k" "$(get "$g" pairs)" "$1" "$4" "$7" "$2" "$5" "$8" "$3/$6/$9"
 
   worst_warm=$(max "$worst_warm" "$warm")
   worst_cold=$(max "$worst_cold" "$cold")
@@ -146,6 +201,15 @@ echo "### Deferred frees, growth, cap $CAP: retire on -EAGAIN only (on demand), 
 echo "### a free once deferred >= 0.25 x free bytes (ratio 0.25); each retire is a device sync"
 echo
 cat "$tmp/deferred"
+echo
+echo "### Driver cost per replay over the fake driver (no cap, device setup subtracted)"
+echo
+echo "calls: memory and synchronisation calls (cuMem*, cuCtxSynchronize, cuStreamSynchronize),"
+echo "all calls in parentheses; driver ms: the modelled time in the driver, charged and not slept:"
+echo
+echo "LATENCY=$LATENCY"
+echo
+cat "$tmp/driver"
 echo
 echo "### Targets"
 echo

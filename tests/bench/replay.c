@@ -5,13 +5,17 @@
  * only pool work. The device primitive hands out addresses and never memory. Cold = a fresh pool,
  * warm = the same pool replaying again; both are medians over --runs. A no-pool baseline (bump
  * addresses plus the same hash map a pass-through shim would keep) is timed in the same run.
- * `--threads N` replays the trace in N threads sharing one pool behind one lock. Options: see
+ * `--threads N` replays the trace in N threads sharing one pool behind one lock. `--driver`
+ * replays it instead through the CUDA driver API of libcuda.so.1 (dlopen'ed: with gpucap
+ * preloaded, through gpucap), for the driver calls and the driver's time it costs. Options: see
  * usage().
  */
 #include "core/addrmap.h"
 #include "core/bfc.h"
 #include "scripts/tracecsv.h"
+#include "shim/cudadefs.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -42,7 +46,8 @@ typedef struct options {
   const char *path;
   double cap_factor;   /* 0: no cap */
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
-  int preallocate, deferred, threads, runs, spin, find_min_cap;
+  int preallocate, deferred, threads, runs, spin, find_min_cap, driver;
+  long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
 } options_t;
 
 /* ---- timing, locks ----------------------------------------------------------------------- */
@@ -426,7 +431,9 @@ static void usage(void) {
           "  --retire-ratio R  also retire after a free once deferred >= R x free bytes\n"
           "  --threads N     also replay in N threads sharing one pool behind one lock\n"
           "  --find-min-cap  min_cap_factor: smallest F (step 0.01) such that every factor\n"
-          "                  from F to 2.00 completes; first_cap_factor: first F that does\n");
+          "                  from F to 2.00 completes; first_cap_factor: first F that does\n"
+          "  --driver [N]    replay once through libcuda.so.1's cuMemAlloc_v2/cuMemFree_v2 on\n"
+          "                  device 0 instead (only the first N events; 0: set up only)\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -457,6 +464,13 @@ static int parse_args(int argc, char **argv, options_t *o) {
       o->deferred = 1;
     } else if (strcmp(a, "--find-min-cap") == 0) {
       o->find_min_cap = 1;
+    } else if (strcmp(a, "--driver") == 0) {
+      o->driver = 1;
+      o->driver_events = -1;
+      if (v && v[0] >= '0' && v[0] <= '9') {
+        o->driver_events = atol(v);
+        i++;
+      }
     } else if (a[0] != '-' && o->path == NULL) {
       o->path = a;
     } else {
@@ -507,6 +521,57 @@ static double min_cap(const trace_t *t, const options_t *o, uint64_t *addr) {
   return k / 100.0;
 }
 
+/* --driver: one pass of the trace through the driver API, in trace order on device 0's primary
+ * context; a refused allocation is counted and its free skipped. Prints one JSON line. */
+static int driver_replay(const trace_t *t, const options_t *o) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (lib == NULL) {
+    fprintf(stderr, "gpucap-replay: error: %s\n", dlerror());
+    return 1;
+  }
+  CUresult (*init)(unsigned);
+  CUresult (*retain)(CUcontext *, CUdevice);
+  CUresult (*set)(CUcontext);
+  CUresult (*alloc)(CUdeviceptr *, size_t);
+  CUresult (*dfree)(CUdeviceptr);
+  *(void **)&init = dlsym(lib, "cuInit");
+  *(void **)&retain = dlsym(lib, "cuDevicePrimaryCtxRetain");
+  *(void **)&set = dlsym(lib, "cuCtxSetCurrent");
+  *(void **)&alloc = dlsym(lib, "cuMemAlloc_v2");
+  *(void **)&dfree = dlsym(lib, "cuMemFree_v2");
+  CUcontext ctx;
+  if (!init || !retain || !set || !alloc || !dfree || init(0) != CUDA_SUCCESS ||
+      retain(&ctx, 0) != CUDA_SUCCESS || set(ctx) != CUDA_SUCCESS) {
+    fprintf(stderr, "gpucap-replay: error: cannot set up device 0 through libcuda.so.1\n");
+    return 1;
+  }
+  CUdeviceptr *ptr = calloc(t->nslots, sizeof(*ptr));
+  uint64_t n = o->driver_events < 0 || (uint64_t)o->driver_events > t->nev
+                   ? t->nev
+                   : (uint64_t)o->driver_events;
+  uint64_t failed = 0, pairs = 0, start = now_ns();
+  for (uint64_t i = 0; ptr != NULL && i < n; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->op == OP_ALLOC) {
+      pairs++;
+      if (alloc(&ptr[e->slot], e->size) != CUDA_SUCCESS) {
+        ptr[e->slot] = 0;
+        failed++;
+      }
+    } else if (ptr[e->slot] != 0) {
+      dfree(ptr[e->slot]);
+      ptr[e->slot] = 0;
+    }
+  }
+  uint64_t ns = now_ns() - start;
+  printf("{\"trace\":\"%s\",\"driver\":true,\"events\":%" PRIu64 ",\"pairs\":%" PRIu64
+         ",\"failed_allocs\":%" PRIu64 ",\"completed\":%s,\"wall_ns_per_pair\":%.1f}\n",
+         base_name(o->path), n, pairs, failed, failed == 0 ? "true" : "false",
+         pairs ? (double)ns / (double)pairs : 0.0);
+  free(ptr);
+  return ptr == NULL && t->nslots > 0;
+}
+
 int main(int argc, char **argv) {
   options_t o;
   if (parse_args(argc, argv, &o) != 0) {
@@ -520,6 +585,11 @@ int main(int argc, char **argv) {
   if (t.pairs == 0) {
     fprintf(stderr, "gpucap-replay: error: %s: no allocations\n", o.path);
     return 1;
+  }
+  if (o.driver) {
+    int rc = driver_replay(&t, &o);
+    free(t.ev);
+    return rc;
   }
   uint64_t *addr = malloc(t.nslots * sizeof(uint64_t));
   for (uint64_t s = 0; s < t.nslots; s++) {
