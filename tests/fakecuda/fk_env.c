@@ -44,18 +44,25 @@ static int parse_u64(const char *s, size_t len, unsigned long long *out) {
   return 0;
 }
 
+/* Parses the decimal digits that start s[0..len) into *v; returns how many there are, 0 when
+ * there are none or they overflow. */
+static size_t leading_u64(const char *s, size_t len, unsigned long long *v) {
+  size_t digits = 0;
+  while (digits < len && s[digits] >= '0' && s[digits] <= '9') {
+    digits++;
+  }
+  return parse_u64(s, digits, v) == 0 ? digits : 0;
+}
+
 static int size_n(const char *s, size_t len, size_t *out) {
   static const struct {
     const char *unit;
     unsigned shift;
   } units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
                {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
-  size_t digits = 0;
-  while (digits < len && s[digits] >= '0' && s[digits] <= '9') {
-    digits++;
-  }
   unsigned long long v;
-  if (parse_u64(s, digits, &v) != 0) {
+  size_t digits = leading_u64(s, len, &v);
+  if (digits == 0) {
     return -EINVAL;
   }
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
@@ -194,12 +201,9 @@ static int time_ns(const char *s, size_t len, unsigned long long *out) {
     const char *unit;
     unsigned long long ns;
   } units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}};
-  size_t digits = 0;
-  while (digits < len && s[digits] >= '0' && s[digits] <= '9') {
-    digits++;
-  }
   unsigned long long v;
-  if (parse_u64(s, digits, &v) != 0) {
+  size_t digits = leading_u64(s, len, &v);
+  if (digits == 0) {
     return -EINVAL;
   }
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {

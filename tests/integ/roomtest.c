@@ -12,6 +12,7 @@
  *                               prints `held_rc=RC` and `created=K`
  */
 #include "shim/cudadefs.h"
+#include "tests/pinned.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,15 +45,6 @@ static int ctxs(int n, size_t bytes) {
   return 0;
 }
 
-static CUmemAllocationProp pinned(CUdevice dev) {
-  CUmemAllocationProp p;
-  memset(&p, 0, sizeof p);
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = dev;
-  return p;
-}
-
 static int kinds(size_t first, size_t bytes) {
   CUdevice dev;
   if (setup(&dev)) {
@@ -74,7 +66,7 @@ static int kinds(size_t first, size_t bytes) {
     cuMemFreeAsync(d, NULL);
     cuStreamSynchronize(NULL);
   }
-  CUmemAllocationProp p = pinned(dev);
+  CUmemAllocationProp p = pinned_prop(dev);
   CUmemGenericAllocationHandle h;
   rc = cuMemCreate(&h, bytes, &p, 0);
   printf("create=%d\n", rc);
@@ -99,7 +91,7 @@ static int hold(size_t held, size_t bytes, int n) {
   }
   CUdeviceptr d;
   printf("held_rc=%d\n", cuMemAlloc_v2(&d, held));
-  CUmemAllocationProp p = pinned(dev);
+  CUmemAllocationProp p = pinned_prop(dev);
   int made = 0;
   for (int i = 0; i < n; i++) {
     CUmemGenericAllocationHandle h;

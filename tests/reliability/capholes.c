@@ -10,6 +10,7 @@
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
+#include "tests/pinned.h"
 #include "tests/tap.h"
 
 #include <pthread.h>
@@ -31,19 +32,10 @@ static size_t free_now(void) {
 
 /* ---- VMM: physical memory lives until released and unmapped. ---- */
 
-static CUmemAllocationProp device_prop(int dev) {
-  CUmemAllocationProp p;
-  memset(&p, 0, sizeof p);
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = dev;
-  return p;
-}
-
 /* NVIDIA's sample pattern: reserve, create, map, set access, release the handle at once. Returns
  * the mapped address (0 when any step failed); *rc is the cuMemCreate answer. */
 static CUdeviceptr map_released(size_t size, CUresult *rc) {
-  CUmemAllocationProp prop = device_prop(0);
+  CUmemAllocationProp prop = pinned_prop(0);
   CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle h = 0;
@@ -88,7 +80,7 @@ static void vmm(void) {
 /* cuMemRetainAllocationHandle adds a reference: the memory stays until that one is released
  * too; and a handle mapped twice lives until both mappings are gone. */
 static void vmm_retain(void) {
-  CUmemAllocationProp prop = device_prop(0);
+  CUmemAllocationProp prop = pinned_prop(0);
   CUmemGenericAllocationHandle h = 0, again = 0, other = 0;
   CUdeviceptr va = 0;
   CUresult rc;
@@ -113,7 +105,7 @@ static void vmm_retain(void) {
 /* A process that imports its own POSIX file-descriptor export gets its handle back with one
  * more reference: the memory stays until that one is released too. */
 static void vmm_self_import(void) {
-  CUmemAllocationProp prop = device_prop(0);
+  CUmemAllocationProp prop = pinned_prop(0);
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle h = 0, imported = 0, other = 0;
   int fd = -1;
