@@ -53,6 +53,7 @@ struct chunk {
   uint32_t prio; /* treap priority (max-heap), fixed when the record is created */
   uint16_t mark; /* scan epoch of retire_would_fit */
   uint8_t state; /* enum bfc_chunk_state, or STATE_SPARE */
+  uint8_t tag;   /* the caller's, given to bfc_alloc_tagged (in-use or deferred) */
 };
 
 _Static_assert(sizeof(struct chunk) == 64, "a chunk record is one cache line");
@@ -674,6 +675,11 @@ static void use_chunk(bfc_pool_t *p, chunk_t *c, uint64_t rounded, uint64_t byte
 }
 
 int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr) {
+  return bfc_alloc_tagged(pool, bytes, 0, addr, NULL);
+}
+
+int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr,
+                     uint64_t *held) {
   if (pool == NULL || addr == NULL || bytes == 0) {
     return -EINVAL;
   }
@@ -702,7 +708,11 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr) {
     }
   }
   use_chunk(pool, c, rounded, bytes);
+  c->tag = tag;
   *addr = c->addr;
+  if (held != NULL) {
+    *held = c->size;
+  }
   DEBUG_CHECK(pool);
   return 0;
 }
@@ -844,6 +854,11 @@ int bfc_owns(const bfc_pool_t *pool, uint64_t addr) {
 
 int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
                uint64_t *requested) {
+  return bfc_lookup_tagged(pool, addr, base, size, requested, NULL);
+}
+
+int bfc_lookup_tagged(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
+                      uint64_t *requested, uint8_t *tag) {
   if (pool == NULL) {
     return -ENOENT;
   }
@@ -869,6 +884,9 @@ int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *
   }
   if (requested != NULL) {
     *requested = c->requested;
+  }
+  if (tag != NULL) {
+    *tag = c->tag;
   }
   return 0;
 }
@@ -927,6 +945,7 @@ int bfc_walk(const bfc_pool_t *pool, bfc_walk_fn fn, void *ctx) {
       bfc_chunk_info_t info = {.addr = c->addr,
                                .size = c->size,
                                .requested = c->requested,
+                               .tag = c->state == BFC_FREE ? 0 : c->tag,
                                .region = i,
                                .state = c->state,
                                .region_start = c == pool->regions[i]->first};

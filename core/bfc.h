@@ -56,6 +56,7 @@ typedef struct bfc_chunk_info {
   uint64_t addr;      /* 256-aligned */
   uint64_t size;      /* multiple of 256 */
   uint64_t requested; /* bytes asked for (in-use or deferred); 0 when free */
+  unsigned tag;       /* bfc_alloc_tagged's tag (in-use or deferred); 0 when free */
   uint32_t region;    /* index of the region in address order */
   int state;          /* enum bfc_chunk_state */
   int region_start;   /* 1 iff this chunk is the first of its region */
@@ -107,6 +108,11 @@ void bfc_destroy(bfc_pool_t *pool);
  * locks. */
 int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr);
 
+/* bfc_alloc that also stores `tag` with the block (bfc_lookup_tagged and bfc_walk report it; the
+ * shim keeps the library that asked for the block there) and, on success, the block's chunk
+ * size in *held (may be NULL). Same errors and cost. */
+int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr, uint64_t *held);
+
 /* Frees the in-use block starting at addr for immediate reuse, coalescing it with free
  * address neighbours (never across regions). Fails with -ENOENT iff addr lies in no region of
  * the pool (not ours: the caller may pass it on); -EINVAL iff addr lies strictly inside an
@@ -153,6 +159,10 @@ int bfc_owns(const bfc_pool_t *pool, uint64_t addr);
  * locks. */
 int bfc_lookup(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
                uint64_t *requested);
+
+/* bfc_lookup that also stores the block's tag (bfc_alloc_tagged) in *tag (may be NULL). */
+int bfc_lookup_tagged(const bfc_pool_t *pool, uint64_t addr, uint64_t *base, uint64_t *size,
+                      uint64_t *requested, uint8_t *tag);
 
 /* O(1) snapshot of the byte counters a caller's retire or cuMemGetInfo logic needs: chunk
  * bytes in use, deferred, free (pool - in use - deferred) and reserved (pool_bytes). Any out

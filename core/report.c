@@ -108,6 +108,21 @@ static uint64_t available_frag_scaled(const view_t *v, uint64_t scale) {
   return ratio_scaled(v->available - v->largest, v->available, scale);
 }
 
+const char *report_verdict_name(int v) {
+  static const char *const names[REPORT_VERDICTS] = {"cap_full", "fragmentation", "device_full",
+                                                     "other_pools"};
+  return v >= 0 && v < REPORT_VERDICTS ? names[v] : "unknown";
+}
+
+uint64_t report_right_size(uint64_t peak, uint64_t driver) {
+  const uint64_t step = UINT64_C(2) << 20;
+  uint64_t need = peak + (driver == REPORT_UNKNOWN ? 0 : driver);
+  if (need < peak || need > UINT64_MAX - step) {
+    return UINT64_MAX;
+  }
+  return (need + step - 1) / step * step;
+}
+
 /* ---- Text ---- */
 
 typedef struct cell {
@@ -156,6 +171,64 @@ static void put_notes(strbuf_t *o, const report_run_t *run) {
   for (int i = 0; run != NULL && i < run->nnotes && i < REPORT_NOTES_MAX; i++) {
     strbuf_str(o, "  note: ");
     strbuf_printf(o, "%.*s\n", REPORT_NOTE_MAX - 1, run->notes[i]);
+  }
+}
+
+/* True iff library line i belongs under usage entry u: its device's first entry (so a run
+ * that lists a device twice still prints each line once). */
+static bool lib_under(const report_run_t *run, int i, int u) {
+  if (run->libs[i].device != run->usage[u].device) {
+    return false;
+  }
+  for (int k = 0; k < u; k++) {
+    if (run->usage[k].device == run->usage[u].device) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The per-library ledger, the driver's line, the right size and the refusals of each device. */
+static void put_usage_text(strbuf_t *o, const report_run_t *run) {
+  for (int u = 0; run != NULL && u < run->nusage && u < GPUCAP_MAX_DEVICES; u++) {
+    const report_usage_t *d = &run->usage[u];
+    strbuf_printf(o, "  device %d by library%*s%12s%14s\n", d->device, 21, "", "held", "peak held");
+    for (int i = 0; i < run->nlibs && i < REPORT_LIBS_MAX; i++) {
+      const report_lib_t *l = &run->libs[i];
+      if (lib_under(run, i, u)) {
+        char name[REPORT_LIB_NAME_MAX + 16];
+        snprintf(name, sizeof name, "%.*s%s", REPORT_LIB_NAME_MAX - 1, l->name,
+                 l->program ? " (program)" : "");
+        strbuf_printf(o, "    %-38.38s%12s%14s\n", name, size_cell(l->current).text,
+                      size_cell(l->peak).text);
+      }
+    }
+    strbuf_printf(o, "    %-38s%12s%14s\n", "total", size_cell(d->current).text,
+                  size_cell(d->peak).text);
+    strbuf_printf(o, "    %-38s%12s%14s\n", "driver and outside gpucap (measured)",
+                  d->driver == REPORT_UNKNOWN ? "?" : size_cell(d->driver).text, "-");
+    if (d->right_size == REPORT_UNKNOWN) {
+      strbuf_printf(o, "  device %d right-size: not known (the run was refused memory)\n",
+                    d->device);
+    } else {
+      strbuf_printf(o, "  device %d right-size: %s (peak held + driver, rounded up to 2 MiB)\n",
+                    d->device, size_cell(d->right_size).text);
+    }
+    uint64_t total = 0;
+    for (int v = 0; v < REPORT_VERDICTS; v++) {
+      total += d->refusals[v];
+    }
+    if (total > 0) {
+      strbuf_printf(o, "  device %d refusals: %" PRIu64, d->device, total);
+      const char *sep = " (";
+      for (int v = 0; v < REPORT_VERDICTS; v++) {
+        if (d->refusals[v] > 0) {
+          strbuf_printf(o, "%s%s %" PRIu64, sep, report_verdict_name(v), d->refusals[v]);
+          sep = ", ";
+        }
+      }
+      strbuf_str(o, ")\n");
+    }
   }
 }
 
@@ -226,6 +299,7 @@ size_t report_format_text(const report_row_t *rows, int n, const report_run_t *r
       break;
     }
   }
+  put_usage_text(&o, run);
   put_notes(&o, run);
   strbuf_finish(&o);
   errno = saved;
@@ -417,6 +491,48 @@ static void put_string_or_null(strbuf_t *o, const char *key, const char *s, size
   }
 }
 
+static void put_u64_or_null(strbuf_t *o, const char *key, uint64_t v) {
+  if (v == REPORT_UNKNOWN) {
+    strbuf_printf(o, ",\n      \"%s\": null", key);
+  } else {
+    put_key_u64(o, key, v);
+  }
+}
+
+/* "usage": per device, the per-library ledger, the driver's use, the right size, refusals. */
+static void put_usage_json(strbuf_t *o, const report_run_t *r) {
+  strbuf_str(o, ",\n  \"usage\": [");
+  for (int u = 0; u < r->nusage && u < GPUCAP_MAX_DEVICES; u++) {
+    const report_usage_t *d = &r->usage[u];
+    strbuf_printf(o, "%s\n    {\n      \"device\": %d,\n      \"libraries\": [", u == 0 ? "" : ",",
+                  d->device);
+    int k = 0;
+    for (int i = 0; i < r->nlibs && i < REPORT_LIBS_MAX; i++) {
+      const report_lib_t *l = &r->libs[i];
+      if (!lib_under(r, i, u)) {
+        continue;
+      }
+      strbuf_str(o, k++ == 0 ? "\n        {\"name\": " : ",\n        {\"name\": ");
+      put_json_string(o, l->name, sizeof l->name);
+      strbuf_printf(
+          o, ", \"program\": %s, \"held_bytes\": %" PRIu64 ", \"peak_held_bytes\": %" PRIu64 "}",
+          l->program ? "true" : "false", l->current, l->peak);
+    }
+    strbuf_str(o, k > 0 ? "\n      ]" : "]");
+    put_key_u64(o, "held_bytes", d->current);
+    put_key_u64(o, "peak_held_bytes", d->peak);
+    put_u64_or_null(o, "driver_bytes", d->driver);
+    put_u64_or_null(o, "right_size_bytes", d->right_size);
+    strbuf_str(o, ",\n      \"refusals\": {");
+    for (int v = 0; v < REPORT_VERDICTS; v++) {
+      strbuf_printf(o, "%s\"%s\": %" PRIu64, v == 0 ? "" : ", ", report_verdict_name(v),
+                    d->refusals[v]);
+    }
+    strbuf_str(o, "}\n    }");
+  }
+  strbuf_str(o, r->nusage > 0 ? "\n  ]" : "]");
+}
+
 /* What a NULL run stands for: nothing known. Never written (zero-filled in .bss, not stored in
  * the object file as a const would be). */
 static report_run_t unknown_run;
@@ -473,6 +589,7 @@ static void put_run(strbuf_t *o, const report_run_t *run) {
     put_json_string(o, r->notes[i], sizeof r->notes[i]);
   }
   strbuf_str(o, r->nnotes > 0 ? "\n  ]" : "]");
+  put_usage_json(o, r);
 }
 
 size_t report_format_json(const report_row_t *rows, int n, const report_run_t *run, char *buf,

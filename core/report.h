@@ -34,17 +34,23 @@
 #define REPORT_JOB_VALUE_MAX 128
 #define REPORT_NOTES_MAX 8
 #define REPORT_NOTE_MAX 256
+#define REPORT_LIBS_MAX 96 /* lines of the per-library ledger, all devices together */
+#define REPORT_LIB_NAME_MAX 64
+#define REPORT_VERDICTS 4 /* kinds of refusal: report_verdict_name */
 
 /* Bytes that always hold the full text or JSON report of n rows, NUL included, whatever the
  * rows and the run hold and for a GPUCAP_VERSION under 100 characters
  * (tests/unit/test_report.c checks both against worst-case rows and runs). */
-#define REPORT_TEXT_MAX(n) (1536 + 320 * (size_t)(n) + REPORT_NOTES_MAX * (REPORT_NOTE_MAX + 16))
+#define REPORT_TEXT_MAX(n)                                                                         \
+  (1536 + 320 * (size_t)(n) + REPORT_NOTES_MAX * (REPORT_NOTE_MAX + 16) +                          \
+   REPORT_LIBS_MAX * (REPORT_LIB_NAME_MAX + 64) + GPUCAP_MAX_DEVICES * 640)
 #define REPORT_JSON_MAX(n) (REPORT_RUN_JSON_MAX + 1920 * (size_t)(n))
 #define REPORT_RUN_JSON_MAX                                                                        \
   (1024 + 6 * REPORT_HOST_MAX + 10 * REPORT_COMMAND_MAX +                                          \
    GPUCAP_MAX_DEVICES * (6 * REPORT_GPU_NAME_MAX + 6 * REPORT_UUID_MAX + 64) +                     \
    REPORT_JOB_MAX * (6 * REPORT_JOB_KEY_MAX + 6 * REPORT_JOB_VALUE_MAX + 16) +                     \
-   REPORT_NOTES_MAX * (6 * REPORT_NOTE_MAX + 16))
+   REPORT_NOTES_MAX * (6 * REPORT_NOTE_MAX + 16) +                                                 \
+   REPORT_LIBS_MAX * (6 * REPORT_LIB_NAME_MAX + 192) + GPUCAP_MAX_DEVICES * 640)
 
 /* A device as the driver described it while the program ran. */
 typedef struct report_gpu {
@@ -52,6 +58,33 @@ typedef struct report_gpu {
   char name[REPORT_GPU_NAME_MAX]; /* "" when unknown */
   char uuid[REPORT_UUID_MAX];     /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", "" when unknown */
 } report_gpu_t;
+
+/* One library's bytes on one device (the per-library ledger). */
+typedef struct report_lib {
+  int device;
+  int program;                    /* nonzero: the program's own executable */
+  char name[REPORT_LIB_NAME_MAX]; /* "libcublas", the program's name, "unknown" */
+  uint64_t current, peak;         /* bytes it holds at exit, and at most */
+} report_lib_t;
+
+/* A device's totals: what the program held, the driver's own use, the right size, the
+ * refusals by verdict. */
+typedef struct report_usage {
+  int device;
+  uint64_t current, peak; /* held by the program (the libraries' sum) at exit, and at most */
+  uint64_t driver;        /* device memory in use outside gpucap's charges; REPORT_UNKNOWN */
+  uint64_t right_size;    /* the smallest cap that would have let the run finish;
+                           * REPORT_UNKNOWN when the run was refused memory */
+  uint64_t refusals[REPORT_VERDICTS];
+} report_usage_t;
+
+/* The name of refusal verdict v (0..REPORT_VERDICTS-1): "cap_full", "fragmentation",
+ * "device_full", "other_pools"; "unknown" otherwise. */
+const char *report_verdict_name(int v);
+
+/* The right size for a run that held at most `peak` bytes while the driver used `driver`
+ * (REPORT_UNKNOWN: not measured, counted as 0): their sum rounded up to a multiple of 2 MiB. */
+uint64_t report_right_size(uint64_t peak, uint64_t driver);
 
 /* The process the report is about. Every field may be left zero: unknown. */
 typedef struct report_run {
@@ -70,6 +103,10 @@ typedef struct report_run {
   report_gpu_t gpus[GPUCAP_MAX_DEVICES];
   int nnotes; /* what the report could not include, and why */
   char notes[REPORT_NOTES_MAX][REPORT_NOTE_MAX];
+  int nlibs; /* the per-library ledger, by device */
+  report_lib_t libs[REPORT_LIBS_MAX];
+  int nusage; /* one per device that held memory or was refused, in device order */
+  report_usage_t usage[GPUCAP_MAX_DEVICES];
 } report_run_t;
 
 /* One pool as it stands at exit. */

@@ -32,6 +32,7 @@ typedef struct charge {
   CUcontext ctx;
   int dev;
   int kind; /* the owner's */
+  int lib;  /* the library charged in the ledger (shim/ledger.h) */
 } charge_t;
 
 /* An entry held across a driver call (opaque). */

@@ -8,6 +8,7 @@
 #include "shim/check.h"
 #include "shim/exit.h"
 #include "shim/fork.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
@@ -73,7 +74,6 @@ static struct ctx *create(CUcontext handle, int dev) {
     c->dev = dev;
     c->index = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
     atomic_store_explicit(&c->dying, false, memory_order_relaxed);
-    c->oom_streak = 0;
     int made = pool_open(&c->pool, dev, &setup);
     pthread_mutex_unlock(&c->lock);
     if (made != 0) {
@@ -179,6 +179,14 @@ void ctx_dying(CUcontext handle, bool dying) {
   }
 }
 
+/* The ledger's share of a block still held when its pool goes (shim/ledger.h). */
+static int unledger(void *arg, const bfc_chunk_info_t *k) {
+  if (k->state == BFC_IN_USE) {
+    ledger_sub(*(const int *)arg, (int)k->tag, k->size);
+  }
+  return 0;
+}
+
 /* Forgets c's pool, keeping its figures for the exit report: its regions went with its
  * context, so the pool only returns charges. Registry lock held. */
 static void drop(struct ctx *c) {
@@ -193,6 +201,7 @@ static void drop(struct ctx *c) {
                                        .stats = st,
                                        .largest_request = pool_largest_request(&c->pool, &st)};
     }
+    bfc_walk(c->pool.bfc, unledger, &c->dev);
     pool_close(&c->pool);
     log_msg(LOG_DEBUG, "device %d: context destroyed, its pool dropped", c->dev);
   }

@@ -11,6 +11,7 @@
 #include "shim/cap.h"
 #include "shim/capture.h"
 #include "shim/check.h"
+#include "shim/ledger.h"
 #include "shim/oom.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
@@ -124,13 +125,39 @@ static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, 
   trace_note(action, c->dev, action == TRACE_ALLOC ? addr : 0, bytes, held);
 }
 
+/* Judges, counts and reports a refusal of the pool (facts as the pool saw them; pool_idle: the
+ * bytes it held from the driver that the program did not) once its lock is dropped: the
+ * device's other pools are looked at now. */
+static void oom_refused(oom_facts_t *f, uint64_t rank, uint64_t pool_idle, const char *report,
+                        size_t len) {
+  uint64_t idle = ctx_idle_bytes(f->dev);
+  f->cap = cap_limit(f->dev, 0);
+  f->charged = cap_used(f->dev);
+  f->others_idle = idle > pool_idle ? idle - pool_idle : 0;
+  enum oom_verdict v = oom_judge(f);
+  oom_tally(f->dev, v);
+  oom_print(rank, f, v, report, len);
+}
+
+/* The driver's use of dev outside gpucap's charges, measured once per device at its first
+ * pooled allocation (and again at each cuMemGetInfo: shim/memory.c). No lock held. */
+static void measure_driver(int dev) {
+  size_t free_b = 0, total = 0;
+  if (ledger_driver_bytes(dev) == UINT64_MAX && real.cuMemGetInfo_v2 &&
+      real.cuMemGetInfo_v2(&free_b, &total) == CUDA_SUCCESS) {
+    ledger_measure_driver(dev, free_b, total, cap_used(dev));
+  }
+}
+
 CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult rc;
   struct ctx *c = ctx_current(&rc);
   if (!c) {
     return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
   }
-  uint64_t addr = 0;
+  int lib = ledger_caller();
+  measure_driver(c->dev);
+  uint64_t addr = 0, held = 0;
   int err;
   pthread_mutex_lock(&c->lock);
   c->pool.driver_full = false;
@@ -150,7 +177,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     bool due = can_sync && tries == 0 && deferred > 0 && deferred >= free_b / 4;
     if (!due) {
       c->pool.last_driver_rc = CUDA_SUCCESS;
-      err = bfc_alloc(c->pool.bfc, bytes, &addr);
+      err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
       if (err == -ENOMEM && !trimmed_others) {
         /* Other contexts' pools on this device may hold fully free regions under the same
          * cap, and stream-ordered frees not yet reached by their streams hold charges they are
@@ -183,32 +210,36 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     }
   }
   static _Thread_local char oom_text[8192];
-  bfc_stats_t oom_stats;
-  bool print_oom = false;
+  bool refused = err == -ENOMEM || err == -EAGAIN;
+  uint64_t rank = 0, pool_idle = 0;
+  oom_facts_t facts = {.dev = c->dev,
+                       .bytes = bytes,
+                       .driver_full = c->pool.driver_full,
+                       .others_hold = c->pool.others_hold};
   if (err == 0) {
-    c->oom_streak = 0;
     *dptr = addr;
-  } else if (err == -ENOMEM || err == -EAGAIN) {
-    print_oom = c->oom_streak++ == 0;
-    if (print_oom) {
+  } else if (refused) {
+    bfc_stats_t st;
+    bfc_stats(c->pool.bfc, &st);
+    facts.free_bytes = st.free_bytes;
+    facts.largest = st.largest_free_block_bytes;
+    pool_idle = st.pool_bytes - st.bytes_in_use;
+    rank = oom_rank();
+    if (oom_wants_report(rank)) {
       bfc_format_report(c->pool.bfc, bytes, oom_text, sizeof oom_text);
-      bfc_stats(c->pool.bfc, &oom_stats);
     }
   }
   CUresult driver_rc = c->pool.last_driver_rc;
-  bool driver_full = c->pool.driver_full;
-  uint64_t others_hold = c->pool.others_hold;
   int dev = c->dev;
   trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
+    ledger_add(dev, lib, held);
     return CUDA_SUCCESS;
   }
-  if (print_oom) {
-    oom_print(dev, bytes, oom_text, sizeof oom_text, &oom_stats, driver_full, others_hold);
-  }
-  if (err == -ENOMEM || err == -EAGAIN) {
+  if (refused) {
+    oom_refused(&facts, rank, pool_idle, oom_wants_report(rank) ? oom_text : NULL, sizeof oom_text);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   return driver_rc != CUDA_SUCCESS ? driver_rc : CUDA_ERROR_UNKNOWN;
@@ -246,12 +277,17 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
     return false; /* its context was destroyed meanwhile: the driver answers */
   }
   uint64_t held = 0;
-  bfc_lookup(c->pool.bfc, ptr, NULL, &held, &requested);
+  uint8_t lib = 0;
+  bfc_lookup_tagged(c->pool.bfc, ptr, NULL, &held, &requested, &lib);
   int err = bfc_free_deferred(c->pool.bfc, ptr);
+  int dev = c->dev;
   if (err == 0) {
-    trace_note(TRACE_FREE, c->dev, ptr, requested, held);
+    trace_note(TRACE_FREE, dev, ptr, requested, held);
   }
   pthread_mutex_unlock(&c->lock);
+  if (err == 0) {
+    ledger_sub(dev, lib, held);
+  }
   trace_poll();
   if (err == -ENOENT) {
     return false;

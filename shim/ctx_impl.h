@@ -19,7 +19,6 @@ struct ctx {
   /* The driver is destroying the context: it may free the regions and hand their addresses
    * out again before gpucap learns the outcome, so other threads leave this object alone. */
   atomic_bool dying;
-  unsigned oom_streak; /* failures since the last success: report only the first */
   pool_t pool;
 };
 

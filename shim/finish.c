@@ -15,7 +15,9 @@
 #include "shim/exit.h"
 #include "shim/fork.h"
 #include "shim/ipc.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
+#include "shim/oom.h"
 #include "shim/passthru.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
@@ -97,6 +99,41 @@ static void add_passthrough(int dev) {
   add_row(dev, 0, &s, 0, false, 0);
 }
 
+static void add_lib(void *arg, const struct ledger_line *l) {
+  report_run_t *run = arg;
+  if (run->nlibs < REPORT_LIBS_MAX) {
+    report_lib_t *x = &run->libs[run->nlibs++];
+    x->device = l->dev;
+    x->program = l->program;
+    snprintf(x->name, sizeof x->name, "%s", l->name);
+    x->current = l->current;
+    x->peak = l->peak;
+  }
+}
+
+/* The per-library ledger, the driver's use, the right size and the refusals of each device
+ * that held memory or was refused. */
+static void add_usage(report_run_t *run) {
+  run->nlibs = 0;
+  run->nusage = 0;
+  ledger_each(add_lib, run);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    report_usage_t u = {.device = dev};
+    uint64_t refused = 0;
+    for (int v = 0; v < OOM_VERDICTS; v++) {
+      u.refusals[v] = oom_refusals(dev, (enum oom_verdict)v);
+      refused += u.refusals[v];
+    }
+    ledger_total(dev, &u.current, &u.peak);
+    if (u.peak == 0 && refused == 0) {
+      continue;
+    }
+    u.driver = ledger_driver_bytes(dev) == UINT64_MAX ? REPORT_UNKNOWN : ledger_driver_bytes(dev);
+    u.right_size = refused > 0 ? REPORT_UNKNOWN : report_right_size(u.peak, u.driver);
+    run->usage[run->nusage++] = u;
+  }
+}
+
 /* Writes a whole report file, or leaves it empty after one warning: never a cut one. */
 static void write_file(const char *setting, const char *path, const char *buf, size_t len) {
   char full[PATH_MAX];
@@ -122,6 +159,7 @@ static void report(const char *ended_by) {
   bool written = false;
   report_run_t *run = exit_run();
   runinfo_fill(run, ended_by);
+  add_usage(run);
   if (cfg->report.kind != CFG_DEST_OFF) {
     size_t n = report_format_text(rows, nrows, run, text, sizeof text);
     n = n < sizeof text ? n : sizeof text - 1;

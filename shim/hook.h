@@ -7,12 +7,15 @@
 
 #include "shim/export.h"
 #include "shim/init.h"
+#include "shim/ledger.h"
 #include "shim/real.h"
 
-/* The first statement of a hook: returns `rc` from it unless gpucap has started and `needed`
- * (the driver entry points the hook calls, e.g. real.cuMemAlloc_v2) holds. */
+/* The first statement of a hook: remembers its caller for the ledger (shim/ledger.h), then
+ * returns `rc` from it unless gpucap has started and `needed` (the driver entry points the hook
+ * calls, e.g. real.cuMemAlloc_v2) holds. */
 #define HOOK_PROLOGUE_OR(rc, needed)                                                               \
   do {                                                                                             \
+    LEDGER_ENTER();                                                                                \
     if (!init_ready(NULL) || !(needed)) {                                                          \
       return (rc);                                                                                 \
     }                                                                                              \

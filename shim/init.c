@@ -3,6 +3,7 @@
  */
 #include "shim/init.h"
 
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/real.h"
 #include "shim/settings.h"
@@ -15,6 +16,7 @@ static atomic_bool ready;
 
 static void start(void) {
   settings_get();
+  ledger_init();
   log_msg(LOG_DEBUG, "driver adopted: %s", real_driver_name());
 }
 

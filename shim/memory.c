@@ -10,6 +10,7 @@
 #include "shim/ctx.h"
 #include "shim/hook.h"
 #include "shim/ipc.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/memory.h"
 #include "shim/passthru.h"
@@ -103,6 +104,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
+    ledger_measure_driver(dev, f, t, cap_used(dev));
     cap_view(dev, ctx_idle_bytes(dev), t, &f, &t);
     *freeBytes = (size_t)f;
     *totalBytes = (size_t)t;

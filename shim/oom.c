@@ -1,42 +1,132 @@
-/* The out-of-memory message and its hint (see shim/oom.h). */
+/* The out-of-memory verdict and messages (see shim/oom.h). */
 #include "shim/oom.h"
 
+#include "core/report.h"
 #include "shim/cap.h"
+#include "shim/fork.h"
 #include "shim/log.h"
+#include "shim/settings.h"
 
+#include <stdatomic.h>
+
+_Static_assert(OOM_VERDICTS == REPORT_VERDICTS, "the report names every verdict");
+#include <stdio.h>
 #include <string.h>
 
-/* The setting that would help. driver_full: the driver itself refused a region for want of
- * memory (then the device is full, whatever the cap). */
-static void hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_full,
-                 uint64_t others_hold) {
-  uint64_t cap = cap_limit(dev, 0);
-  if (s->free_bytes >= bytes && s->largest_free_block_bytes < bytes) {
-    log_msg(LOG_INFO, "hint: enough memory is free but fragmented; GPUCAP_ALLOW_GROWTH=false "
-                      "preallocates one region and fragments less");
-  } else if (driver_full && others_hold > 0) {
-    log_msg(LOG_INFO,
-            "hint: device %d is full: other processes hold %.1f MiB (%llu bytes, the "
-            "driver's own memory included), below the cap",
-            dev, (double)others_hold / 1048576.0, (unsigned long long)others_hold);
-  } else if (driver_full) {
-    log_msg(LOG_INFO,
-            "hint: device %d itself is out of memory (the driver refused it, below "
-            "the cap): other processes or allocations outside gpucap's pools hold the rest",
-            dev);
-  } else if (cap != CAP_NONE) {
-    log_msg(LOG_INFO,
-            "hint: the cap on device %d is %llu bytes; raise GPUCAP_MEMORY_LIMIT or "
-            "GPUCAP_MEMORY_FRACTION if the device has room",
-            dev, (unsigned long long)cap);
-  } else {
-    log_msg(LOG_INFO, "hint: device %d itself is out of memory (no cap is set)", dev);
+static atomic_uint_fast64_t refusals;
+static _Atomic uint64_t counts[GPUCAP_MAX_DEVICES][OOM_VERDICTS];
+
+enum oom_verdict oom_judge(const oom_facts_t *f) {
+  if (f->driver_full || f->cap == CAP_NONE) {
+    return OOM_DEVICE_FULL;
+  }
+  uint64_t headroom = f->cap > f->charged ? f->cap - f->charged : 0;
+  uint64_t here = f->free_bytes > UINT64_MAX - headroom ? UINT64_MAX : f->free_bytes + headroom;
+  if (here >= f->bytes && f->largest < f->bytes && headroom < f->bytes) {
+    return OOM_FRAGMENTED;
+  }
+  if (f->others_idle > 0 && f->others_idle >= f->bytes - (here < f->bytes ? here : f->bytes)) {
+    return OOM_OTHER_POOLS;
+  }
+  return OOM_CAP_FULL;
+}
+
+const char *oom_verdict_name(enum oom_verdict v) {
+  return report_verdict_name((int)v);
+}
+
+uint64_t oom_rank(void) {
+  return atomic_fetch_add_explicit(&refusals, 1, memory_order_relaxed);
+}
+
+void oom_tally(int dev, enum oom_verdict v) {
+  if (dev >= 0 && dev < GPUCAP_MAX_DEVICES && (unsigned)v < OOM_VERDICTS) {
+    atomic_fetch_add_explicit(&counts[dev][v], 1, memory_order_relaxed);
   }
 }
 
-void oom_print(int dev, size_t bytes, const char *report, size_t len, const bfc_stats_t *s,
-               bool driver_full, uint64_t others_hold) {
-  log_msg(LOG_WARN, "device %d: out of memory allocating %zu bytes under the cap", dev, bytes);
-  log_write_raw(report, strnlen(report, len));
-  hint(dev, bytes, s, driver_full, others_hold);
+static bool quiet(void) {
+  return settings_get()->report.kind == CFG_DEST_OFF;
 }
+
+bool oom_wants_report(uint64_t rank) {
+  return rank == 0 && !quiet();
+}
+
+uint64_t oom_refusals(int dev, enum oom_verdict v) {
+  return atomic_load_explicit(&counts[dev][v], memory_order_relaxed);
+}
+
+/* The verdict in words, with the one action that would help. */
+static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap) {
+  char a[REPORT_SIZE_MAX], b[REPORT_SIZE_MAX];
+  switch (v) {
+  case OOM_FRAGMENTED:
+    report_format_size(f->free_bytes, a, sizeof a);
+    report_format_size(f->largest, b, sizeof b);
+    snprintf(buf, cap,
+             "fragmentation: %s is free under the cap but the largest free piece is %s; "
+             "preallocate one region (GPUCAP_ALLOW_GROWTH=false) or allocate the large "
+             "blocks first",
+             a, b);
+    break;
+  case OOM_DEVICE_FULL:
+    if (f->others_hold > 0) {
+      report_format_size(f->others_hold, a, sizeof a);
+      snprintf(buf, cap,
+               "device %d is full: other processes hold %s (the driver's own memory "
+               "included), below the cap; run where the device has room",
+               f->dev, a);
+    } else {
+      snprintf(buf, cap,
+               "device full: the driver refused below the cap, so other processes (or memory "
+               "outside gpucap) hold the device; run where the device has room");
+    }
+    break;
+  case OOM_OTHER_POOLS:
+    report_format_size(f->others_idle, a, sizeof a);
+    snprintf(buf, cap,
+             "other contexts' pools: %s sits idle in the pools of other contexts on device %d "
+             "and could not be returned (blocks still live in their regions); free those blocks "
+             "or use one context per device",
+             a, f->dev);
+    break;
+  default:
+    report_format_size(f->charged, a, sizeof a);
+    report_format_size(f->cap, b, sizeof b);
+    snprintf(buf, cap,
+             "cap full: %s of the %s cap is held by live allocations; raise the cap (--limit, "
+             "GPUCAP_MEMORY_LIMIT) or free memory",
+             a, b);
+    break;
+  }
+}
+
+void oom_print(uint64_t rank, const oom_facts_t *f, enum oom_verdict v, const char *report,
+               size_t len) {
+  if (rank > OOM_SUMMARIES + 1 || quiet()) {
+    return;
+  }
+  char text[512];
+  why(f, v, text, sizeof text);
+  if (rank == 0) {
+    log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes under the cap", f->dev,
+            (unsigned long long)f->bytes);
+    if (report != NULL) {
+      log_write_raw(report, strnlen(report, len));
+    }
+    log_msg(LOG_WARN, "verdict: %s", text);
+  } else if (rank <= OOM_SUMMARIES) {
+    log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes: %s", f->dev,
+            (unsigned long long)f->bytes, text);
+  } else {
+    log_msg(LOG_WARN, "further refusals are not printed; the exit report counts them");
+  }
+}
+
+/* A fork child starts with no refusal of its own. */
+static void fork_child(void) {
+  atomic_store(&refusals, 0);
+  memset(counts, 0, sizeof counts);
+}
+FORK_CHILD(fork_child)

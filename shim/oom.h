@@ -1,6 +1,10 @@
-/* What gpucap prints when a pool refuses an allocation: one warning, the pool's memory-state
- * report and the setting that would help. Makes no driver call (the cap is cached by then) and
- * takes no lock; the caller prints once per burst of failures.
+/* What gpucap says when it refuses an allocation: a verdict (why it was refused) with the one
+ * action that would help. The first refusal of the process prints the whole picture (the
+ * warning, the pool's memory-state report, the verdict and the action); each of the next
+ * OOM_SUMMARIES refusals one line; then one line saying the rest are only counted (the exit
+ * report has them). GPUCAP_REPORT=off (`gpucap run --quiet`) prints none of it. The counts per
+ * device and verdict are kept for the exit report. Thread-safe: atomics only, no lock, no
+ * driver call.
  */
 #ifndef GPUCAP_SHIM_OOM_H
 #define GPUCAP_SHIM_OOM_H
@@ -11,12 +15,53 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Prints the refusal of `bytes` on device dev: the warning, report (the pool's
- * bfc_format_report text, NUL-terminated within len) and a hint chosen from s (the pool's
- * stats then), driver_full (the driver itself refused a region for want of memory, or the
- * device's free memory was less than the region) and others_hold (then: what other processes
- * and the driver held, when known; else 0). */
-void oom_print(int dev, size_t bytes, const char *report, size_t len, const bfc_stats_t *s,
-               bool driver_full, uint64_t others_hold);
+#define OOM_SUMMARIES 32
+
+enum oom_verdict {
+  OOM_CAP_FULL,    /* the cap is full of live allocations */
+  OOM_FRAGMENTED,  /* enough bytes are free under the cap, no piece is large enough */
+  OOM_DEVICE_FULL, /* the driver refused below the cap: the device itself is full */
+  OOM_OTHER_POOLS, /* other contexts' pools hold idle memory that could not be returned */
+  OOM_VERDICTS
+};
+
+/* What the refusal of `bytes` on device dev saw. */
+typedef struct oom_facts {
+  int dev;
+  uint64_t bytes;       /* the request */
+  uint64_t cap;         /* the device's cap, or CAP_NONE */
+  uint64_t charged;     /* bytes charged to the device then */
+  uint64_t free_bytes;  /* free in the refusing pool (0 for pass-through) */
+  uint64_t largest;     /* its largest free piece (0 for pass-through) */
+  uint64_t others_idle; /* idle bytes in the device's other pools */
+  bool driver_full;     /* the driver itself refused for want of memory, or the device's free
+                         * memory was less than the region */
+  uint64_t others_hold; /* then: what other processes and the driver held, when known; else 0 */
+} oom_facts_t;
+
+/* The verdict for f. Pure. */
+enum oom_verdict oom_judge(const oom_facts_t *f);
+
+/* The verdict's name in the JSON report and the trace ("cap_full", "fragmentation",
+ * "device_full", "other_pools"). */
+const char *oom_verdict_name(enum oom_verdict v);
+
+/* Counts one refusal and returns its rank in the process (0 for the first). */
+uint64_t oom_rank(void);
+
+/* Counts a refusal of device dev under verdict v (for the exit report). */
+void oom_tally(int dev, enum oom_verdict v);
+
+/* True iff the refusal of rank `rank` prints the full memory-state report (the caller then
+ * formats it while it holds the pool). */
+bool oom_wants_report(uint64_t rank);
+
+/* Prints what the refusal of rank `rank` prints: report (bfc_format_report text, NUL-
+ * terminated within len; NULL for none) only for the first. */
+void oom_print(uint64_t rank, const oom_facts_t *f, enum oom_verdict v, const char *report,
+               size_t len);
+
+/* Refusals of device dev with verdict v so far. */
+uint64_t oom_refusals(int dev, enum oom_verdict v);
 
 #endif

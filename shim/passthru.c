@@ -9,7 +9,9 @@
 #include "shim/cap.h"
 #include "shim/check.h"
 #include "shim/fork.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
+#include "shim/oom.h"
 #include "shim/pending.h"
 #include "shim/real.h"
 #include "shim/trace.h"
@@ -43,6 +45,7 @@ static void forget_block(uint64_t ptr, const charge_t *e, uint64_t ticket) {
   CHECK_DEVICE(e->dev);
   atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
   atomic_fetch_add(&counters[e->dev].frees, 1);
+  ledger_sub(e->dev, e->lib, e->bytes);
   trace_fill(ticket, TRACE_FREE, e->dev, ptr, e->bytes, e->bytes);
 }
 
@@ -54,12 +57,14 @@ static void credit_block(uint64_t ptr, const charge_t *e) {
 
 static void credit_array(uint64_t handle, const charge_t *e) {
   (void)handle;
+  ledger_sub(e->dev, e->lib, e->bytes);
   cap_credit(e->dev, e->bytes);
 }
 
 CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
                         passthru_free_fn driver_free, void *arg) {
-  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev, .kind = (int)kind}, old;
+  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev, .kind = (int)kind, .lib = ledger_caller()},
+           old;
   if (kind == PASSTHRU_CONTEXT) {
     real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
   }
@@ -74,6 +79,7 @@ CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kin
     credit_block(ptr, &old); /* freed in a way gpucap did not see */
   }
   count_alloc(dev, bytes);
+  ledger_add(dev, e.lib, bytes);
   trace_note(TRACE_ALLOC, dev, ptr, bytes, bytes);
   trace_poll();
   return CUDA_SUCCESS;
@@ -109,9 +115,11 @@ CUresult passthru_refuse(int dev, uint64_t bytes) {
   atomic_fetch_add(&counters[dev].ooms, 1);
   trace_note(TRACE_ALLOC_FAILURE, dev, 0, bytes, 0);
   trace_poll();
-  log_msg(LOG_DEBUG, "device %d: %llu bytes refused: %llu of %llu in use", dev,
-          (unsigned long long)bytes, (unsigned long long)cap_used(dev),
-          (unsigned long long)cap_limit(dev, 0));
+  /* The pools' idle regions were given back before the refusal (ctx_admit). */
+  oom_facts_t f = {.dev = dev, .bytes = bytes, .cap = cap_limit(dev, 0), .charged = cap_used(dev)};
+  enum oom_verdict v = oom_judge(&f);
+  oom_tally(dev, v);
+  oom_print(oom_rank(), &f, v, NULL, 0);
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -158,11 +166,14 @@ CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void 
 }
 
 bool passthru_remember_array(uint64_t handle, int dev, uint64_t bytes) {
-  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev}, stale;
+  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev, .lib = ledger_caller()}, stale;
   real.cuCtxGetCurrent(&e.ctx);
   int put = charges_put(&arrays, handle, &e, &stale);
   if (put > 0) {
-    cap_credit(stale.dev, stale.bytes);
+    credit_array(handle, &stale);
+  }
+  if (put >= 0) {
+    ledger_add(dev, e.lib, bytes);
   }
   return put >= 0;
 }
@@ -173,7 +184,7 @@ CUresult passthru_destroy_array(uint64_t handle, CUresult (*destroy)(uint64_t ha
   charge_hold_t *held = handle ? charges_hold(&arrays, handle) : NULL;
   CUresult rc = destroy(handle, arg);
   if (charges_settle(&arrays, handle, held, rc == CUDA_SUCCESS, &e)) {
-    cap_credit(e.dev, e.bytes);
+    credit_array(handle, &e);
   }
   return rc;
 }

@@ -20,6 +20,7 @@
 #include "shim/fork.h"
 #include "shim/ctx.h"
 #include "shim/hook.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
 #include "shim/real.h"
@@ -31,6 +32,7 @@
 struct phys {
   uint64_t bytes;
   int dev;
+  int lib;     /* the library charged in the ledger (shim/ledger.h) */
   int refs;    /* handle references: cuMemCreate, cuMemRetainAllocationHandle */
   int maps;    /* live mappings */
   int pins;    /* driver calls in flight that name this handle */
@@ -102,8 +104,9 @@ static uint64_t settle(struct phys *p, uint64_t handle) {
 }
 
 /* Credits what settle() released. Lock not held. */
-static void credit(int dev, uint64_t bytes) {
+static void credit(int dev, int lib, uint64_t bytes) {
   if (bytes) {
+    ledger_sub(dev, lib, bytes);
     cap_credit(dev, bytes);
     log_msg(LOG_TRACE, "device %d: %llu bytes of VMM memory freed", dev, (unsigned long long)bytes);
   }
@@ -126,7 +129,7 @@ static void unpin(struct phys *p, uint64_t handle, bool done, int delta_refs, in
   if (!p) {
     return;
   }
-  int dev = p->dev;
+  int dev = p->dev, lib = p->lib, dev2 = 0, lib2 = 0;
   uint64_t bytes = 0, bytes2 = 0;
   pthread_mutex_lock(&lock);
   p->pins--;
@@ -135,13 +138,15 @@ static void unpin(struct phys *p, uint64_t handle, bool done, int delta_refs, in
     now->refs += delta_refs;
     now->maps += delta_maps;
     if (now != p) {
-      dev = now->dev;
+      dev2 = now->dev;
+      lib2 = now->lib;
       bytes2 = settle(now, handle);
     }
   }
   bytes = settle(p, handle);
   pthread_mutex_unlock(&lock);
-  credit(dev, bytes + bytes2);
+  credit(dev, lib, bytes);
+  credit(dev2, lib2, bytes2);
 }
 
 GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
@@ -166,8 +171,9 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     cap_credit(dev, size);
     return rc;
   }
+  int lib = ledger_caller();
   struct phys *p = malloc(sizeof *p);
-  int old_dev = 0;
+  int old_dev = 0, old_lib = 0;
   uint64_t old_bytes = 0;
   pthread_mutex_lock(&lock);
   bool ok = p && room(&handles);
@@ -178,16 +184,18 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
       addrmap_take(&handles, *handle);
       old->stored = false;
       old_dev = old->dev;
+      old_lib = old->lib;
       old_bytes = old->bytes;
       if (old->pins == 0) {
         free(old);
       }
     }
-    *p = (struct phys){.bytes = size, .dev = dev, .refs = 1, .stored = true};
+    *p = (struct phys){.bytes = size, .dev = dev, .lib = lib, .refs = 1, .stored = true};
     addrmap_put(&handles, *handle, p);
+    ledger_add(dev, lib, size);
   }
   pthread_mutex_unlock(&lock);
-  credit(old_dev, old_bytes);
+  credit(old_dev, old_lib, old_bytes);
   if (!ok) {
     free(p);
     real.cuMemRelease(*handle);
@@ -219,7 +227,7 @@ static void adopt_begin(void) {
  * that handle, if any; then the records that dropped to nothing meanwhile are credited (at most
  * a few per call). */
 static void adopt(CUresult rc, const CUmemGenericAllocationHandle *handle) {
-  int devs[16];
+  int devs[16], libs[16];
   uint64_t bytes[16];
   int n = 0;
   pthread_mutex_lock(&lock);
@@ -236,6 +244,7 @@ static void adopt(CUresult rc, const CUmemGenericAllocationHandle *handle) {
         break; /* the rest at the next retain; they stay charged meanwhile */
       }
       devs[n] = q->dev;
+      libs[n] = q->lib;
       bytes[n++] = settle(q, s->key);
       i--; /* addrmap_take shifted a later entry into this slot */
     }
@@ -245,7 +254,7 @@ static void adopt(CUresult rc, const CUmemGenericAllocationHandle *handle) {
   }
   pthread_mutex_unlock(&lock);
   for (int k = 0; k < n; k++) {
-    credit(devs[k], bytes[k]);
+    credit(devs[k], libs[k], bytes[k]);
   }
 }
 
@@ -281,7 +290,7 @@ GPUCAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     return rc;
   }
   bool tracked = false;
-  int stale_dev = 0;
+  int stale_dev = 0, stale_lib = 0;
   uint64_t stale_bytes = 0;
   if (rc == CUDA_SUCCESS) {
     pthread_mutex_lock(&lock);
@@ -295,6 +304,7 @@ GPUCAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         if (q) {
           q->maps--;
           stale_dev = q->dev;
+          stale_lib = q->lib;
           stale_bytes = settle(q, stale->handle);
         }
         if (stale->holds == 0) {
@@ -306,7 +316,7 @@ GPUCAP_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
       tracked = true;
     }
     pthread_mutex_unlock(&lock);
-    credit(stale_dev, stale_bytes);
+    credit(stale_dev, stale_lib, stale_bytes);
   }
   if (!tracked) {
     free(m);

@@ -26,8 +26,10 @@ is "$(field "$out" full_free)" 0 "free is 0 when the cap is used up, not an unde
 is "$(field "$out" full_rc)" 0 "get-info never errors past the cap"
 is "$(field "$out" after_free)" $GiB "frees give the cap back"
 is "$(field "$out" burst_rc)" 2,2 "the next two attempts fail the same way"
-is "$(grep -c '^gpucap: warning: device 0: out of memory' "$WORK/err")" 1 \
-  "one memory-state report for the burst of three failures, not one per call"
+is "$(grep -c '^gpucap: warning: device 0: out of memory allocating [0-9]* bytes under the cap' \
+  "$WORK/err")" 1 "one memory-state report for the first of three refusals, not one per call"
+is "$(grep -c '^gpucap: warning: device 0: out of memory allocating [0-9]* bytes: cap full' \
+  "$WORK/err")" 2 "  then one line each for the other two, with the verdict"
 like "$(cat "$WORK/err")" 'largest free' "  it shows the pool's state"
 is "$(grep -c '^gpucap: error' "$WORK/err")" 0 "a valid setting prints no error"
 
@@ -92,7 +94,7 @@ like "$(cat "$WORK/err")" '18446744073709551615 bytes: larger than any pool can 
   "  it says the request is larger than any pool can hold"
 out=$(FAKECUDA_MEMORY=256MiB GPUCAP_MEMORY_LIMIT=1GiB captest 0 $((64 * MiB)))
 is "$(field "$out" allocs)" 4 "a 1 GiB cap on a 256 MiB device: the device runs out first"
-is "$(grep -c 'raise GPUCAP_MEMORY_LIMIT' "$WORK/err")" 0 "  the hint does not say to raise the cap"
-like "$(cat "$WORK/err")" 'hint: device 0 itself is out of memory' \
-  "  it says the device itself is out of memory"
+is "$(grep -c 'raise the cap' "$WORK/err")" 0 "  the verdict does not say to raise the cap"
+like "$(cat "$WORK/err")" 'verdict: device full: the driver refused below the cap' \
+  "  it says the device itself is full"
 done_testing

@@ -961,6 +961,17 @@ static void test_bounds(void) {
   for (int k = 0; k < REPORT_JOB_MAX; k++) {
     bad.job[k].key[0] = (char)('a' + k); /* keys of one object differ */
   }
+  bad.nlibs = REPORT_LIBS_MAX;
+  bad.nusage = GPUCAP_MAX_DEVICES;
+  for (int k = 0; k < REPORT_LIBS_MAX; k++) {
+    bad.libs[k].device = INT_MIN;
+    bad.libs[k].current = bad.libs[k].peak = UINT64_MAX;
+  }
+  for (int k = 0; k < GPUCAP_MAX_DEVICES; k++) {
+    memset(&bad.usage[k], 0xff, sizeof bad.usage[k]);
+    bad.usage[k].device = INT_MIN + k % 2; /* the first of a device lists every library */
+    bad.usage[k].driver = bad.usage[k].right_size = UINT64_MAX - 1;
+  }
   static char big[REPORT_JSON_MAX(N) + REPORT_TEXT_MAX(N)];
   size_t t1 = report_format_text(worst, 1, &bad, NULL, 0);
   size_t tn = report_format_text(worst, N, &bad, NULL, 0);

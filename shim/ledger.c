@@ -1,0 +1,256 @@
+/* The per-library ledger (see shim/ledger.h).
+ *
+ * Call sites: a direct-mapped table of LEDGER_SITES atomic words, each (return address << 16 |
+ * generation << 8 | library index), so a lookup is one relaxed load and a compare. A miss runs
+ * dladdr1 (which takes the loader's lock: never called under a pool lock) and stores the answer;
+ * two threads that miss on one slot both store a correct word. A word of another generation is
+ * a miss: the generation moves on when a library was unloaded (dlclose), so an address a new
+ * library reuses is looked up again. Unloads are seen through dl_iterate_phdr's count of removed
+ * objects, read at every miss and every LEDGER_RECHECK-th hit of a thread.
+ * Library names: a fixed table under a mutex (taken on a miss only), read without it (an entry
+ * is written once, before the count that publishes it).
+ */
+#include "shim/ledger.h"
+
+#include "shim/check.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <execinfo.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "shim/fork.h"
+
+enum {
+  LEDGER_SITES = 4096,   /* call-site slots (power of two) */
+  LEDGER_RECHECK = 1024, /* hits between two looks at the loader's unload count */
+  LEDGER_DEPTH = 32,     /* frames backtrace() looks at, from the hook down */
+  DEEPER = 0xff          /* a site in the CUDA runtime or gpucap: look one caller further */
+};
+
+_Thread_local const void *ledger_ret;
+
+static _Atomic uint64_t sites[LEDGER_SITES];
+static atomic_uint generation = 1; /* low 8 bits are stored in a site word */
+static _Atomic unsigned long long unloads_seen;
+static _Thread_local unsigned hits_since_check;
+
+struct lib {
+  char name[LEDGER_NAME_MAX];
+  bool program;
+};
+static struct lib libs[LEDGER_LIBS] = {
+    [LEDGER_UNKNOWN] = {"unknown", false}, [LEDGER_OTHER] = {"other libraries", false}};
+static atomic_int nlibs = 1; /* entries 0..nlibs-1 are written */
+static pthread_mutex_t libs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct cell {
+  _Atomic uint64_t current, peak;
+};
+static struct cell cells[GPUCAP_MAX_DEVICES][LEDGER_LIBS];
+static struct cell totals[GPUCAP_MAX_DEVICES];
+static _Atomic uint64_t driver[GPUCAP_MAX_DEVICES]; /* outside gpucap's charges + 1; 0: unknown */
+
+static int count_unloads(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  *(unsigned long long *)arg = info->dlpi_subs;
+  return 1; /* the counts are the same in every entry: one is enough */
+}
+
+/* Moves the generation on when a library was unloaded since the last look. */
+static void check_unloads(void) {
+  unsigned long long subs = 0;
+  dl_iterate_phdr(count_unloads, &subs);
+  unsigned long long seen = atomic_load_explicit(&unloads_seen, memory_order_relaxed);
+  if (subs != seen && atomic_compare_exchange_strong_explicit(
+                          &unloads_seen, &seen, subs, memory_order_relaxed, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&generation, 1, memory_order_relaxed);
+  }
+}
+
+/* The table index of a library name, registering it on first sight. */
+static int lib_index(const char *name, size_t len, bool program) {
+  len = len < LEDGER_NAME_MAX - 1 ? len : LEDGER_NAME_MAX - 1;
+  pthread_mutex_lock(&libs_lock);
+  int n = atomic_load_explicit(&nlibs, memory_order_relaxed);
+  int found = LEDGER_OTHER;
+  for (int i = 1; i < n; i++) {
+    if (libs[i].program == program && strncmp(libs[i].name, name, len) == 0 &&
+        libs[i].name[len] == '\0') {
+      found = i;
+      break;
+    }
+  }
+  if (found == LEDGER_OTHER && n < LEDGER_OTHER) {
+    memcpy(libs[n].name, name, len);
+    libs[n].name[len] = '\0';
+    libs[n].program = program;
+    found = n;
+    atomic_store_explicit(&nlibs, n + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&libs_lock);
+  return found;
+}
+
+/* What code at addr is: DEEPER (the CUDA runtime or gpucap), or a library index. */
+static int resolve(const void *addr) {
+  static const char gpucap_anchor = 0;
+  Dl_info info, mine;
+  struct link_map *map = NULL;
+  if (!dladdr1(addr, &info, (void **)&map, RTLD_DL_LINKMAP) || !info.dli_fname) {
+    return LEDGER_UNKNOWN;
+  }
+  if (dladdr(&gpucap_anchor, &mine) && mine.dli_fbase == info.dli_fbase) {
+    return DEEPER;
+  }
+  bool program = map != NULL && map->l_name != NULL && map->l_name[0] == '\0';
+  const char *base = program ? program_invocation_short_name : strrchr(info.dli_fname, '/');
+  base = base == NULL ? info.dli_fname : base + (base[0] == '/');
+  if (!program && strncmp(base, "libcudart.so", 12) == 0) {
+    return DEEPER;
+  }
+  /* "libcublas.so.13" -> "libcublas"; "runtime.cpython-312-x86_64-linux-gnu.so" -> "runtime" */
+  size_t len = strlen(base);
+  const char *so = program ? NULL : strstr(base, ".so");
+  const char *py = program ? NULL : strstr(base, ".cpython-");
+  if (py != NULL) {
+    len = (size_t)(py - base);
+  } else if (so != NULL) {
+    len = (size_t)(so - base);
+  }
+  return lib_index(base, len, program);
+}
+
+static uint64_t hash_slot(uintptr_t addr) {
+  return ((uint64_t)addr * UINT64_C(0x9e3779b97f4a7c15)) >> 52; /* 12 bits: LEDGER_SITES */
+}
+
+/* The index (or DEEPER) of the code at addr, from the call-site table when it knows it. */
+static int site(const void *addr, unsigned gen) {
+  uintptr_t a = (uintptr_t)addr;
+  _Atomic uint64_t *slot = &sites[hash_slot(a)];
+  uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
+  if ((w >> 16) == (uint64_t)a && ((w >> 8) & 0xff) == (gen & 0xff)) {
+    return (int)(w & 0xff);
+  }
+  int idx = resolve(addr);
+  atomic_store_explicit(slot, ((uint64_t)a << 16) | ((uint64_t)(gen & 0xff) << 8) | (uint64_t)idx,
+                        memory_order_relaxed);
+  return idx;
+}
+
+/* The first frame below the hook that is neither the CUDA runtime nor gpucap. */
+static int deeper(unsigned gen) {
+  void *frames[LEDGER_DEPTH];
+  int n = backtrace(frames, LEDGER_DEPTH);
+  for (int i = 0; i < n; i++) {
+    int idx = site(frames[i], gen);
+    if (idx != DEEPER) {
+      return idx;
+    }
+  }
+  return LEDGER_UNKNOWN;
+}
+
+int ledger_caller(void) {
+  const void *ret = ledger_ret;
+  if (ret == NULL) {
+    return LEDGER_UNKNOWN;
+  }
+  if (++hits_since_check >= LEDGER_RECHECK) {
+    hits_since_check = 0;
+    check_unloads();
+  }
+  unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
+  uintptr_t a = (uintptr_t)ret;
+  uint64_t w = atomic_load_explicit(&sites[hash_slot(a)], memory_order_relaxed);
+  if ((w >> 16) != (uint64_t)a || ((w >> 8) & 0xff) != (gen & 0xff)) {
+    check_unloads(); /* a miss: an unloaded library's addresses must not be taken for it */
+    gen = atomic_load_explicit(&generation, memory_order_relaxed);
+  }
+  int idx = site(ret, gen);
+  return idx == DEEPER ? deeper(gen) : idx;
+}
+
+static void raise_peak(struct cell *c, uint64_t now) {
+  uint64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(
+                           &c->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+void ledger_add(int dev, int lib, uint64_t bytes) {
+  CHECK_DEVICE(dev);
+  lib = lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN;
+  struct cell *c = &cells[dev][lib], *t = &totals[dev];
+  raise_peak(c, atomic_fetch_add_explicit(&c->current, bytes, memory_order_relaxed) + bytes);
+  raise_peak(t, atomic_fetch_add_explicit(&t->current, bytes, memory_order_relaxed) + bytes);
+}
+
+void ledger_sub(int dev, int lib, uint64_t bytes) {
+  CHECK_DEVICE(dev);
+  lib = lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN;
+  atomic_fetch_sub_explicit(&cells[dev][lib].current, bytes, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&totals[dev].current, bytes, memory_order_relaxed);
+}
+
+uint64_t ledger_driver_bytes(int dev) {
+  uint64_t d = atomic_load_explicit(&driver[dev], memory_order_relaxed);
+  return d == 0 ? UINT64_MAX : d - 1;
+}
+
+void ledger_measure_driver(int dev, uint64_t free_bytes, uint64_t total, uint64_t charged) {
+  if (dev < 0 || dev >= GPUCAP_MAX_DEVICES) {
+    return;
+  }
+  uint64_t used = total > free_bytes ? total - free_bytes : 0;
+  uint64_t outside = (used > charged ? used - charged : 0) + 1;
+  uint64_t d = atomic_load_explicit(&driver[dev], memory_order_relaxed);
+  while (outside > d &&
+         !atomic_compare_exchange_weak_explicit(&driver[dev], &d, outside, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+void ledger_each(void (*fn)(void *arg, const struct ledger_line *l), void *arg) {
+  int n = atomic_load_explicit(&nlibs, memory_order_acquire);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    if (atomic_load_explicit(&totals[dev].peak, memory_order_relaxed) == 0) {
+      continue;
+    }
+    for (int i = 0; i < LEDGER_LIBS; i++) {
+      struct cell *c = &cells[dev][i];
+      uint64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+      if (peak == 0 || (i >= n && i != LEDGER_OTHER)) {
+        continue;
+      }
+      struct ledger_line l = {dev, libs[i].name, libs[i].program,
+                              atomic_load_explicit(&c->current, memory_order_relaxed), peak};
+      fn(arg, &l);
+    }
+  }
+}
+
+void ledger_total(int dev, uint64_t *current, uint64_t *peak) {
+  *current = atomic_load_explicit(&totals[dev].current, memory_order_relaxed);
+  *peak = atomic_load_explicit(&totals[dev].peak, memory_order_relaxed);
+}
+
+void ledger_init(void) {
+  void *frame[2];
+  int saved = errno;
+  (void)backtrace(frame, 2); /* glibc dlopens libgcc_s here, once */
+  errno = saved;
+}
+
+/* A fork child holds no device memory: every count starts over (the names stay). */
+static void fork_child(void) {
+  memset(cells, 0, sizeof cells);
+  memset(totals, 0, sizeof totals);
+  memset(driver, 0, sizeof driver);
+  pthread_mutex_init(&libs_lock, NULL);
+}
+FORK_CHILD(fork_child)

@@ -1,0 +1,70 @@
+/* The per-library ledger: every allocation gpucap charges is attributed to the library that
+ * asked for it (the first caller outside the CUDA runtime and gpucap: libtorch_cuda, libcublas,
+ * libnccl, the program itself), and the ledger keeps, per device and library, the bytes held
+ * now and at their peak, plus the device's total now and at its peak (docs/design.md, "The
+ * per-library ledger").
+ *
+ * Cost: a hook records its return address in a thread-local (LEDGER_ENTER, in every hook's
+ * prologue); the allocation path maps it to a library through a lock-free cache of call sites
+ * (one atomic load on a hit), filled by dladdr outside every pool lock. Only when that caller is
+ * the dynamic CUDA runtime (libcudart.so) or gpucap itself is the stack walked one level
+ * further, with glibc's backtrace(). The counters are relaxed atomics.
+ */
+#ifndef GPUCAP_SHIM_LEDGER_H
+#define GPUCAP_SHIM_LEDGER_H
+
+#include "core/limits.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Libraries the ledger names (index 0: "unknown", a caller it could not name); callers beyond
+ * the last are counted under "other libraries" (LEDGER_OTHER). */
+#define LEDGER_LIBS 48
+#define LEDGER_UNKNOWN 0
+#define LEDGER_OTHER (LEDGER_LIBS - 1)
+#define LEDGER_NAME_MAX 64
+
+/* The return address of the hook the calling thread is in (set by LEDGER_ENTER). */
+extern _Thread_local const void *ledger_ret;
+
+/* A hook's first step: remembers who called it, for the allocation it may charge. */
+#define LEDGER_ENTER() (ledger_ret = __builtin_return_address(0))
+
+/* The library that called the current hook (0..LEDGER_LIBS-1). Never takes a lock on the
+ * steady-state path; the first call from a new call site runs dladdr (and, for the CUDA
+ * runtime's call sites, backtrace). The caller holds no pool lock. */
+int ledger_caller(void);
+
+/* Adds (held by the program) or removes (freed) `bytes` of library lib on device dev. */
+void ledger_add(int dev, int lib, uint64_t bytes);
+void ledger_sub(int dev, int lib, uint64_t bytes);
+
+/* The driver's own use of device dev outside gpucap's charges as last measured (see
+ * ledger_measure_driver), or UINT64_MAX when never measured. */
+uint64_t ledger_driver_bytes(int dev);
+
+/* Records a cuMemGetInfo answer of the real driver for dev (free, total) while `charged` bytes
+ * were charged by gpucap: the device memory in use that gpucap did not hand out (context,
+ * modules, and other processes') is kept at its maximum. */
+void ledger_measure_driver(int dev, uint64_t free_bytes, uint64_t total, uint64_t charged);
+
+/* One library's line on one device. */
+struct ledger_line {
+  int dev;
+  const char *name; /* "libcublas", the program's own name, "unknown" */
+  bool program;     /* the main executable */
+  uint64_t current, peak;
+};
+
+/* Calls fn for every (device, library) that ever held bytes, in device then library order.
+ * No lock, no malloc: reads the counters as they are. */
+void ledger_each(void (*fn)(void *arg, const struct ledger_line *l), void *arg);
+
+/* Device dev's total held by the program now and at its peak (the peak of the sum). */
+void ledger_total(int dev, uint64_t *current, uint64_t *peak);
+
+/* Warms backtrace() (glibc loads libgcc_s on its first call), outside every hook's locks. */
+void ledger_init(void);
+
+#endif
