@@ -211,7 +211,7 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
       strbuf_printf(o, "  device %d right-size: not known (the run was refused memory)\n",
                     d->device);
     } else {
-      strbuf_printf(o, "  device %d right-size: %s (peak held + driver, rounded up to 2 MiB)\n",
+      strbuf_printf(o, "  device %d right-size: %s (peak reserved + driver, rounded up)\n",
                     d->device, size_cell(d->right_size).text);
     }
     uint64_t total = 0;

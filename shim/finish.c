@@ -129,7 +129,17 @@ static void add_usage(report_run_t *run) {
       continue;
     }
     u.driver = ledger_driver_bytes(dev) == UINT64_MAX ? REPORT_UNKNOWN : ledger_driver_bytes(dev);
-    u.right_size = refused > 0 ? REPORT_UNKNOWN : report_right_size(u.peak, u.driver);
+    /* What the pools reserved at their peaks: a cap at least that large never binds, so the
+     * run goes the same way; the peak held alone is a lower bound (growth leaves slack). */
+    uint64_t reserved = 0;
+    for (int i = 0; i < nrows; i++) {
+      if (rows[i].device == dev) {
+        reserved +=
+            rows[i].pooled ? rows[i].stats.peak_pool_bytes : rows[i].stats.peak_bytes_in_use;
+      }
+    }
+    uint64_t need = reserved > u.peak ? reserved : u.peak;
+    u.right_size = refused > 0 ? REPORT_UNKNOWN : report_right_size(need, u.driver);
     run->usage[run->nusage++] = u;
   }
 }

@@ -51,7 +51,8 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer \
                   $(BUILD)/tests/early $(BUILD)/tests/arrays \
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
-                  $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest
+                  $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest \
+                  $(BUILD)/tests/oomtest
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
@@ -59,8 +60,9 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/threads.sh tests/integ/pool.sh tests/integ/report.sh \
                 tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/share.sh \
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
-                tests/integ/room.sh
-THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh
+                tests/integ/room.sh tests/integ/ledger.sh
+THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh \
+                tests/integ/ledger.sh
 
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 	$(call say,LD,$@)
@@ -70,12 +72,12 @@ $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 # Linked against the fake driver like a real program against libcuda.so.1 (-lcuda).
 $(BUILD)/tests/captest $(BUILD)/tests/linked $(BUILD)/tests/pooltest $(BUILD)/tests/fidelity \
 $(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer $(BUILD)/tests/arrays $(BUILD)/tests/graphs \
-$(BUILD)/tests/roomtest: \
+$(BUILD)/tests/roomtest $(BUILD)/tests/oomtest: \
     $(BUILD)/tests/%: $(BUILD)/obj/tests/integ/%.o \
     $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl -lpthread
 
 $(BUILD)/tests/nexttest: $(BUILD)/obj/tests/integ/nexttest.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Where the memory went (docs/report.md, "By library"): the per-library ledger names the
+# program and the libraries that allocated, with bytes that add up; refusals get a verdict
+# that tells a fragmented pool from a full cap; their output stays bounded with threads and
+# --quiet silences it; the right size, used as the cap, lets the run finish, and clearly less
+# does not.
+. "$TOP/tests/integ/lib.sh"
+
+MiB=$((1 << 20))
+
+# usage FILE EXPR: a Python expression over u, the first device of the JSON report's "usage".
+usage() {
+  python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['usage'][0]; print($2)" "$1"
+}
+
+# The right size: four 100 MiB blocks; the report's figure as the cap lets them all fit.
+out=$(GPUCAP_REPORT_JSON="$WORK/rs.json" with_shim "$TESTBIN/captest" 0 $((100 * MiB)) 4 \
+  2>"$WORK/err")
+is "$(printf '%s\n' "$out" | sed -n 's/^allocs=\([0-9]*\) last_rc=\([0-9]*\).*/\1:\2/p')" 4:0 \
+  "uncapped: four 100 MiB blocks"
+size=$(usage "$WORK/rs.json" "u['right_size_bytes']")
+is "$size" $((512 * MiB)) "the right size is what the pool reserved at its peak (grown to 512 MiB)"
+like "$(cat "$WORK/err")" "device 0 right-size: 512.0 MiB" "  the table names it"
+is "$(usage "$WORK/rs.json" "sum(l['peak_held_bytes'] for l in u['libraries'])")" \
+  $((400 * MiB)) "  held by the program itself (captest)"
+is "$(usage "$WORK/rs.json" "[l['name'] for l in u['libraries'] if l['program']]")" "['captest']" \
+  "  which the ledger names"
+out=$(GPUCAP_MEMORY_LIMIT=$size with_shim "$TESTBIN/captest" 0 $((100 * MiB)) 4 2>/dev/null)
+is "$(printf '%s\n' "$out" | sed -n 's/^allocs=\([0-9]*\) last_rc=\([0-9]*\).*/\1:\2/p')" 4:0 \
+  "capped at the right size, the run finishes"
+out=$(GPUCAP_MEMORY_LIMIT=$((400 * MiB - 64 * MiB)) with_shim "$TESTBIN/captest" 0 \
+  $((100 * MiB)) 4 2>/dev/null)
+is "$(printf '%s\n' "$out" | sed -n 's/^allocs=[0-3] last_rc=\([0-9]*\).*/\1/p')" 2 \
+  "capped below the peak held, a block is refused"
+
+# Verdicts: a full cap and a fragmented pool are told apart.
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT_JSON="$WORK/full.json" \
+  with_shim "$TESTBIN/oomtest" full 4 >/dev/null 2>"$WORK/err"
+is "$(usage "$WORK/full.json" "u['refusals']")" \
+  "{'cap_full': 2, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0}" \
+  "a full cap (filled, then one more): verdict cap_full, twice"
+like "$(cat "$WORK/err")" 'verdict: cap full: 64.0 MiB of the 64.0 MiB cap is held by live' \
+  "  it says so, with the action"
+is "$(usage "$WORK/full.json" "u['right_size_bytes']")" None "  and the right size is not known"
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_ALLOW_GROWTH=false GPUCAP_REPORT_JSON="$WORK/frag.json" \
+  with_shim "$TESTBIN/oomtest" frag 1 >/dev/null 2>"$WORK/err"
+is "$(usage "$WORK/frag.json" "u['refusals']['fragmentation']")" 1 \
+  "a fragmented pool: verdict fragmentation"
+like "$(cat "$WORK/err")" 'fragmentation: 32.0 MiB is free under the cap but the largest free piece is 1.0 MiB' \
+  "  naming the free bytes and the largest piece"
+
+# Eight threads refused 20000 times each: one report, 32 summaries, one line for the rest.
+GPUCAP_MEMORY_LIMIT=64MiB with_shim "$TESTBIN/oomtest" threads 8 20000 >"$WORK/out" 2>"$WORK/err"
+is "$(cat "$WORK/out")" "refusals=160000" "8 threads: 160000 refusals"
+is "$(grep -c 'bytes under the cap$' "$WORK/err")" 1 "  one full report"
+is "$(grep -c 'out of memory allocating [0-9]* bytes: ' "$WORK/err")" 32 "  32 one-line summaries"
+is "$(grep -c 'further refusals are not printed' "$WORK/err")" 1 "  then one line for the rest"
+is "$([ "$(wc -l <"$WORK/err")" -lt 200 ] && echo bounded)" bounded "  the output stays bounded"
+like "$(cat "$WORK/err")" 'refusals: 160000 \(cap_full 160000\)' "  the exit report counts them all"
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off with_shim "$TESTBIN/oomtest" threads 8 100 \
+  >/dev/null 2>"$WORK/err"
+is "$(cat "$WORK/err")" "" "GPUCAP_REPORT=off (--quiet): nothing printed"
+
+# cuBLAS over the fake (a program built by nvcc with the shared runtime): its workspace is
+# libcublas's, the program's own blocks the program's, and the lines add up to the total.
+if [ -x "$BUILD/real/cublas_shared" ]; then
+  (cd "$WORK" && FAKECUDA_MEMORY=1GiB GPUCAP_MEMORY_LIMIT=256MiB \
+    GPUCAP_REPORT_JSON="$WORK/cublas.json" with_shim "$BUILD/real/cublas_shared" >/dev/null 2>&1)
+  names=$(usage "$WORK/cublas.json" "sorted(l['name'] for l in u['libraries'])")
+  is "$names" "['cublas_shared', 'libcublas']" "cuBLAS: the ledger names libcublas and the program"
+  is "$(usage "$WORK/cublas.json" "sum(l['held_bytes'] for l in u['libraries']) == u['held_bytes']")" \
+    True "  the libraries' held bytes add up to the total"
+  is "$(usage "$WORK/cublas.json" "max(l['peak_held_bytes'] for l in u['libraries']) <= u['peak_held_bytes'] <= sum(l['peak_held_bytes'] for l in u['libraries'])")" \
+    True "  and their peaks bound the total's"
+  is "$(usage "$WORK/cublas.json" "[l['peak_held_bytes'] > 0 for l in u['libraries'] if l['name'] == 'libcublas']")" \
+    "[True]" "  libcublas held device memory"
+else
+  skip "cuBLAS row: not built (no nvcc when the tests were built)"
+fi
+done_testing

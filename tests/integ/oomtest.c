@@ -1,0 +1,78 @@
+/* oomtest: refusals of known kinds, for the out-of-memory verdict and output tests (linked with
+ * -lcuda; run under a cap). Prints `key=value` lines.
+ *
+ *   oomtest frag MiB      fills the cap with 1 MiB blocks, frees every other one, then asks
+ *                         for 2 MiB: enough bytes are free, no piece is large enough
+ *   oomtest full MiB      fills the cap with MiB-sized blocks, then asks for one more
+ *   oomtest threads N K   N threads each ask K times for more than the cap
+ */
+#include "shim/cudadefs.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX 4096
+#define MiB ((size_t)1 << 20)
+
+static CUcontext ctx;
+static int tries;
+
+static void *refused(void *arg) {
+  (void)arg;
+  cuCtxSetCurrent(ctx);
+  int ok = 0;
+  for (int i = 0; i < tries; i++) {
+    CUdeviceptr p;
+    ok += cuMemAlloc_v2(&p, (size_t)1 << 40) == CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return (void *)(long)ok;
+}
+
+int main(int argc, char **argv) {
+  CUdevice dev;
+  if (argc < 3 || cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+      cuCtxSetCurrent(ctx)) {
+    fprintf(stderr, "usage: oomtest frag|full MiB | oomtest threads N K\n");
+    return 2;
+  }
+  static CUdeviceptr blocks[MAX];
+  if (strcmp(argv[1], "threads") == 0) {
+    int n = atoi(argv[2]);
+    tries = argc > 3 ? atoi(argv[3]) : 1000;
+    pthread_t t[64];
+    long refusals = 0;
+    for (int i = 0; i < n && i < 64; i++) {
+      pthread_create(&t[i], NULL, refused, NULL);
+    }
+    for (int i = 0; i < n && i < 64; i++) {
+      void *r;
+      pthread_join(t[i], &r);
+      refusals += (long)r;
+    }
+    printf("refusals=%ld\n", refusals);
+    return 0;
+  }
+  size_t block = strcmp(argv[1], "frag") == 0 ? MiB : (size_t)atoi(argv[2]) * MiB;
+  int n = 0;
+  while (n < MAX && cuMemAlloc_v2(&blocks[n], block) == CUDA_SUCCESS) {
+    n++;
+  }
+  if (strcmp(argv[1], "frag") == 0) {
+    for (int i = 0; i < n; i += 2) {
+      cuMemFree_v2(blocks[i]);
+      blocks[i] = 0;
+    }
+    cuCtxSynchronize(); /* the frees are reusable now */
+    block = 2 * MiB;
+  }
+  CUdeviceptr extra;
+  printf("filled=%d last_rc=%d\n", n, cuMemAlloc_v2(&extra, block));
+  for (int i = 0; i < n; i++) {
+    if (blocks[i]) {
+      cuMemFree_v2(blocks[i]);
+    }
+  }
+  return 0;
+}
