@@ -31,12 +31,11 @@ enum {
   DEEPER = 0xff          /* a site in the CUDA runtime or gpucap: look one caller further */
 };
 
-_Thread_local const void *ledger_ret;
+_Thread_local struct ledger_thread ledger_thread __attribute__((tls_model("initial-exec")));
 
 static _Atomic uint64_t sites[LEDGER_SITES];
 static atomic_uint generation = 1; /* low 8 bits are stored in a site word */
 static _Atomic unsigned long long unloads_seen;
-static _Thread_local unsigned hits_since_check;
 
 struct lib {
   char name[LEDGER_NAME_MAX];
@@ -128,17 +127,21 @@ static uint64_t hash_slot(uintptr_t addr) {
   return ((uint64_t)addr * UINT64_C(0x9e3779b97f4a7c15)) >> 52; /* 12 bits: LEDGER_SITES */
 }
 
+/* The call-site word that says addr is idx in generation gen. */
+static uint64_t site_word(uintptr_t addr, unsigned gen, unsigned idx) {
+  return ((uint64_t)addr << 16) | ((uint64_t)(gen & 0xff) << 8) | idx;
+}
+
 /* The index (or DEEPER) of the code at addr, from the call-site table when it knows it. */
 static int site(const void *addr, unsigned gen) {
   uintptr_t a = (uintptr_t)addr;
   _Atomic uint64_t *slot = &sites[hash_slot(a)];
   uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
-  if ((w >> 16) == (uint64_t)a && ((w >> 8) & 0xff) == (gen & 0xff)) {
+  if ((w & ~(uint64_t)0xff) == site_word(a, gen, 0)) {
     return (int)(w & 0xff);
   }
   int idx = resolve(addr);
-  atomic_store_explicit(slot, ((uint64_t)a << 16) | ((uint64_t)(gen & 0xff) << 8) | (uint64_t)idx,
-                        memory_order_relaxed);
+  atomic_store_explicit(slot, site_word(a, gen, (unsigned)idx), memory_order_relaxed);
   return idx;
 }
 
@@ -155,24 +158,31 @@ static int deeper(unsigned gen) {
   return LEDGER_UNKNOWN;
 }
 
-int ledger_caller(void) {
-  const void *ret = ledger_ret;
-  if (ret == NULL) {
-    return LEDGER_UNKNOWN;
-  }
-  if (++hits_since_check >= LEDGER_RECHECK) {
-    hits_since_check = 0;
-    check_unloads();
-  }
+/* ledger_caller's slow path: a miss, or the thread's periodic look for unloads. */
+static int caller_slow(const void *ret) {
+  check_unloads(); /* an unloaded library's addresses must not be taken for it */
   unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
-  uintptr_t a = (uintptr_t)ret;
-  uint64_t w = atomic_load_explicit(&sites[hash_slot(a)], memory_order_relaxed);
-  if ((w >> 16) != (uint64_t)a || ((w >> 8) & 0xff) != (gen & 0xff)) {
-    check_unloads(); /* a miss: an unloaded library's addresses must not be taken for it */
-    gen = atomic_load_explicit(&generation, memory_order_relaxed);
-  }
   int idx = site(ret, gen);
   return idx == DEEPER ? deeper(gen) : idx;
+}
+
+int ledger_caller(void) {
+#ifdef GPUCAP_NO_LEDGER
+  return LEDGER_UNKNOWN;
+#endif
+  struct ledger_thread *t = &ledger_thread;
+  if (t->ret == NULL) {
+    return LEDGER_UNKNOWN;
+  }
+  uintptr_t a = (uintptr_t)t->ret;
+  unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&sites[hash_slot(a)], memory_order_relaxed);
+  if ((w & ~(uint64_t)0xff) == site_word(a, gen, 0) && ++t->lookups < LEDGER_RECHECK) {
+    int idx = (int)(w & 0xff);
+    return idx == DEEPER ? deeper(gen) : idx;
+  }
+  t->lookups = 0;
+  return caller_slow(t->ret);
 }
 
 static void raise_peak(struct cell *c, uint64_t now) {
@@ -184,6 +194,9 @@ static void raise_peak(struct cell *c, uint64_t now) {
 
 void ledger_add(int dev, int lib, uint64_t bytes) {
   CHECK_DEVICE(dev);
+#ifdef GPUCAP_NO_LEDGER
+  return;
+#endif
   lib = lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN;
   struct cell *c = &cells[dev][lib], *t = &totals[dev];
   raise_peak(c, atomic_fetch_add_explicit(&c->current, bytes, memory_order_relaxed) + bytes);
@@ -192,6 +205,9 @@ void ledger_add(int dev, int lib, uint64_t bytes) {
 
 void ledger_sub(int dev, int lib, uint64_t bytes) {
   CHECK_DEVICE(dev);
+#ifdef GPUCAP_NO_LEDGER
+  return;
+#endif
   lib = lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN;
   atomic_fetch_sub_explicit(&cells[dev][lib].current, bytes, memory_order_relaxed);
   atomic_fetch_sub_explicit(&totals[dev].current, bytes, memory_order_relaxed);

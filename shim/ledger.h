@@ -25,11 +25,22 @@
 #define LEDGER_OTHER (LEDGER_LIBS - 1)
 #define LEDGER_NAME_MAX 64
 
-/* The return address of the hook the calling thread is in (set by LEDGER_ENTER). */
-extern _Thread_local const void *ledger_ret;
+/* The calling thread's: the return address of the hook it is in (set by LEDGER_ENTER) and its
+ * lookups since it last looked for unloaded libraries. Initial-exec: the library is preloaded,
+ * so its thread-locals are in the static block and cost one segment-relative access. */
+struct ledger_thread {
+  const void *ret;
+  unsigned lookups;
+};
+extern _Thread_local struct ledger_thread ledger_thread __attribute__((tls_model("initial-exec")));
 
-/* A hook's first step: remembers who called it, for the allocation it may charge. */
-#define LEDGER_ENTER() (ledger_ret = __builtin_return_address(0))
+/* A hook's first step: remembers who called it, for the allocation it may charge. A build with
+ * GPUCAP_NO_LEDGER (`make bench` measures the ledger's cost against one) keeps no ledger. */
+#ifdef GPUCAP_NO_LEDGER
+#define LEDGER_ENTER() ((void)0)
+#else
+#define LEDGER_ENTER() (ledger_thread.ret = __builtin_return_address(0))
+#endif
 
 /* The library that called the current hook (0..LEDGER_LIBS-1). Never takes a lock on the
  * steady-state path; the first call from a new call site runs dladdr (and, for the CUDA

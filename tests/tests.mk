@@ -182,3 +182,20 @@ $(DEMO_BIN): $(BUILD)/obj/tests/demo/workload.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+
+# ---- The shim's own cost through its hooks (`make bench`, tests/bench/hooks.sh). ----
+# hookbench runs over the fake driver with and without the shim, and with a shim built without
+# the per-library ledger (GPUCAP_NO_LEDGER), so the ledger's share is measured, not guessed.
+HOOKBENCH := $(BUILD)/tests/hookbench
+PROGRAMS += $(HOOKBENCH)
+$(HOOKBENCH): $(BUILD)/obj/tests/bench/hookbench.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+
+.PHONY: bench-noledger
+bench-noledger:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/noledger \
+	  CFLAGS="$(CFLAGS) -DGPUCAP_NO_LEDGER" $(BUILD)/noledger/libgpucap.so
+
+bench: $(HOOKBENCH) $(SHIM_LIB) bench-noledger

@@ -222,3 +222,7 @@ echo "- two threads keep >= 0.8x one-thread throughput: $(verdict "$ok_threads")
 echo
 echo "Raw JSON lines: $BUILD/bench-results.jsonl"
 rm -rf "$tmp"
+if [ -x "$BUILD/tests/hookbench" ]; then
+  echo
+  BUILD="$BUILD" RUNS="$RUNS" sh "$(dirname "$0")/hooks.sh"
+fi

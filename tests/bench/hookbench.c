@@ -1,0 +1,85 @@
+/* hookbench: the shim's own cost per call, measured through its hooks over the fake driver
+ * (`make bench`; docs/benchmarks.md, "Through the hooks"). Linked with -lcuda like a program;
+ * run with and without libgpucap.so preloaded. Prints one JSON line.
+ *
+ *   hookbench pair N BYTES     N cuMemAlloc_v2 + cuMemFree_v2 pairs of BYTES (pooled under the
+ *                              shim; the fake's own allocation without it)
+ *   hookbench query N          N cuCtxGetCurrent + cuCtxGetDevice calls: the driver queries a
+ *                              pooled pair makes (the fake's share of a pooled pair)
+ *   hookbench info N           N cuMemGetInfo_v2 calls: a pass-through hook
+ *
+ * Each figure is the median of RUNS timed rounds (default 11) after one warm-up round.
+ */
+#include "shim/cudadefs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One round of n operations of `what`; returns ns per operation, or -1 on a failed call. */
+static double round_of(const char *what, long n, size_t bytes) {
+  double t0 = now_ns();
+  for (long i = 0; i < n; i++) {
+    if (strcmp(what, "pair") == 0) {
+      CUdeviceptr p;
+      if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS) {
+        return -1;
+      }
+    } else if (strcmp(what, "query") == 0) {
+      CUcontext c;
+      CUdevice d;
+      if (cuCtxGetCurrent(&c) != CUDA_SUCCESS || cuCtxGetDevice(&d) != CUDA_SUCCESS) {
+        return -1;
+      }
+    } else {
+      size_t f, t;
+      if (cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS) {
+        return -1;
+      }
+    }
+  }
+  return (now_ns() - t0) / (double)n;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: hookbench pair|query|info N [BYTES]\n");
+    return 2;
+  }
+  const char *what = argv[1];
+  long n = atol(argv[2]);
+  size_t bytes = argc > 3 ? strtoull(argv[3], NULL, 0) : 4096;
+  int runs = getenv("RUNS") ? atoi(getenv("RUNS")) : 11;
+  runs = runs < 1 ? 1 : runs > 101 ? 101 : runs;
+  CUdevice dev;
+  CUcontext ctx;
+  if (n <= 0 || cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+      cuCtxSetCurrent(ctx)) {
+    fprintf(stderr, "hookbench: setup failed\n");
+    return 1;
+  }
+  double t[101];
+  round_of(what, n, bytes); /* warm: the pool's region, the call-site caches */
+  for (int r = 0; r < runs; r++) {
+    t[r] = round_of(what, n, bytes);
+    if (t[r] < 0) {
+      fprintf(stderr, "hookbench: a %s call failed\n", what);
+      return 1;
+    }
+  }
+  qsort(t, (size_t)runs, sizeof t[0], cmp);
+  printf("{\"what\":\"%s\",\"n\":%ld,\"ns\":%.1f,\"ns_min\":%.1f}\n", what, n, t[runs / 2], t[0]);
+  return 0;
+}

@@ -1,0 +1,92 @@
+#!/bin/sh
+# The shim's own cost through its hooks (`make bench`, after the replay tables): build/tests/
+# hookbench over the fake driver alone, under build/libgpucap.so, and under a shim built without
+# the per-library ledger (build/noledger/libgpucap.so). Times are the best of RUNS rounds of N
+# calls (noisy on a shared host); instruction counts come from callgrind when valgrind is
+# installed (steady: the figure to compare). The fake's share of a pooled pair (the context
+# queries gpucap's hooks make) is measured alone and subtracted. Prints markdown.
+set -eu
+
+BUILD=${BUILD:-build}
+RUNS=${RUNS:-11}
+N=${N:-200000}
+BENCH="$BUILD/tests/hookbench"
+FAKE="$BUILD/fakecuda"
+SHIM="$(cd "$BUILD" && pwd)/libgpucap.so"
+NOLEDGER="$(cd "$BUILD" && pwd)/noledger/libgpucap.so"
+
+# ns SHIM WHAT [POOL]: ns per operation in the best of RUNS rounds ("" SHIM: the fake alone;
+# POOL: GPUCAP_POOL). The best round, not the median: on a host shared with other work the
+# median moves by 2x between runs, the best round by a few percent.
+ns() {
+  LD_LIBRARY_PATH="$FAKE" LD_PRELOAD="$1" RUNS=$RUNS GPUCAP_REPORT=off GPUCAP_POOL="${3:-on}" \
+    "$BENCH" "$2" "$N" | sed -n 's/.*"ns_min":\([0-9.]*\).*/\1/p'
+}
+
+# least VALUES...: the smallest of the numbers given.
+least() { printf '%s\n' "$@" | sort -n | head -n 1; }
+
+# ir SHIM WHAT [POOL]: instructions per operation (callgrind, 11000 minus 1000 operations), or
+# "-" without valgrind.
+ir() {
+  command -v valgrind >/dev/null 2>&1 || { echo -; return; }
+  one() {
+    FAKECUDA_MEMORY=256MiB LD_LIBRARY_PATH="$FAKE" LD_PRELOAD="$1" RUNS=1 GPUCAP_REPORT=off \
+      GPUCAP_POOL="$4" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BENCH" "$2" \
+      "$3" 2>&1 | sed -n 's/.*Collected : *//p' | tr -d ','
+  }
+  a=$(one "$1" "$2" 1000 "${3:-on}")
+  b=$(one "$1" "$2" 11000 "${3:-on}")
+  echo $(((b - a) / 20000)) # a warm-up round and a timed round of each
+}
+
+sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f\n", a - b }'; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.1f%%\n", 100 * a / b }'; }
+
+# With and without the ledger alternately, five times each: the host's drift hits both alike.
+with=""
+without=""
+for i in 1 2 3 4 5; do
+  with="$with $(ns "$SHIM" pair)"
+  without="$without $(ns "$NOLEDGER" pair)"
+done
+# shellcheck disable=SC2086 # word splitting intended
+pair_ns=$(least $with)
+# shellcheck disable=SC2086
+pair_nl_ns=$(least $without)
+pt_ns=$(ns "$SHIM" pair off)
+query_ns=$(ns "" query)
+fake_ns=$(ns "" pair)
+info_ns=$(ns "$SHIM" info)
+info_fake_ns=$(ns "" info)
+pair_ir=$(ir "$SHIM" pair)
+pair_nl_ir=$(ir "$NOLEDGER" pair)
+pt_ir=$(ir "$SHIM" pair off)
+query_ir=$(ir "" query)
+fake_ir=$(ir "" pair)
+info_ir=$(ir "$SHIM" info)
+info_fake_ir=$(ir "" info)
+own_ns=$(sub "$pair_ns" "$query_ns")
+own_ir=$(sub "$pair_ir" "$query_ir")
+ledger_ns=$(sub "$pair_ns" "$pair_nl_ns")
+ledger_ir=$(sub "$pair_ir" "$pair_nl_ir")
+
+echo "### Through the hooks (over the fake driver; ns: best of $RUNS rounds of $N calls)"
+echo
+echo "| figure | ns per call | instructions per call |"
+echo "| --- | ---: | ---: |"
+echo "| pooled cuMemAlloc_v2 + cuMemFree_v2 pair through the hooks | $pair_ns | $pair_ir |"
+echo "| the fake's share of it (the context queries the hooks make) | $query_ns | $query_ir |"
+echo "| gpucap's own pooled pair (the difference) | $own_ns | $own_ir |"
+echo "| pooled pair, shim built without the ledger | $pair_nl_ns | $pair_nl_ir |"
+echo "| the ledger (pair with it - pair without) | $ledger_ns | $ledger_ir |"
+echo "| the fake's own cuMemAlloc_v2 + cuMemFree_v2, no gpucap | $fake_ns | $fake_ir |"
+echo "| pass-through pair (GPUCAP_POOL=off) through the hooks | $pt_ns | $pt_ir |"
+echo "| the pass-through pair's overhead (minus the fake's own pair) | $(sub "$pt_ns" "$fake_ns") | $(sub "$pt_ir" "$fake_ir") |"
+echo "| cuMemGetInfo_v2 through its hook | $info_ns | $info_ir |"
+echo "| cuMemGetInfo_v2, fake alone | $info_fake_ns | $info_fake_ir |"
+echo "| cuMemGetInfo_v2's hook overhead (the difference) | $(sub "$info_ns" "$info_fake_ns") | $(sub "$info_ir" "$info_fake_ir") |"
+echo
+echo "- the ledger <= 10% of a pooled pair through the hooks: $(pct "$ledger_ir" "$pair_ir") of" \
+  "its instructions, $(pct "$ledger_ns" "$pair_ns") of its time;" \
+  "$(pct "$ledger_ir" "$own_ir") of gpucap's own instructions"
