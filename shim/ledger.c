@@ -13,6 +13,7 @@
 #include "shim/ledger.h"
 
 #include "shim/check.h"
+#include "shim/real.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,12 +29,16 @@ enum {
   LEDGER_SITES = 4096,   /* call-site slots (power of two) */
   LEDGER_RECHECK = 1024, /* hits between two looks at the loader's unload count */
   LEDGER_DEPTH = 32,     /* frames backtrace() looks at, from the hook down */
+  LEDGER_SCAN = 16384,   /* bytes above the hook's frame searched for the caller's address */
   DEEPER = 0xff          /* a site in the CUDA runtime or gpucap: look one caller further */
 };
 
 _Thread_local struct ledger_thread ledger_thread __attribute__((tls_model("initial-exec")));
 
 static _Atomic uint64_t sites[LEDGER_SITES];
+/* For a site of the CUDA runtime: 1 + where the caller's return address lies on the stack,
+ * in bytes above the hook's frame address, as found by the last backtrace; 0: not known. */
+static atomic_uint deep_slot[LEDGER_SITES];
 static atomic_uint generation = 1; /* low 8 bits are stored in a site word */
 static _Atomic unsigned long long unloads_seen;
 
@@ -145,13 +150,64 @@ static int site(const void *addr, unsigned gen) {
   return idx;
 }
 
-/* The first frame below the hook that is neither the CUDA runtime nor gpucap. */
-static int deeper(unsigned gen) {
+/* The word at p on the calling thread's stack, between frames: not instrumented, since a
+ * sanitizer's redzones there are not gpucap's to police. */
+SHIM_UNINSTRUMENTED __attribute__((noinline)) static const void *stack_word(uintptr_t p) {
+  return *(const void *const volatile *)p;
+}
+
+/* The end of the calling thread's stack (cached per thread; NULL when not known). */
+static const char *stack_end(struct ledger_thread *t) {
+  if (t->stack_hi == NULL) {
+    pthread_attr_t a;
+    void *lo = NULL;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+      if (pthread_attr_getstack(&a, &lo, &size) == 0) {
+        t->stack_hi = (const char *)lo + size;
+      }
+      pthread_attr_destroy(&a);
+    }
+  }
+  return t->stack_hi;
+}
+
+/* Learns where, above the hook's frame, the stack holds `ret` (the first caller outside the
+ * runtime, which backtrace() found), for the runtime's call site in slot. */
+static void learn_slot(struct ledger_thread *t, uint64_t slot, const void *ret) {
+  const char *hi = stack_end(t);
+  uintptr_t from = ((uintptr_t)t->cfa + sizeof(void *) - 1) & ~(uintptr_t)(sizeof(void *) - 1);
+  for (uintptr_t p = from;
+       hi != NULL && p + sizeof(void *) <= (uintptr_t)hi && p - from < LEDGER_SCAN;
+       p += sizeof(void *)) {
+    if (stack_word(p) == ret) {
+      atomic_store_explicit(&deep_slot[slot], (unsigned)(p - (uintptr_t)t->cfa) + 1,
+                            memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+/* The first frame below the hook that is neither the CUDA runtime nor gpucap. `slot`: the
+ * call-site slot of the hook's caller (in the runtime). The runtime reaches the driver from a
+ * given call site through the same frames each time, so the caller's return address lies at
+ * the same distance above the hook's frame: read there first (one load, checked to name a
+ * library), and walk the stack with backtrace() only to learn or relearn that distance. */
+static int deeper(struct ledger_thread *t, uint64_t slot, unsigned gen) {
+  unsigned at = atomic_load_explicit(&deep_slot[slot], memory_order_relaxed);
+  if (at != 0 && t->stack_hi != NULL && t->cfa + at - 1 + sizeof(void *) <= t->stack_hi) {
+    const void *ret = stack_word((uintptr_t)(t->cfa + at - 1));
+    int idx = site(ret, gen);
+    if (idx != DEEPER && idx != LEDGER_UNKNOWN) {
+      return idx;
+    }
+  }
   void *frames[LEDGER_DEPTH];
   int n = backtrace(frames, LEDGER_DEPTH);
   for (int i = 0; i < n; i++) {
     int idx = site(frames[i], gen);
     if (idx != DEEPER) {
+      learn_slot(t, slot, frames[i]);
       return idx;
     }
   }
@@ -163,7 +219,7 @@ static int caller_slow(const void *ret) {
   check_unloads(); /* an unloaded library's addresses must not be taken for it */
   unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
   int idx = site(ret, gen);
-  return idx == DEEPER ? deeper(gen) : idx;
+  return idx == DEEPER ? deeper(&ledger_thread, hash_slot((uintptr_t)ret), gen) : idx;
 }
 
 int ledger_caller(void) {
@@ -179,7 +235,7 @@ int ledger_caller(void) {
   uint64_t w = atomic_load_explicit(&sites[hash_slot(a)], memory_order_relaxed);
   if ((w & ~(uint64_t)0xff) == site_word(a, gen, 0) && ++t->lookups < LEDGER_RECHECK) {
     int idx = (int)(w & 0xff);
-    return idx == DEEPER ? deeper(gen) : idx;
+    return idx == DEEPER ? deeper(t, hash_slot(a), gen) : idx;
   }
   t->lookups = 0;
   return caller_slow(t->ret);

@@ -29,7 +29,9 @@
  * lookups since it last looked for unloaded libraries. Initial-exec: the library is preloaded,
  * so its thread-locals are in the static block and cost one segment-relative access. */
 struct ledger_thread {
-  const void *ret;
+  const void *ret;      /* the hook's return address */
+  const char *cfa;      /* the hook's canonical frame address (its caller's stack pointer) */
+  const char *stack_hi; /* the end of the thread's stack, once known */
   unsigned lookups;
 };
 extern _Thread_local struct ledger_thread ledger_thread __attribute__((tls_model("initial-exec")));
@@ -39,7 +41,8 @@ extern _Thread_local struct ledger_thread ledger_thread __attribute__((tls_model
 #ifdef GPUCAP_NO_LEDGER
 #define LEDGER_ENTER() ((void)0)
 #else
-#define LEDGER_ENTER() (ledger_thread.ret = __builtin_return_address(0))
+#define LEDGER_ENTER()                                                                             \
+  (ledger_thread.ret = __builtin_return_address(0), ledger_thread.cfa = __builtin_dwarf_cfa())
 #endif
 
 /* The library that called the current hook (0..LEDGER_LIBS-1). Never takes a lock on the

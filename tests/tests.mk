@@ -191,7 +191,7 @@ PROGRAMS += $(HOOKBENCH)
 $(HOOKBENCH): $(BUILD)/obj/tests/bench/hookbench.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
 
 .PHONY: bench-noledger
 bench-noledger:

@@ -7,15 +7,22 @@
  *   hookbench query N          N cuCtxGetCurrent + cuCtxGetDevice calls: the driver queries a
  *                              pooled pair makes (the fake's share of a pooled pair)
  *   hookbench info N           N cuMemGetInfo_v2 calls: a pass-through hook
+ *   hookbench cudart N BYTES   N cudaMalloc + cudaFree pairs through NVIDIA's shared runtime
+ *                              (dlopened: libcudart.so from LD_LIBRARY_PATH): the ledger looks
+ *                              past the runtime for the caller. Exits 3 when there is none
  *
  * Each figure is the median of RUNS timed rounds (default 11) after one warm-up round.
  */
 #include "shim/cudadefs.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static int (*rt_malloc)(void **p, size_t bytes);
+static int (*rt_free)(void *p);
 
 static double now_ns(void) {
   struct timespec t;
@@ -37,6 +44,11 @@ static double round_of(const char *what, long n, size_t bytes) {
       if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS) {
         return -1;
       }
+    } else if (strcmp(what, "cudart") == 0) {
+      void *p;
+      if (rt_malloc(&p, bytes) != 0 || rt_free(p) != 0) {
+        return -1;
+      }
     } else if (strcmp(what, "query") == 0) {
       CUcontext c;
       CUdevice d;
@@ -55,7 +67,7 @@ static double round_of(const char *what, long n, size_t bytes) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: hookbench pair|query|info N [BYTES]\n");
+    fprintf(stderr, "usage: hookbench pair|query|info|cudart N [BYTES]\n");
     return 2;
   }
   const char *what = argv[1];
@@ -63,6 +75,15 @@ int main(int argc, char **argv) {
   size_t bytes = argc > 3 ? strtoull(argv[3], NULL, 0) : 4096;
   int runs = getenv("RUNS") ? atoi(getenv("RUNS")) : 11;
   runs = runs < 1 ? 1 : runs > 101 ? 101 : runs;
+  if (strcmp(what, "cudart") == 0) {
+    void *rt = dlopen("libcudart.so", RTLD_NOW);
+    rt = rt ? rt : dlopen("libcudart.so.13", RTLD_NOW);
+    if (!rt || !(*(void **)&rt_malloc = dlsym(rt, "cudaMalloc")) ||
+        !(*(void **)&rt_free = dlsym(rt, "cudaFree"))) {
+      fprintf(stderr, "hookbench: no libcudart.so to load\n");
+      return 3;
+    }
+  }
   CUdevice dev;
   CUcontext ctx;
   if (n <= 0 || cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||

@@ -12,6 +12,13 @@ RUNS=${RUNS:-11}
 N=${N:-200000}
 BENCH="$BUILD/tests/hookbench"
 FAKE="$BUILD/fakecuda"
+# NVIDIA's shared runtime, for the cudart rows: the toolkit's, when one is installed.
+for d in "${CUDA_HOME:-}" /usr/local/cuda; do
+  if [ -n "$d" ] && [ -d "$d/lib64" ]; then
+    FAKE="$FAKE:$d/lib64"
+    break
+  fi
+done
 SHIM="$(cd "$BUILD" && pwd)/libgpucap.so"
 NOLEDGER="$(cd "$BUILD" && pwd)/noledger/libgpucap.so"
 
@@ -55,6 +62,8 @@ pair_ns=$(least $with)
 # shellcheck disable=SC2086
 pair_nl_ns=$(least $without)
 pt_ns=$(ns "$SHIM" pair off)
+rt_ns=$(ns "$SHIM" cudart)
+rt_nl_ns=$(ns "$NOLEDGER" cudart)
 query_ns=$(ns "" query)
 fake_ns=$(ns "" pair)
 info_ns=$(ns "$SHIM" info)
@@ -62,6 +71,12 @@ info_fake_ns=$(ns "" info)
 pair_ir=$(ir "$SHIM" pair)
 pair_nl_ir=$(ir "$NOLEDGER" pair)
 pt_ir=$(ir "$SHIM" pair off)
+rt_ir=-
+rt_nl_ir=-
+if [ -n "$rt_ns" ]; then
+  rt_ir=$(ir "$SHIM" cudart)
+  rt_nl_ir=$(ir "$NOLEDGER" cudart)
+fi
 query_ir=$(ir "" query)
 fake_ir=$(ir "" pair)
 info_ir=$(ir "$SHIM" info)
@@ -81,6 +96,11 @@ echo "| gpucap's own pooled pair (the difference) | $own_ns | $own_ir |"
 echo "| pooled pair, shim built without the ledger | $pair_nl_ns | $pair_nl_ir |"
 echo "| the ledger (pair with it - pair without) | $ledger_ns | $ledger_ir |"
 echo "| the fake's own cuMemAlloc_v2 + cuMemFree_v2, no gpucap | $fake_ns | $fake_ir |"
+if [ -n "$rt_ns" ]; then
+  echo "| pooled cudaMalloc + cudaFree pair through NVIDIA's shared runtime | $rt_ns | $rt_ir |"
+  echo "| the same, shim built without the ledger | $rt_nl_ns | $rt_nl_ir |"
+  echo "| the ledger there (it looks past the runtime) | $(sub "$rt_ns" "$rt_nl_ns") | $(sub "$rt_ir" "$rt_nl_ir") |"
+fi
 echo "| pass-through pair (GPUCAP_POOL=off) through the hooks | $pt_ns | $pt_ir |"
 echo "| the pass-through pair's overhead (minus the fake's own pair) | $(sub "$pt_ns" "$fake_ns") | $(sub "$pt_ir" "$fake_ir") |"
 echo "| cuMemGetInfo_v2 through its hook | $info_ns | $info_ir |"
@@ -90,3 +110,7 @@ echo
 echo "- the ledger <= 10% of a pooled pair through the hooks: $(pct "$ledger_ir" "$pair_ir") of" \
   "its instructions, $(pct "$ledger_ns" "$pair_ns") of its time;" \
   "$(pct "$ledger_ir" "$own_ir") of gpucap's own instructions"
+if [ -n "$rt_ns" ]; then
+  echo "- through the shared runtime: $(pct "$(sub "$rt_ir" "$rt_nl_ir")" "$rt_ir") of a pair's" \
+    "instructions, $(pct "$(sub "$rt_ns" "$rt_nl_ns")" "$rt_ns") of its time"
+fi
