@@ -504,7 +504,7 @@ static void put_usage_json(strbuf_t *o, const report_run_t *r) {
   strbuf_str(o, ",\n  \"usage\": [");
   for (int u = 0; u < r->nusage && u < GPUCAP_MAX_DEVICES; u++) {
     const report_usage_t *d = &r->usage[u];
-    strbuf_printf(o, "%s\n    {\n      \"device\": %d,\n      \"libraries\": [", u == 0 ? "" : ",",
+    strbuf_printf(o, "%s\n    {\"device\": %d,\n      \"libraries\": [", u == 0 ? "" : ",",
                   d->device);
     int k = 0;
     for (int i = 0; i < r->nlibs && i < REPORT_LIBS_MAX; i++) {

@@ -251,8 +251,9 @@ static void cross(FILE *f, double x, double y) {
 
 typedef struct refusal {
   double x;
-  uint64_t level; /* held when it was refused */
-  uint64_t size;  /* asked for */
+  uint64_t level;      /* held when it was refused */
+  uint64_t size;       /* asked for */
+  const char *verdict; /* why it was refused ("" when the trace does not say) */
 } refusal_t;
 
 static void refusal(FILE *f, const scale_t *s, const refusal_t *r, bool label) {
@@ -276,8 +277,9 @@ static void refusal(FILE *f, const scale_t *s, const refusal_t *r, bool label) {
   if (label) {
     fprintf(f,
             "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"" C_FAIL "\" " HALO
-            "text-anchor=\"%s\">+%s</text>\n",
-            left ? x - 8 : x + 8, y + 4, left ? "end" : "start", size);
+            "text-anchor=\"%s\">+%s%s%s</text>\n",
+            left ? x - 8 : x + 8, y + 4, left ? "end" : "start", size, r->verdict[0] ? " " : "",
+            r->verdict);
   }
 }
 
@@ -296,7 +298,7 @@ static void failures(FILE *f, const scale_t *s, const tl_device_t *d) {
     if (p->refused == 0) {
       continue;
     }
-    refusal_t r = {xof(s, p->ns), p->held, p->refused};
+    refusal_t r = {xof(s, p->ns), p->held, p->refused, p->verdict};
     long b = lround(floor(r.x / BUCKET_PX));
     if (have && b != bucket) {
       refusal(f, s, &best, label);

@@ -181,6 +181,64 @@ static bool copy_string(const json_t *v, char *out, size_t cap) {
   return true;
 }
 
+/* An integer, or null (REPORT_UNKNOWN); absent is an error. */
+static int u64_or_null(const json_t *v, uint64_t *out) {
+  if (v != NULL && json_type(v) == JSON_NULL) {
+    *out = REPORT_UNKNOWN;
+    return 0;
+  }
+  return v == NULL ? -EINVAL : json_u64(v, out);
+}
+
+/* One library line of usage[u]. */
+static int read_lib(const json_t *l, int dev, report_lib_t *x) {
+  bool program = false;
+  if (json_type(l) != JSON_OBJECT || !copy_string(json_get(l, "name"), x->name, sizeof x->name) ||
+      json_bool(json_get(l, "program"), &program) != 0 ||
+      json_u64(json_get(l, "held_bytes"), &x->current) != 0 ||
+      json_u64(json_get(l, "peak_held_bytes"), &x->peak) != 0) {
+    return -EINVAL;
+  }
+  x->device = dev;
+  x->program = program;
+  return 0;
+}
+
+/* "usage": the per-library ledger, the driver's use, the right size and the refusals of each
+ * device (absent from older reports). */
+static int read_usage(const json_t *doc, report_run_t *run, char *err, size_t errlen) {
+  const json_t *usage = json_get(doc, "usage");
+  if (usage != NULL && json_type(usage) != JSON_ARRAY) {
+    return bad(err, errlen, "\"usage\" is not an array");
+  }
+  for (size_t u = 0; u < json_count(usage) && run->nusage < GPUCAP_MAX_DEVICES; u++) {
+    const json_t *o = json_at(usage, u, NULL);
+    report_usage_t *d = &run->usage[run->nusage];
+    const json_t *libs = json_get(o, "libraries"), *refusals = json_get(o, "refusals");
+    uint64_t dev = 0;
+    bool ok = json_type(o) == JSON_OBJECT && json_u64(json_get(o, "device"), &dev) == 0 &&
+              dev < GPUCAP_MAX_DEVICES && json_type(libs) == JSON_ARRAY &&
+              json_u64(json_get(o, "held_bytes"), &d->current) == 0 &&
+              json_u64(json_get(o, "peak_held_bytes"), &d->peak) == 0 &&
+              u64_or_null(json_get(o, "driver_bytes"), &d->driver) == 0 &&
+              u64_or_null(json_get(o, "right_size_bytes"), &d->right_size) == 0 &&
+              json_type(refusals) == JSON_OBJECT;
+    for (int v = 0; ok && v < REPORT_VERDICTS; v++) {
+      ok = json_u64(json_get(refusals, report_verdict_name(v)), &d->refusals[v]) == 0;
+    }
+    for (size_t i = 0; ok && i < json_count(libs) && run->nlibs < REPORT_LIBS_MAX; i++) {
+      ok = read_lib(json_at(libs, i, NULL), (int)dev, &run->libs[run->nlibs]) == 0;
+      run->nlibs += ok;
+    }
+    if (!ok) {
+      return bad(err, errlen, "usage[%zu] is not a device's usage (docs/report.md)", u);
+    }
+    d->device = (int)dev;
+    run->nusage++;
+  }
+  return 0;
+}
+
 /* What the table shows of the run: "ended_by" and "notes" (both absent from older reports). */
 static int read_run(const json_t *doc, report_run_t *run, char *err, size_t errlen) {
   const json_t *notes = json_get(doc, "notes");
@@ -198,7 +256,7 @@ static int read_run(const json_t *doc, report_run_t *run, char *err, size_t errl
     }
     run->nnotes++;
   }
-  return 0;
+  return read_usage(doc, run, err, errlen);
 }
 
 int rjson_read(const char *text, size_t len, report_row_t **rows, int *n, report_run_t *run,

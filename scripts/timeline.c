@@ -121,6 +121,7 @@ int timeline_build(const tracecsv_event_t *ev, size_t n, timeline_t *tl) {
     tl_point_t p = d->npts > 0 ? d->pts[d->npts - 1] : (tl_point_t){0};
     p.ns = e->ns;
     p.refused = 0;
+    p.verdict[0] = '\0';
     p.event = i;
     switch (e->action) {
     case TRACECSV_ALLOC: {
@@ -153,6 +154,7 @@ int timeline_build(const tracecsv_event_t *ev, size_t n, timeline_t *tl) {
     }
     case TRACECSV_FAILURE:
       p.refused = e->size > 0 ? e->size : 1;
+      memcpy(p.verdict, e->verdict, sizeof p.verdict);
       d->refusals++;
       d->fail_hi = add_sat(p.held, e->size) > d->fail_hi ? add_sat(p.held, e->size) : d->fail_hi;
       break;

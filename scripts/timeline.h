@@ -27,6 +27,7 @@ typedef struct tl_point {
   uint64_t requested, held, reserved;
   uint64_t refused; /* for a refused request, its size; else 0 */
   size_t event;     /* index of the event in the trace */
+  char verdict[16]; /* for a refused request, the trace's verdict ("" when none) */
 } tl_point_t;
 
 typedef struct tl_device {

@@ -108,8 +108,8 @@ static bool equals(field_t f, const char *s) {
 }
 
 /* The columns beyond RMM's six that the reader knows. */
-enum { COL_DEVICE, COL_EVENT, COL_HELD, NCOLS };
-static const char *const col_names[NCOLS] = {"Device", "Event", "Held"};
+enum { COL_DEVICE, COL_EVENT, COL_HELD, COL_VERDICT, NCOLS };
+static const char *const col_names[NCOLS] = {"Device", "Event", "Held", "Verdict"};
 
 /* Splits a line into at most MAX_FIELDS comma-separated fields; returns their number, or
  * MAX_FIELDS + 1 when there are more. */
@@ -247,6 +247,22 @@ static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, t
                  rmm_actions[rmm]);
     }
     e->action = (tracecsv_action_t)ev;
+  }
+  e->verdict[0] = '\0';
+  if (col[COL_VERDICT] >= 0) {
+    field_t v = f[col[COL_VERDICT]];
+    bool word = v.n < sizeof e->verdict;
+    for (size_t i = 0; i < v.n && word; i++) {
+      word = (v.p[i] >= 'a' && v.p[i] <= 'z') || v.p[i] == '_';
+    }
+    if (!word) {
+      return bad(err, errlen, lineno, "Verdict '%.*s' is not a verdict (such as fragmentation)",
+                 (int)(v.n > 40 ? 40 : v.n), v.p);
+    }
+    if (e->action == TRACECSV_FAILURE) {
+      memcpy(e->verdict, v.p, v.n);
+      e->verdict[v.n] = '\0';
+    }
   }
   if (e->action == TRACECSV_FAILURE) {
     e->ptr = 0;

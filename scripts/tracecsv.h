@@ -2,9 +2,10 @@
  * writes it, or as GPUCAP_TRACE writes it, RMM's six columns followed by gpucap's own
  * (docs/report.md, "The allocation trace"):
  *
- *   Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held
- *   12345,14:03:07.123456,allocate failure,0x7f2a00000000,2147483648,0x0,0,reserve,2147483648
- *   12345,14:03:07.123460,allocate,0x7f2a00000000,1048576,0x0,0,alloc,1048576
+ *   Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict
+ *   12345,14:03:07.123456,allocate failure,0x7f2a00000000,2147483648,0x0,0,reserve,2147483648,
+ *   12345,14:03:07.123460,allocate,0x7f2a00000000,1048576,0x0,0,alloc,1048576,
+ *   12345,14:03:07.123467,allocate failure,(nil),4194304,0x0,0,refused,0,cap_full
  *
  * The one reader of traces: `gpucap plot` and `gpucap export` (scripts/) and the replay
  * benchmark (tests/bench/replay.c) share it. Time is the wall-clock time of day (HH:MM:SS with
@@ -29,13 +30,14 @@ typedef enum tracecsv_action {
 typedef struct tracecsv_event {
   int64_t ns; /* nanoseconds since the first event; never decreases from one event to the next */
   tracecsv_action_t action;
-  int dev;         /* the Device column; -1 when the trace has none or does not know */
-  uint32_t line;   /* the event's line in the file (the header is line 1) */
-  uint64_t thread; /* the Thread column (0 when it is not a number) */
-  uint64_t ptr;    /* the block's or region's address; 0 for a failure */
-  uint64_t size;   /* bytes asked for (frees: what the block was asked with; regions: size) */
-  uint64_t held;   /* bytes the block holds (its chunk); the Size when the trace does not say */
-  uint64_t stream; /* the Stream column */
+  int dev;          /* the Device column; -1 when the trace has none or does not know */
+  uint32_t line;    /* the event's line in the file (the header is line 1) */
+  uint64_t thread;  /* the Thread column (0 when it is not a number) */
+  uint64_t ptr;     /* the block's or region's address; 0 for a failure */
+  uint64_t size;    /* bytes asked for (frees: what the block was asked with; regions: size) */
+  uint64_t held;    /* bytes the block holds (its chunk); the Size when the trace does not say */
+  uint64_t stream;  /* the Stream column */
+  char verdict[16]; /* a refusal's Verdict column ("fragmentation"); "" when none */
 } tracecsv_event_t;
 
 typedef struct tracecsv_info {
@@ -46,8 +48,8 @@ typedef struct tracecsv_info {
 
 /* Parses text[0..len) into a malloc'ed array of events (*events, freed by the caller; NULL when
  * there are none), their number (*n) and what the trace is (*info, may be NULL). The first line
- * must be a header that starts with RMM's six columns; gpucap's Device, Event and Held may
- * follow in any order, and other columns are ignored. Blank lines and a trailing '\r' on a line
+ * must be a header that starts with RMM's six columns; gpucap's Device, Event, Held and Verdict
+ * may follow in any order, and other columns are ignored. Blank lines and a trailing '\r' on a line
  * are ignored. Every line of a trace ends in a newline, so text that ends without one was cut
  * while it was written (a full disk, a killed process): that last line is left out and
  * info->cut is set to its number.
@@ -57,7 +59,8 @@ typedef struct tracecsv_info {
  * events before they write them), so the times never decrease.
  * Fails iff the header is not RMM's, a line does not have the header's number of fields, a
  * field is not valid (a time, an action, a hexadecimal or `(nil)` pointer, a decimal size, a
- * hexadecimal stream, a device from -1 to 65535, a gpucap event that agrees with the Action),
+ * hexadecimal stream, a device from -1 to 65535, a gpucap event that agrees with the Action, a
+ * verdict of at most 15 lowercase letters and '_' or empty),
  * or the times cross midnight more than 100 000 times (-EINVAL; err gets "line N: what is
  * wrong"), or memory runs out (-ENOMEM). On failure *events is NULL and *n is 0. O(len). */
 int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n,

@@ -283,6 +283,7 @@ static CUresult destroy(enum kind k, uint64_t handle) {
 
 GPUCAP_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle,
                                         const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+  LEDGER_ENTER();
   HOOK_PROLOGUE(real.cuArrayCreate_v2 && real.cuArrayDestroy);
   CUDA_ARRAY3D_DESCRIPTOR d = {0};
   if (pAllocateArray) {
@@ -296,6 +297,7 @@ GPUCAP_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle,
 
 GPUCAP_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle,
                                           const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+  LEDGER_ENTER();
   HOOK_PROLOGUE(real.cuArray3DCreate_v2 && real.cuArrayDestroy);
   return create(ARRAY3D, pHandle, pAllocateArray, pAllocateArray, 1);
 }
@@ -303,6 +305,7 @@ GPUCAP_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle,
 GPUCAP_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
                                               const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                               unsigned int numMipmapLevels) {
+  LEDGER_ENTER();
   HOOK_PROLOGUE(real.cuMipmappedArrayCreate && real.cuMipmappedArrayDestroy);
   return create(MIPMAP, pHandle, pMipmappedArrayDesc, pMipmappedArrayDesc, numMipmapLevels);
 }

@@ -299,20 +299,24 @@ static CUresult free_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+  LEDGER_ENTER();
   return alloc(ASYNC, dptr, bytesize, NULL, hStream);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+  LEDGER_ENTER();
   return alloc(ASYNC_PTSZ, dptr, bytesize, NULL, hStream);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
                                                CUmemoryPool pool, CUstream hStream) {
+  LEDGER_ENTER();
   return alloc(FROM_POOL, dptr, bytesize, pool, hStream);
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
                                                     CUmemoryPool pool, CUstream hStream) {
+  LEDGER_ENTER();
   return alloc(FROM_POOL_PTSZ, dptr, bytesize, pool, hStream);
 }
 

@@ -136,6 +136,8 @@ static void oom_refused(oom_facts_t *f, uint64_t rank, uint64_t pool_idle, const
   f->others_idle = idle > pool_idle ? idle - pool_idle : 0;
   enum oom_verdict v = oom_judge(f);
   oom_tally(f->dev, v);
+  trace_refused(f->dev, f->bytes, oom_verdict_name(v));
+  trace_poll();
   oom_print(rank, f, v, report, len);
 }
 
@@ -231,7 +233,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   }
   CUresult driver_rc = c->pool.last_driver_rc;
   int dev = c->dev;
-  trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
+  if (err == 0 || !refused) {
+    trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
+  }
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {

@@ -10,12 +10,12 @@
 #include "shim/ledger.h"
 #include "shim/real.h"
 
-/* The first statement of a hook: remembers its caller for the ledger (shim/ledger.h), then
- * returns `rc` from it unless gpucap has started and `needed` (the driver entry points the hook
- * calls, e.g. real.cuMemAlloc_v2) holds. */
+/* The first statement of a hook: returns `rc` from it unless gpucap has started and `needed`
+ * (the driver entry points the hook calls, e.g. real.cuMemAlloc_v2) holds. A hook that may
+ * charge an allocation starts with LEDGER_ENTER() (shim/ledger.h) before it, in the exported
+ * function itself. */
 #define HOOK_PROLOGUE_OR(rc, needed)                                                               \
   do {                                                                                             \
-    LEDGER_ENTER();                                                                                \
     if (!init_ready(NULL) || !(needed)) {                                                          \
       return (rc);                                                                                 \
     }                                                                                              \

@@ -33,7 +33,7 @@ enum {
   DEEPER = 0xff          /* a site in the CUDA runtime or gpucap: look one caller further */
 };
 
-_Thread_local struct ledger_thread ledger_thread __attribute__((tls_model("initial-exec")));
+_Thread_local struct ledger_thread ledger_thread;
 
 static _Atomic uint64_t sites[LEDGER_SITES];
 /* For a site of the CUDA runtime: 1 + where the caller's return address lies on the stack,
@@ -227,10 +227,11 @@ int ledger_caller(void) {
   return LEDGER_UNKNOWN;
 #endif
   struct ledger_thread *t = &ledger_thread;
-  if (t->ret == NULL) {
+  uintptr_t a = (uintptr_t)t->ret;
+  t->ret = NULL; /* one charge per LEDGER_ENTER: a charge without one is not misattributed */
+  if (a == 0) {
     return LEDGER_UNKNOWN;
   }
-  uintptr_t a = (uintptr_t)t->ret;
   unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
   uint64_t w = atomic_load_explicit(&sites[hash_slot(a)], memory_order_relaxed);
   if ((w & ~(uint64_t)0xff) == site_word(a, gen, 0) && ++t->lookups < LEDGER_RECHECK) {
@@ -238,7 +239,7 @@ int ledger_caller(void) {
     return idx == DEEPER ? deeper(t, hash_slot(a), gen) : idx;
   }
   t->lookups = 0;
-  return caller_slow(t->ret);
+  return caller_slow((const void *)a);
 }
 
 static void raise_peak(struct cell *c, uint64_t now) {

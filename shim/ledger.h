@@ -26,17 +26,18 @@
 #define LEDGER_NAME_MAX 64
 
 /* The calling thread's: the return address of the hook it is in (set by LEDGER_ENTER) and its
- * lookups since it last looked for unloaded libraries. Initial-exec: the library is preloaded,
- * so its thread-locals are in the static block and cost one segment-relative access. */
+ * lookups since it last looked for unloaded libraries. Not initial-exec: `gpucap run` dlopens
+ * the library to check that it loads, and the static TLS block may have no room left then. */
 struct ledger_thread {
   const void *ret;      /* the hook's return address */
   const char *cfa;      /* the hook's canonical frame address (its caller's stack pointer) */
   const char *stack_hi; /* the end of the thread's stack, once known */
   unsigned lookups;
 };
-extern _Thread_local struct ledger_thread ledger_thread __attribute__((tls_model("initial-exec")));
+extern _Thread_local struct ledger_thread ledger_thread;
 
-/* A hook's first step: remembers who called it, for the allocation it may charge. A build with
+/* The first step of a hook that may charge an allocation, in the exported function itself:
+ * remembers who called it. A build with
  * GPUCAP_NO_LEDGER (`make bench` measures the ledger's cost against one) keeps no ledger. */
 #ifdef GPUCAP_NO_LEDGER
 #define LEDGER_ENTER() ((void)0)
@@ -45,9 +46,10 @@ extern _Thread_local struct ledger_thread ledger_thread __attribute__((tls_model
   (ledger_thread.ret = __builtin_return_address(0), ledger_thread.cfa = __builtin_dwarf_cfa())
 #endif
 
-/* The library that called the current hook (0..LEDGER_LIBS-1). Never takes a lock on the
- * steady-state path; the first call from a new call site runs dladdr (and, for the CUDA
- * runtime's call sites, backtrace). The caller holds no pool lock. */
+/* The library that called the current hook (0..LEDGER_LIBS-1), once per LEDGER_ENTER (then
+ * "unknown" until the next). Never takes a lock on the steady-state path; the first call from a
+ * new call site runs dladdr (and, for the CUDA runtime's call sites, backtrace). The caller
+ * holds no pool lock. */
 int ledger_caller(void);
 
 /* Adds (held by the program) or removes (freed) `bytes` of library lib on device dev. */

@@ -33,6 +33,7 @@ static CUresult free_v1(uint64_t ptr, void *arg) {
 }
 
 GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  LEDGER_ENTER();
   int dev;
   HOOK_PROLOGUE(real.cuMemAlloc_v2);
   if (dptr && bytesize > 0 && ctx_pooling()) {
@@ -51,6 +52,7 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 }
 
 GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
+  LEDGER_ENTER();
   int dev;
   HOOK_PROLOGUE(real.cuMemAlloc);
   CUresult drc;
@@ -242,6 +244,7 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
 
 GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                           size_t Height, unsigned int ElementSizeBytes) {
+  LEDGER_ENTER();
   HOOK_PROLOGUE(real.cuMemAllocPitch_v2);
   if (ctx_pooling()) {
     return ctx_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -252,6 +255,7 @@ GPUCAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
 GPUCAP_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
                                        unsigned int WidthInBytes, unsigned int Height,
                                        unsigned int ElementSizeBytes) {
+  LEDGER_ENTER();
   HOOK_PROLOGUE(real.cuMemAllocPitch);
   return pitch_passthrough(true, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }

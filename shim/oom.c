@@ -4,6 +4,7 @@
 #include "core/report.h"
 #include "shim/cap.h"
 #include "shim/fork.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/settings.h"
 
@@ -57,6 +58,17 @@ uint64_t oom_refusals(int dev, enum oom_verdict v) {
   return atomic_load_explicit(&counts[dev][v], memory_order_relaxed);
 }
 
+/* One line of the ledger under the first refusal's report: the device's libraries. */
+static void print_lib(void *arg, const struct ledger_line *l) {
+  if (l->dev == *(const int *)arg) {
+    char held[REPORT_SIZE_MAX], peak[REPORT_SIZE_MAX];
+    report_format_size(l->current, held, sizeof held);
+    report_format_size(l->peak, peak, sizeof peak);
+    log_msg(LOG_INFO, "held by %s%s: %s (peak %s)", l->name, l->program ? " (program)" : "", held,
+            peak);
+  }
+}
+
 /* The verdict in words, with the one action that would help. */
 static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap) {
   char a[REPORT_SIZE_MAX], b[REPORT_SIZE_MAX];
@@ -65,10 +77,11 @@ static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap)
     report_format_size(f->free_bytes, a, sizeof a);
     report_format_size(f->largest, b, sizeof b);
     snprintf(buf, cap,
-             "fragmentation: %s is free under the cap but the largest free piece is %s; "
-             "preallocate one region (GPUCAP_ALLOW_GROWTH=false) or allocate the large "
-             "blocks first",
-             a, b);
+             "fragmentation: %s is free under the cap but the largest free piece is %s; %s", a, b,
+             settings_get()->allow_growth
+                 ? "preallocate one region (GPUCAP_ALLOW_GROWTH=false), which fragments less"
+                 : "allocate the large, long-lived blocks first, or raise the cap by the "
+                   "request's size");
     break;
   case OOM_DEVICE_FULL:
     if (f->others_hold > 0) {
@@ -115,6 +128,7 @@ void oom_print(uint64_t rank, const oom_facts_t *f, enum oom_verdict v, const ch
     if (report != NULL) {
       log_write_raw(report, strnlen(report, len));
     }
+    ledger_each(print_lib, (void *)&f->dev);
     log_msg(LOG_WARN, "verdict: %s", text);
   } else if (rank <= OOM_SUMMARIES) {
     log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes: %s", f->dev,

@@ -113,12 +113,12 @@ CUresult passthru_refuse(int dev, uint64_t bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   atomic_fetch_add(&counters[dev].ooms, 1);
-  trace_note(TRACE_ALLOC_FAILURE, dev, 0, bytes, 0);
-  trace_poll();
   /* The pools' idle regions were given back before the refusal (ctx_admit). */
   oom_facts_t f = {.dev = dev, .bytes = bytes, .cap = cap_limit(dev, 0), .charged = cap_used(dev)};
   enum oom_verdict v = oom_judge(&f);
   oom_tally(dev, v);
+  trace_refused(dev, bytes, oom_verdict_name(v));
+  trace_poll();
   oom_print(oom_rank(), &f, v, NULL, 0);
   return CUDA_ERROR_OUT_OF_MEMORY;
 }

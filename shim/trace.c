@@ -41,7 +41,7 @@
 #define TRACE_BUF (64 * 1024)
 #define RING 4096          /* events recorded and not yet formatted, at most */
 #define POLL_AT (RING / 4) /* trace_poll writes once this many are waiting */
-#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held\n"
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict\n"
 #define HEADER_LEN (sizeof HEADER - 1)
 
 /* NOT_OPENED: no event yet; ARMED: events recorded, the file not created yet. */
@@ -51,6 +51,7 @@ struct slot {
   _Atomic uint64_t ticket; /* the ticket whose event this slot holds, once it is stored */
   int64_t ns;              /* CLOCK_REALTIME */
   uint64_t ptr, size, held, stream;
+  const char *verdict; /* a refusal's (static text), or NULL */
   int32_t tid;
   int16_t dev;
   uint8_t action;
@@ -148,7 +149,7 @@ static void write_out(void) {
           path, strerror(err));
 }
 
-/* One row, RMM's six columns then gpucap's three. Region rows are `allocate failure` in RMM's
+/* One row, RMM's six columns then gpucap's four. Region rows are `allocate failure` in RMM's
  * Action column: RMM's readers know only its three actions and its replay skips failures, so
  * they read the trace as RMM's own; gpucap's Event column says what the row is. */
 static int format_row(const struct slot *s, char *line, size_t cap) {
@@ -159,10 +160,10 @@ static int format_row(const struct slot *s, char *line, size_t cap) {
   int64_t day = ((sec % 86400) + 86400) % 86400;
   return snprintf(line, cap,
                   "%d,%02d:%02d:%02d.%06ld,%s,0x%" PRIx64 ",%" PRIu64 ",0x%" PRIx64
-                  ",%d,%s,%" PRIu64 "\n",
+                  ",%d,%s,%" PRIu64 ",%s\n",
                   s->tid, (int)(day / 3600), (int)(day / 60 % 60), (int)(day % 60),
                   (long)(s->ns % 1000000000 / 1000), rmm[s->action], s->ptr, s->size, s->stream,
-                  s->dev, ours[s->action], s->held);
+                  s->dev, ours[s->action], s->held, s->verdict ? s->verdict : "");
 }
 
 /* Formats the filled slots in ticket order into the buffer (writing it when full), up to the
@@ -225,8 +226,8 @@ uint64_t trace_ticket(void) {
   return atomic_fetch_add_explicit(&issued, 1, memory_order_relaxed) + 1;
 }
 
-void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
-                uint64_t held) {
+static void fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
+                 uint64_t held, const char *verdict) {
   if (ticket == 0) {
     return;
   }
@@ -254,6 +255,7 @@ void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr
   s->ptr = ptr;
   s->size = size;
   s->held = held;
+  s->verdict = verdict;
   s->stream = my_stream;
   s->tid = my_tid;
   s->dev = (int16_t)(dev < -1 || dev > INT16_MAX ? -1 : dev);
@@ -262,8 +264,17 @@ void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr
   errno = saved;
 }
 
+void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
+                uint64_t held) {
+  fill(ticket, action, dev, ptr, size, held, NULL);
+}
+
 void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held) {
-  trace_fill(trace_ticket(), action, dev, ptr, size, held);
+  fill(trace_ticket(), action, dev, ptr, size, held, NULL);
+}
+
+void trace_refused(int dev, uint64_t size, const char *verdict) {
+  fill(trace_ticket(), TRACE_ALLOC_FAILURE, dev, 0, size, 0, verdict);
 }
 
 void trace_stream(uint64_t stream) {

@@ -1,13 +1,12 @@
 /* GPUCAP_TRACE: every allocation event, in RAPIDS RMM's CSV log format
  * (`Thread,Time,Action,Pointer,Size,Stream`) followed by gpucap's own columns
- * (`Device,Event,Held`), so RMM's replay benchmark, gpucap-replay and the gpucap command read it
- * (docs/report.md describes the columns).
- * The rows are in the order of the operations: each event takes a place in one sequence (a
- * ticket) where its outcome is decided (under the pool's lock, or before the driver call that
- * frees the memory), and the rows are written in ticket order, whatever thread writes them.
- * Events are kept in a ring in memory and written in large appends (trace_poll, before an exec
- * and at exit); the file only ever holds whole lines. Thread-safe; a no-op when GPUCAP_TRACE is
- * unset.
+ * (`Device,Event,Held,Verdict`), so RMM's replay benchmark, gpucap-replay and the gpucap command
+ * read it (docs/report.md describes the columns). The rows are in the order of the operations: each
+ * event takes a place in one sequence (a ticket) where its outcome is decided (under the pool's
+ * lock, or before the driver call that frees the memory), and the rows are written in ticket order,
+ * whatever thread writes them. Events are kept in a ring in memory and written in large appends
+ * (trace_poll, before an exec and at exit); the file only ever holds whole lines. Thread-safe; a
+ * no-op when GPUCAP_TRACE is unset.
  */
 #ifndef GPUCAP_SHIM_TRACE_H
 #define GPUCAP_SHIM_TRACE_H
@@ -43,6 +42,10 @@ void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr
 
 /* trace_fill(trace_ticket(), ...): an event whose place in the order is now. */
 void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held);
+
+/* trace_note of a refusal of `size` bytes on dev, with its verdict (static text, the
+ * Verdict column: oom_verdict_name's). */
+void trace_refused(int dev, uint64_t size, const char *verdict);
 
 /* Sets the stream recorded with this thread's next events (0: none, the legacy default
  * stream; 2: the per-thread default stream). Restore 0 after the call it is for. */

@@ -59,6 +59,7 @@ static CUresult free_managed(uint64_t ptr, void *arg) {
 }
 
 GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+  LEDGER_ENTER();
   int dev;
   HOOK_PROLOGUE(real.cuMemAllocManaged);
   CUresult drc;
@@ -151,6 +152,7 @@ static void unpin(struct phys *p, uint64_t handle, bool done, int delta_refs, in
 
 GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                    const CUmemAllocationProp *prop, unsigned long long flags) {
+  LEDGER_ENTER();
   HOOK_PROLOGUE(real.cuMemCreate);
   bool on_device = handle && prop && size > 0 && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   int dev = on_device ? prop->location.id : -1;

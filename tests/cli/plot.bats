@@ -34,7 +34,7 @@ svg_ok() {
   grep -q 'peak held 1.5 GiB' timeline.svg
   grep -q '>reserved from the driver<' timeline.svg
   ! grep -q 'peak pool' timeline.svg
-  grep -q '>+1.0 GiB</text>' timeline.svg
+  grep -q '>+1.0 GiB cap_full</text>' timeline.svg
   ! grep -q -e '<script' -e 'href' -e 'url(' timeline.svg
   svg_ok timeline.svg
 }

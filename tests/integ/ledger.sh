@@ -41,13 +41,20 @@ is "$(usage "$WORK/full.json" "u['refusals']")" \
   "a full cap (filled, then one more): verdict cap_full, twice"
 like "$(cat "$WORK/err")" 'verdict: cap full: 64.0 MiB of the 64.0 MiB cap is held by live' \
   "  it says so, with the action"
+like "$(cat "$WORK/err")" 'gpucap: held by oomtest \(program\): 64.0 MiB \(peak 64.0 MiB\)' \
+  "  and the report says who holds the memory"
 is "$(usage "$WORK/full.json" "u['right_size_bytes']")" None "  and the right size is not known"
 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_ALLOW_GROWTH=false GPUCAP_REPORT_JSON="$WORK/frag.json" \
-  with_shim "$TESTBIN/oomtest" frag 1 >/dev/null 2>"$WORK/err"
+  GPUCAP_TRACE="$WORK/frag.csv" with_shim "$TESTBIN/oomtest" frag 1 >/dev/null 2>"$WORK/err"
 is "$(usage "$WORK/frag.json" "u['refusals']['fragmentation']")" 1 \
   "a fragmented pool: verdict fragmentation"
 like "$(cat "$WORK/err")" 'fragmentation: 32.0 MiB is free under the cap but the largest free piece is 1.0 MiB' \
   "  naming the free bytes and the largest piece"
+is "$(awk -F, '$8 == "refused" { print $5 ":" $10 }' "$WORK/frag.csv" | tr '\n' ' ')" \
+  "1048576:cap_full 2097152:fragmentation " "  the trace's refusal rows carry their verdicts"
+"$BUILD/gpucap" plot "$WORK/frag.csv" -o "$WORK/frag.svg" 2>/dev/null
+like "$(cat "$WORK/frag.svg")" '\+2\.0 MiB fragmentation</text>' \
+  "  and gpucap plot marks the refusal with it"
 
 # Eight threads refused 20000 times each: one report, 32 summaries, one line for the rest.
 GPUCAP_MEMORY_LIMIT=64MiB with_shim "$TESTBIN/oomtest" threads 8 20000 >"$WORK/out" 2>"$WORK/err"
