@@ -116,14 +116,20 @@ static int resolve(const void *addr) {
   if (!program && strncmp(base, "libcudart.so", 12) == 0) {
     return DEEPER;
   }
-  /* "libcublas.so.13" -> "libcublas"; "runtime.cpython-312-x86_64-linux-gnu.so" -> "runtime" */
-  size_t len = strlen(base);
+  /* "libcublas.so.13" -> "libcublas"; a Python extension module by its dotted name:
+   * ".../site-packages/cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so" ->
+   * "cupy_backends.cuda.api.runtime" (its file name alone is often "runtime" or "_core"). */
   const char *so = program ? NULL : strstr(base, ".so");
   const char *py = program ? NULL : strstr(base, ".cpython-");
-  if (py != NULL) {
-    len = (size_t)(py - base);
-  } else if (so != NULL) {
-    len = (size_t)(so - base);
+  size_t len = py != NULL ? (size_t)(py - base) : so != NULL ? (size_t)(so - base) : strlen(base);
+  const char *pkg = py != NULL ? strstr(info.dli_fname, "-packages/") : NULL;
+  if (pkg != NULL && pkg + 10 < base) {
+    char dotted[LEDGER_NAME_MAX];
+    size_t n = 0;
+    for (const char *c = pkg + 10; c < base + len && n < sizeof dotted - 1; c++) {
+      dotted[n++] = *c == '/' ? '.' : *c;
+    }
+    return lib_index(dotted, n, false);
   }
   return lib_index(base, len, program);
 }

@@ -41,12 +41,15 @@ run_workload() {
 # row NAME CAP EXPECT_OOM SCRIPT [VAR=VALUE...]: the workload without and with gpucap.
 # EXPECT_OOM may be WITHOUT|WITH when the answers differ (a documented rule).
 # DRIVER_CALL=NAME among the settings: the fake driver must also have served NAME (the path the
-# row is about).
+# row is about). LIBRARY=NAME: gpucap's per-library ledger must name NAME as holding memory.
 row() {
-  name=$1 cap=$2 oom=$3 script=$4 call=""
+  name=$1 cap=$2 oom=$3 script=$4 call="" lib=""
   shift 4
   for kv in "$@"; do
-    case $kv in DRIVER_CALL=*) call=${kv#DRIVER_CALL=} ;; esac
+    case $kv in
+    DRIVER_CALL=*) call=${kv#DRIVER_CALL=} ;;
+    LIBRARY=*) lib=${kv#LIBRARY=} ;;
+    esac
   done
   for shim in without with; do
     stats="$WORK/$name.$shim.json"
@@ -74,11 +77,20 @@ row() {
       pool=$(grep -o '"peak_pool_bytes": [0-9]*' "$report" | sed 's/.*: //' | sort -n | tail -n 1)
       ok "$([ -n "$pool" ] && [ "$pool" -le "${peak:-0}" ]; echo $?)" \
         "$name, with gpucap: the report's peak pool ${pool:-?} B is memory the driver held"
+      if [ -n "$lib" ]; then
+        is "$("$py" -c 'import json, sys
+u = json.load(open(sys.argv[1]))["usage"][0]
+libs = {l["name"]: l for l in u["libraries"]}
+adds = sum(l["held_bytes"] for l in libs.values()) == u["held_bytes"]
+print(adds and sys.argv[2] in libs and libs[sys.argv[2]]["peak_held_bytes"] > 0)' \
+          "$report" "$lib" 2>&1)" True \
+          "$name, with gpucap: the ledger names $lib, and the libraries add up to the total"
+      fi
     fi
   done
 }
 
-row torch-caching $((1 << 30)) OutOfMemoryError torch_workload.py
+row torch-caching $((1 << 30)) OutOfMemoryError torch_workload.py LIBRARY=libc10_cuda
 # Without its cache PyTorch raises the runtime's error as torch.AcceleratorError: its own rule.
 row torch-no-caching $((1 << 30)) AcceleratorError torch_workload.py \
   PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -98,7 +110,8 @@ case "${SAN_PRELOAD:-}" in
   skip "framework row cupy-managed" "CuPy compiles with NVRTC, which cannot load under ASan"
   ;;
 *)
-  row cupy-pool $((256 << 20)) - cupy_workload.py CUPY_MODE=pool
+  row cupy-pool $((256 << 20)) - cupy_workload.py CUPY_MODE=pool \
+    LIBRARY=cupy_backends.cuda.api.runtime
   row cupy-async $((256 << 20)) - cupy_workload.py CUPY_MODE=async
   row cupy-none $((256 << 20)) - cupy_workload.py CUPY_MODE=none
   # Managed memory is charged to the cap (docs/compatibility.md): refused beyond it under
