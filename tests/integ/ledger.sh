@@ -56,7 +56,9 @@ is "$(awk -F, '$8 == "refused" { print $5 ":" $10 }' "$WORK/frag.csv" | tr '\n' 
 like "$(cat "$WORK/frag.svg")" '\+2\.0 MiB fragmentation</text>' \
   "  and gpucap plot marks the refusal with it"
 
-# Eight threads refused 20000 times each: one report, 32 summaries, one line for the rest.
+# Eight threads refused 20000 times each, with a success before each refusal (which restarted
+# the old per-pool burst, so every refusal printed a whole report): one report, 32 summaries,
+# one line for the rest.
 GPUCAP_MEMORY_LIMIT=64MiB with_shim "$TESTBIN/oomtest" threads 8 20000 >"$WORK/out" 2>"$WORK/err"
 is "$(cat "$WORK/out")" "refusals=160000" "8 threads: 160000 refusals"
 is "$(grep -c 'bytes under the cap$' "$WORK/err")" 1 "  one full report"

@@ -4,7 +4,8 @@
  *   oomtest frag MiB      fills the cap with 1 MiB blocks, frees every other one, then asks
  *                         for 2 MiB: enough bytes are free, no piece is large enough
  *   oomtest full MiB      fills the cap with MiB-sized blocks, then asks for one more
- *   oomtest threads N K   N threads each ask K times for more than the cap
+ *   oomtest threads N K   N threads each ask K times for more than the cap, each time after
+ *                         a 1 MiB allocation that succeeds
  */
 #include "shim/cudadefs.h"
 
@@ -25,6 +26,9 @@ static void *refused(void *arg) {
   int ok = 0;
   for (int i = 0; i < tries; i++) {
     CUdeviceptr p;
+    if (cuMemAlloc_v2(&p, MiB) == CUDA_SUCCESS) { /* a success between refusals */
+      cuMemFree_v2(p);
+    }
     ok += cuMemAlloc_v2(&p, (size_t)1 << 40) == CUDA_ERROR_OUT_OF_MEMORY;
   }
   return (void *)(long)ok;
