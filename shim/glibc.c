@@ -83,7 +83,7 @@ OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))
 /* The per-library ledger's stack bounds (pthread_getattr_np also gained a version in 2.32). */
-OLD(int, pthread_getattr_np, (pthread_t t, pthread_attr_t * a), (t, a))
+OLD(int, pthread_getattr_np, (pthread_t t, pthread_attr_t *a), (t, a))
 OLD(int, pthread_attr_getstack,
     (const pthread_attr_t *restrict a, void **restrict addr, size_t *restrict size),
     (a, addr, size))

@@ -255,25 +255,32 @@ static void raise_peak(struct cell *c, uint64_t now) {
   }
 }
 
-void ledger_add(int dev, int lib, uint64_t bytes) {
+/* Device dev's cell of library lib ("unknown" for an index out of range); NULL in a build that
+ * keeps no ledger. */
+static struct cell *cell_of(int dev, int lib) {
   CHECK_DEVICE(dev);
 #ifdef GPUCAP_NO_LEDGER
-  return;
+  return NULL;
 #endif
-  lib = lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN;
-  struct cell *c = &cells[dev][lib], *t = &totals[dev];
-  raise_peak(c, atomic_fetch_add_explicit(&c->current, bytes, memory_order_relaxed) + bytes);
-  raise_peak(t, atomic_fetch_add_explicit(&t->current, bytes, memory_order_relaxed) + bytes);
+  return &cells[dev][lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN];
+}
+
+void ledger_add(int dev, int lib, uint64_t bytes) {
+  struct cell *c = cell_of(dev, lib);
+  if (c != NULL) {
+    raise_peak(c, atomic_fetch_add_explicit(&c->current, bytes, memory_order_relaxed) + bytes);
+    raise_peak(&totals[dev],
+               atomic_fetch_add_explicit(&totals[dev].current, bytes, memory_order_relaxed) +
+                   bytes);
+  }
 }
 
 void ledger_sub(int dev, int lib, uint64_t bytes) {
-  CHECK_DEVICE(dev);
-#ifdef GPUCAP_NO_LEDGER
-  return;
-#endif
-  lib = lib >= 0 && lib < LEDGER_LIBS ? lib : LEDGER_UNKNOWN;
-  atomic_fetch_sub_explicit(&cells[dev][lib].current, bytes, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&totals[dev].current, bytes, memory_order_relaxed);
+  struct cell *c = cell_of(dev, lib);
+  if (c != NULL) {
+    atomic_fetch_sub_explicit(&c->current, bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&totals[dev].current, bytes, memory_order_relaxed);
+  }
 }
 
 uint64_t ledger_driver_bytes(int dev) {

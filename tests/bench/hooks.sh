@@ -61,26 +61,26 @@ done
 pair_ns=$(least $with)
 # shellcheck disable=SC2086
 pair_nl_ns=$(least $without)
-pt_ns=$(ns "$SHIM" pair off)
-rt_ns=$(ns "$SHIM" cudart)
-rt_nl_ns=$(ns "$NOLEDGER" cudart)
-query_ns=$(ns "" query)
-fake_ns=$(ns "" pair)
-info_ns=$(ns "$SHIM" info)
-info_fake_ns=$(ns "" info)
+# measure NAME SHIM WHAT [POOL]: NAME_ns and NAME_ir of one configuration.
+measure() {
+  eval "$1_ns=\$(ns \"\$2\" \"\$3\" \"\${4:-on}\")"
+  eval "$1_ir=\$(ir \"\$2\" \"\$3\" \"\${4:-on}\")"
+}
 pair_ir=$(ir "$SHIM" pair)
 pair_nl_ir=$(ir "$NOLEDGER" pair)
-pt_ir=$(ir "$SHIM" pair off)
+measure pt "$SHIM" pair off
+measure query "" query
+measure fake "" pair
+measure info "$SHIM" info
+measure info_fake "" info
+rt_ns=$(ns "$SHIM" cudart)
+rt_nl_ns=$(ns "$NOLEDGER" cudart)
 rt_ir=-
 rt_nl_ir=-
 if [ -n "$rt_ns" ]; then
   rt_ir=$(ir "$SHIM" cudart)
   rt_nl_ir=$(ir "$NOLEDGER" cudart)
 fi
-query_ir=$(ir "" query)
-fake_ir=$(ir "" pair)
-info_ir=$(ir "$SHIM" info)
-info_fake_ir=$(ir "" info)
 own_ns=$(sub "$pair_ns" "$query_ns")
 own_ir=$(sub "$pair_ir" "$query_ir")
 ledger_ns=$(sub "$pair_ns" "$pair_nl_ns")
