@@ -236,10 +236,12 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   if (err == 0 || !refused) {
     trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
   }
+  if (err == 0) {
+    ledger_add(dev, lib, held); /* before a free of the block can take it out (its lock) */
+  }
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
-    ledger_add(dev, lib, held);
     return CUDA_SUCCESS;
   }
   if (refused) {
