@@ -210,9 +210,13 @@ static int deeper(struct ledger_thread *t, uint64_t slot, unsigned gen) {
   }
   void *frames[LEDGER_DEPTH];
   int n = backtrace(frames, LEDGER_DEPTH);
+  bool inside = false; /* past the frames above gpucap's own: a sanitizer's backtrace()
+                        * interceptor comes first */
   for (int i = 0; i < n; i++) {
     int idx = site(frames[i], gen);
-    if (idx != DEEPER) {
+    if (idx == DEEPER) {
+      inside = true;
+    } else if (inside) {
       learn_slot(t, slot, frames[i]);
       return idx;
     }
