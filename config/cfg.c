@@ -28,6 +28,7 @@
 #define TYPE_NAME_LEVEL "integer"
 #define TYPE_NAME_REPORT "stderr, off or file"
 #define TYPE_NAME_PATH "file"
+#define TYPE_NAME_NAME "name"
 
 typedef struct opt {
   cfg_optinfo_t info;
@@ -50,6 +51,7 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CTYPE_LEVEL int
 #define CTYPE_REPORT cfg_dest_t
 #define CTYPE_PATH char *
+#define CTYPE_NAME char *
 #define CSIZE_LIMIT cfg_devvals_t
 #define CSIZE_FRACTION cfg_devvals_t
 #define CSIZE_BOOL bool
@@ -57,6 +59,7 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CSIZE_LEVEL int
 #define CSIZE_REPORT cfg_dest_t
 #define CSIZE_PATH char[PATH_MAX]
+#define CSIZE_NAME char[CFG_NAME_MAX]
 #define CFG_OPT(id, field, type, def, min, max, ...)                                               \
   _Static_assert(_Generic(((cfg_t *)0)->field, CTYPE_##type : 1, default : 0) &&                   \
                      sizeof(((cfg_t *)0)->field) == sizeof(CSIZE_##type),                          \
@@ -131,6 +134,12 @@ static int parse_path(const cfg_optinfo_t *o, const char *s, void *field, char *
   return cfg_parse_path(s, field, PATH_MAX, why, whylen);
 }
 
+static int parse_name(const cfg_optinfo_t *o, const char *s, void *field, char *why,
+                      size_t whylen) {
+  (void)o;
+  return cfg_parse_name(s, field, why, whylen);
+}
+
 static size_t format_limit(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
   return cfg_format_devvals(field, CFG_DEV_SIZE, buf, len);
@@ -186,6 +195,7 @@ static const struct {
     [CFG_TYPE_LEVEL] = {parse_level, format_level},
     [CFG_TYPE_REPORT] = {parse_report, format_report},
     [CFG_TYPE_PATH] = {parse_path, format_path},
+    [CFG_TYPE_NAME] = {parse_name, format_path},
 };
 
 static void *field_of(cfg_t *cfg, const opt_t *o) {

@@ -28,6 +28,7 @@ typedef enum cfg_type {
   CFG_TYPE_LEVEL,    /* int within the option's [min, max] (cfg_parse_uint) */
   CFG_TYPE_REPORT,   /* cfg_dest_t: stderr, off or a file path (cfg_parse_dest) */
   CFG_TYPE_PATH,     /* char[PATH_MAX]: a file path (cfg_parse_path), "" when unset or off */
+  CFG_TYPE_NAME,     /* char[CFG_NAME_MAX]: a budget name (cfg_parse_name), "" when unset */
 } cfg_type_t;
 
 /* One constant per row of options.def, in its order: CFG_OPT_MEMORY_LIMIT, ... */
@@ -51,6 +52,9 @@ typedef struct cfg {
   bool valid;                          /* false: a value was bad (or nothing loaded); no memory */
   cfg_devvals_t limit;                 /* GPUCAP_MEMORY_LIMIT, bytes */
   cfg_devvals_t fraction;              /* GPUCAP_MEMORY_FRACTION, units of 1/CFG_FRACTION_ONE */
+  char share[CFG_NAME_MAX];            /* GPUCAP_SHARE, "" = no shared budget */
+  cfg_devvals_t share_min;             /* GPUCAP_SHARE_MIN, bytes */
+  cfg_devvals_t share_max;             /* GPUCAP_SHARE_MAX, bytes */
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
   bool pool;                           /* GPUCAP_POOL */
   cfg_dest_t report;                   /* GPUCAP_REPORT */

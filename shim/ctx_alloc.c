@@ -15,6 +15,7 @@
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/share.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -94,7 +95,20 @@ static uint64_t trim(int dev) {
   return trim_device(dev, NULL, mine);
 }
 
+/* Another process of the shared budget was refused for want of room: give back this process's
+ * idle pool memory on those devices (docs/design.md, "Shared budgets"). No lock held. */
+static void answer_asks(void) {
+  uint64_t mask = share_asked();
+  for (int dev = 0; mask; dev++, mask >>= 1) {
+    if (mask & 1) {
+      share_answered(dev);
+      (void)trim(dev);
+    }
+  }
+}
+
 bool ctx_admit(int dev, uint64_t bytes) {
+  answer_asks();
   if (passthru_admit(dev, bytes)) {
     return true;
   }
@@ -126,6 +140,7 @@ static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, 
 
 CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult rc;
+  answer_asks();
   struct ctx *c = ctx_current(&rc);
   if (!c) {
     return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;

@@ -1025,12 +1025,58 @@ static void test_errno(void) {
   TAP_EQ(errno, ERANGE, "errno survives parsers, values and listings that succeed");
 }
 
+/* ---------------------------------------------------------------- budget names */
+
+static void test_names(void) {
+  static const struct {
+    const char *in, *out;
+  } good[] = {{"workers", "workers"},
+              {" job-42.gpu0 ", "job-42.gpu0"},
+              {"A_b", "A_b"},
+              {"0", "0"},
+              {"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk",
+               "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk"}};
+  static const struct {
+    const char *in, *why;
+  } bad[] = {
+      {"", "empty name"},
+      {"   ", "empty name"},
+      {".hidden", "must start with a letter or digit"},
+      {"-x", "must start with a letter or digit"},
+      {"a/b", "invalid byte 0x2f ('/') at offset 1"},
+      {"a b", "invalid byte 0x20"},
+      {"caf\xc3\xa9", "invalid byte 0xc3"},
+      {"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijkl", "longer than 63 bytes"}};
+  char out[CFG_NAME_MAX], why[CFG_WHY_MAX];
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    int rc = cfg_parse_name(good[i].in, out, why, sizeof why);
+    tap_ok(rc == 0 && strcmp(out, good[i].out) == 0, "budget name '%s' is accepted", good[i].in);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    strcpy(out, "kept");
+    int rc = cfg_parse_name(bad[i].in, out, why, sizeof why);
+    tap_ok(rc == -EINVAL && strstr(why, bad[i].why) != NULL && strcmp(out, "kept") == 0,
+           "budget name '%s' is refused: %s", bad[i].in, why);
+  }
+  cfg_t cfg;
+  char msg[CFG_MSG_MAX];
+  setenv("GPUCAP_SHARE", "a/b", 1);
+  int rc = cfg_load(&cfg, NULL, NULL, msg, sizeof msg);
+  tap_ok(rc == -EINVAL && !cfg.valid && strstr(msg, "gpucap: error: GPUCAP_SHARE='a/b'") == msg,
+         "a bad GPUCAP_SHARE fails closed with a clear message: %s", msg);
+  setenv("GPUCAP_SHARE", "team", 1);
+  rc = cfg_load(&cfg, NULL, NULL, msg, sizeof msg);
+  tap_ok(rc == 0 && strcmp(cfg.share, "team") == 0, "GPUCAP_SHARE=team is read");
+  unsetenv("GPUCAP_SHARE");
+}
+
 /* ---------------------------------------------------------------- the option table */
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH", "GPUCAP_POOL",
-      "GPUCAP_REPORT",       "GPUCAP_REPORT_JSON",     "GPUCAP_TRACE",        "GPUCAP_VERBOSE",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",   "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",    "GPUCAP_REPORT",
+      "GPUCAP_REPORT_JSON",  "GPUCAP_TRACE",           "GPUCAP_VERBOSE",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1044,7 +1090,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_VERBOSE == 7, "the enum follows the table");
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_VERBOSE == 10, "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");
   tap_ok(cfg_option(CFG_OPT_VERBOSE)->min == 0 && cfg_option(CFG_OPT_VERBOSE)->max == 3,
@@ -1236,6 +1282,7 @@ int main(void) {
   test_unknown();
   test_errno();
   test_table();
+  test_names();
   test_describe();
   test_docs();
   test_random();
