@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void budget_path(const char *name, unsigned uid, char *buf, size_t len) {
@@ -109,8 +110,20 @@ uint64_t budget_used(const struct budget *l, unsigned d) {
   return sum;
 }
 
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 uint64_t budget_reserved(const struct budget *l, unsigned d, int slot) {
+  const struct budget_device *e = &l->dev[d];
   uint64_t sum = 0;
+  int w = e->want_slot;
+  if (w >= 0 && w < (int)BUDGET_SLOTS && w != slot && l->slot[w].pid != 0 &&
+      now_ns() < e->want_ns) {
+    sum = e->want;
+  }
   for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
     const struct budget_slot *s = &l->slot[i];
     if (s->pid != 0 && (int)i != slot && s->used[d] < l->dev[d].min) {
@@ -131,8 +144,20 @@ uint64_t budget_headroom(const struct budget *l, unsigned d, int slot) {
 }
 
 bool budget_admit(struct budget *l, unsigned d, int slot, uint64_t bytes) {
+  struct budget_device *e = &l->dev[d];
   if (bytes > budget_headroom(l, d, slot)) {
+    int w = e->want_slot;
+    bool held = w >= 0 && w < (int)BUDGET_SLOTS && w != slot && l->slot[w].pid != 0 &&
+                now_ns() < e->want_ns;
+    if (!held) { /* another process's request keeps its place until it is met or expires */
+      e->want = bytes;
+      e->want_slot = slot;
+      e->want_ns = now_ns() + BUDGET_WANT_NS;
+    }
     return false;
+  }
+  if (e->want_slot == slot) {
+    e->want_slot = -1; /* the asker got memory: nothing held back any more */
   }
   l->slot[slot].used[d] += bytes;
   uint64_t now = budget_used(l, d);

@@ -40,6 +40,11 @@ struct budget_device {
   uint64_t min;               /* each process's guarantee on it, bytes */
   uint64_t peak;              /* the highest sum over the slots an admission reached */
   uint64_t asks;              /* give-back requests so far (a generation count) */
+  uint64_t refused;           /* allocations the budget refused (every process, dead ones too) */
+  uint64_t want;              /* the last refused request, held back for its asker ... */
+  int64_t want_ns;            /* ... until this CLOCK_MONOTONIC time */
+  int32_t want_slot;          /* ... the asker's slot, -1: none */
+  uint32_t unused;
 };
 
 struct budget_slot {
@@ -104,8 +109,11 @@ unsigned budget_reclaim(struct budget *l, pid_t self_pid, uint64_t self_start);
 /* Locked. The sum over the occupied slots of device d's bytes. */
 uint64_t budget_used(const struct budget *l, unsigned d);
 
+#define BUDGET_WANT_NS 2000000000LL /* how long a refused request is held back for its asker */
+
 /* Locked. What the other occupied slots' guarantees still hold back on device d: the sum over
- * the slots but `slot` of max(0, min - used). */
+ * the slots but `slot` of max(0, min - used), plus the last refused request of another live
+ * slot for BUDGET_WANT_NS after it (the memory the others give back goes to the asker). */
 uint64_t budget_reserved(const struct budget *l, unsigned d, int slot);
 
 /* Locked. What slot `slot` may still be charged on device d: cap - used - reserved, 0 when
@@ -113,7 +121,7 @@ uint64_t budget_reserved(const struct budget *l, unsigned d, int slot);
 uint64_t budget_headroom(const struct budget *l, unsigned d, int slot);
 
 /* Locked. Charges `bytes` of device d to `slot` iff they fit in budget_headroom; records the
- * peak. Returns true iff charged. */
+ * peak. Returns true iff charged; a refusal is recorded as the device's wanted request. */
 bool budget_admit(struct budget *l, unsigned d, int slot, uint64_t bytes);
 
 /* Locked. The index of device uuid's entry, or -1 when none. */

@@ -11,6 +11,7 @@
 #include "shim/cap.h"
 #include "shim/capture.h"
 #include "shim/check.h"
+#include "shim/log.h"
 #include "shim/oom.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
@@ -102,7 +103,9 @@ static void answer_asks(void) {
   for (int dev = 0; mask; dev++, mask >>= 1) {
     if (mask & 1) {
       share_answered(dev);
-      (void)trim(dev);
+      uint64_t released = trim(dev);
+      log_msg(LOG_DEBUG, "device %d: %llu bytes of idle pool memory given back", dev,
+              (unsigned long long)released);
     }
   }
 }

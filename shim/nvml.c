@@ -205,10 +205,13 @@ GPUCAP_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 static unsigned processes(nvmlDevice_t d, struct share_proc *out, unsigned cap) {
   char uuid[96];
   uuid_of(d, uuid, sizeof uuid);
+  int dev = ordinal_of(uuid);
   if (share_active()) {
+    if (dev >= 0) {
+      (void)cap_limit(dev, 0); /* a CUDA process asking joins the budget there, as get-info does */
+    }
     return share_processes(uuid, out, cap);
   }
-  int dev = ordinal_of(uuid);
   if (dev < 0 || cap_used(dev) == 0) {
     return 0;
   }

@@ -152,6 +152,7 @@ static void bind_device(int dev, uint64_t cap, uint64_t min) {
       memset(e, 0, sizeof *e);
       e->cap = cap;
       e->min = min;
+      e->want_slot = -1;
       (void)snprintf(e->uuid, sizeof e->uuid, "%s", uuid);
       d = (int)i;
     }
@@ -234,9 +235,15 @@ bool share_charge(int dev, uint64_t bytes) {
     }
     if (!ok) {
       l->slot[s].refused[d]++;
+      l->dev[d].refused++;
       l->dev[d].asks++; /* the others give their idle memory back at their next call */
     }
     budget_unlock(l);
+    if (!ok) {
+      log_msg(LOG_DEBUG,
+              "device %d: shared budget full: %llu bytes refused, idle memory asked back", dev,
+              (unsigned long long)bytes);
+    }
   }
   errno = saved;
   return ok;
@@ -291,6 +298,7 @@ uint64_t share_asked(void) {
 }
 
 void share_answered(int dev) {
+  log_msg(LOG_DEBUG, "device %d: giving idle pool memory back to the shared budget", dev);
   struct budget *l = atomic_load(&ledger);
   int b = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? atomic_load(&bound[dev]) : 0;
   if (l && b > 0) {
