@@ -97,20 +97,29 @@ static int read_all(const char *only, struct snap *out, int max) {
   return n;
 }
 
-/* A device's figures: the sums over the live processes. */
-static void sums(const struct budget *b, unsigned d, uint64_t *used, uint64_t *idle,
-                 uint64_t *refused, unsigned *procs) {
-  *used = *idle = 0;
-  *refused = b->dev[d].refused;
-  *procs = 0;
+/* Whether slot p is listed under device d: live, and it used the device. */
+static bool listed(const struct budget_slot *p, unsigned d) {
+  return p->pid != 0 && (p->used[d] || (p->present >> d & 1));
+}
+
+/* Slot p's idle bytes on d (never more than it holds: the two are published apart). */
+static uint64_t idle_of(const struct budget_slot *p, unsigned d) {
+  return p->idle[d] < p->used[d] ? p->idle[d] : p->used[d];
+}
+
+/* Device d's figures, the sums over its listed processes; false when the entry is unused. */
+struct devsum {
+  uint64_t used, idle, refused;
+};
+static bool dev_sum(const struct budget *b, unsigned d, struct devsum *out) {
+  *out = (struct devsum){0, 0, b->dev[d].refused};
   for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
-    const struct budget_slot *s = &b->slot[i];
-    if (s->pid != 0 && (s->used[d] || (s->present >> d & 1))) {
-      *used += s->used[d];
-      *idle += s->idle[d] < s->used[d] ? s->idle[d] : s->used[d];
-      (*procs)++;
+    if (listed(&b->slot[i], d)) {
+      out->used += b->slot[i].used[d];
+      out->idle += idle_of(&b->slot[i], d);
     }
   }
+  return b->dev[d].uuid[0] != '\0';
 }
 
 /* Writes the text of a fixed-size field as a JSON string (the ledger is another process's
@@ -141,30 +150,27 @@ static void json(FILE *f, const struct snap *s, int n) {
     fprintf(f, ", \"reclaimed\": %" PRIu64 ", \"recoveries\": %" PRIu64 ", \"devices\": [",
             b->reclaimed, b->recoveries);
     bool first = true;
+    struct devsum t;
     for (unsigned d = 0; d < BUDGET_DEVICES; d++) {
-      uint64_t used, idle, refused;
-      unsigned procs;
-      if (!b->dev[d].uuid[0]) {
+      if (!dev_sum(b, d, &t)) {
         continue;
       }
-      sums(b, d, &used, &idle, &refused, &procs);
       fprintf(f, "%s\n    {\"uuid\": ", first ? "" : ",");
       jstr(f, b->dev[d].uuid, sizeof b->dev[d].uuid);
       fprintf(f,
               ", \"cap\": %" PRIu64 ", \"min\": %" PRIu64 ", \"used\": %" PRIu64
               ", \"idle\": %" PRIu64 ", \"peak\": %" PRIu64 ", \"refused\": %" PRIu64
               ", \"processes\": [",
-              b->dev[d].cap, b->dev[d].min, used, idle, b->dev[d].peak, refused);
+              b->dev[d].cap, b->dev[d].min, t.used, t.idle, b->dev[d].peak, t.refused);
       first = false;
       bool pfirst = true;
       for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
         const struct budget_slot *p = &b->slot[i];
-        if (p->pid != 0 && (p->used[d] || (p->present >> d & 1))) {
+        if (listed(p, d)) {
           fprintf(f,
                   "%s\n      {\"pid\": %d, \"used\": %" PRIu64 ", \"idle\": %" PRIu64
                   ", \"refused\": %" PRIu64 "}",
-                  pfirst ? "" : ",", (int)p->pid, p->used[d],
-                  p->idle[d] < p->used[d] ? p->idle[d] : p->used[d], p->refused[d]);
+                  pfirst ? "" : ",", (int)p->pid, p->used[d], idle_of(p, d), p->refused[d]);
           pfirst = false;
         }
       }
@@ -202,20 +208,18 @@ static void table(FILE *f, const struct snap *s, int n) {
   }
   for (int k = 0; k < n; k++) {
     const struct budget *b = &s[k].b;
+    struct devsum t;
     for (unsigned d = 0; d < BUDGET_DEVICES; d++) {
-      uint64_t used, idle, refused;
-      unsigned procs;
-      if (!b->dev[d].uuid[0]) {
+      if (!dev_sum(b, d, &t)) {
         continue;
       }
-      sums(b, d, &used, &idle, &refused, &procs);
       fprintf(f, "%-20s %-14.14s %8s %10s %10s %10s %10s %8" PRIu64 "\n", s[k].name, b->dev[d].uuid,
-              "all", human(used - idle, a, sizeof a), human(idle, b2, sizeof b2),
-              human(b->dev[d].cap, c, sizeof c), human(b->dev[d].peak, p, sizeof p), refused);
+              "all", human(t.used - t.idle, a, sizeof a), human(t.idle, b2, sizeof b2),
+              human(b->dev[d].cap, c, sizeof c), human(b->dev[d].peak, p, sizeof p), t.refused);
       for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
         const struct budget_slot *x = &b->slot[i];
-        if (x->pid != 0 && (x->used[d] || (x->present >> d & 1))) {
-          uint64_t xi = x->idle[d] < x->used[d] ? x->idle[d] : x->used[d];
+        if (listed(x, d)) {
+          uint64_t xi = idle_of(x, d);
           fprintf(f, "%-20s %-14s %8d %10s %10s %10s %10s %8" PRIu64 "\n", "", "", (int)x->pid,
                   human(x->used[d] - xi, a, sizeof a), human(xi, b2, sizeof b2), "", "",
                   x->refused[d]);

@@ -18,20 +18,12 @@ MiB=1048576
 trap 'rm -f /dev/shm/fakecuda.$uid.$name* /dev/shm/gpucap-budget.$uid.$name*; rm -rf "$WORK"' EXIT
 export FAKECUDA_MEMORY=1GiB GPUCAP_REPORT=off
 
-# await FILE TEXT: waits until FILE holds TEXT (at most a minute: a bound for hangs, not a timing).
-await() {
-  i=0
-  while ! grep -q "$2" "$1" 2>/dev/null && [ $i -lt 1200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-  done
-}
-
 # flat TEXT: TEXT on one line, for patterns across a program's output lines.
 flat() {
   printf '%s' "$1" | tr '\n' ' '
 }
 
+# free_of OUTPUT: the free figure of a probe's last "info" line.
 free_of() {
   printf '%s\n' "$1" | sed -n 's/^info 0 free=\([0-9]*\) .*/\1/p' | tail -n 1
 }
@@ -62,7 +54,7 @@ is "$(stat -c %a "$ledger")" 600 "the budget's ledger is owner-only (0600)"
 smi=$(with_shim "$nvml" child smi 2>&1)
 like "$smi" "used $((200 * MiB)) free $((100 * MiB)) total $((300 * MiB))" \
   "an NVML tool under the budget (like nvidia-smi under gpucap run): total = the cap, used = the budget's"
-is "$(printf '%s\n' "$smi" | sed -n 's/^proc \([0-9]*\) \([0-9]*\)$/\1 \2/p')" "$a $((200 * MiB))" \
+is "$(procs_of "$smi")" "$a $((200 * MiB))" \
   "... and its one live process with its bytes"
 smi=$(without_shim "$nvml" child smi 2>&1)
 like "$smi" "used $((200 * MiB)) free $((824 * MiB)) total $((1024 * MiB))" \
@@ -94,16 +86,12 @@ cat "$WORK"/share?.out | grep -v '^bad=0$' | sed 's/^/# /'
 out=$(with_shim "$TESTBIN/smi" 2>&1)
 like "$(flat "$out")" "memory used=$((500 * MiB)) free=$((300 * MiB)) total=$((800 * MiB)) memory2 used=$((500 * MiB)) free=$((300 * MiB)) total=$((800 * MiB))" \
   "an nvidia-smi-like tool (dlopen, dlsym, no CUDA) under the budget: 500 of 800 MiB used"
-is "$(printf '%s\n' "$out" | sed -n 's/^proc \([0-9]*\) \([0-9]*\)$/\1 \2/p' | sort)" \
-  "$(for p in $pids; do echo "$p $((100 * MiB))"; done | sort)" "... and the five processes"
+is "$(procs_of "$out")" "$(each_holding "$pids" $((100 * MiB)))" "... and the five processes"
 out=$(with_shim "$TESTBIN/smi" cuda $((50 * MiB)) 2>&1)
 like "$(flat "$out")" "memory used=$((550 * MiB)) free=$((250 * MiB)) total=$((800 * MiB)) .*agree" \
   "a sixth process through dlopen/dlsym: NVML's figures equal its cuMemGetInfo_v2's"
 exec 4>&-
-bad=0
-for p in $pids; do
-  wait "$p" || bad=$((bad + 1))
-done
+wait_all "$pids"
 is "$bad" 0 "the five freed and exited cleanly"
 out=$(with_shim "$TESTBIN/smi" none $MiB 2>&1)
 is "$out" "nvml not loaded" "a program that does not use NVML: gpucap loads no NVML into it, prints nothing"
@@ -218,44 +206,12 @@ wait "$a"
 # ---- kill -9 in the middle of allocating, four processes x four threads around it. ----
 export FAKECUDA_MACHINE=$name-stress FAKECUDA_MEMORY=64MiB FAKECUDA_BACKING=1
 export GPUCAP_SHARE=$name-stress GPUCAP_MEMORY_LIMIT=24MiB GPUCAP_POOL=on
-bg "$worker" loop 99 >"$WORK/victim.out" 2>&1 &
-victim=$!
-await "$WORK/victim.out" running
-pids=
-mkfifo "$WORK/gs"
-for i in 1 2 3 4; do
-  FAKECUDA_STATS="$WORK/stress$i.json" bg "$worker" stress "$i" 400 5 <"$WORK/gs" \
-    >"$WORK/stress$i.out" 2>"$WORK/stress$i.err" &
-  pids="$pids $!"
-done
-exec 4>"$WORK/gs"
-for i in 1 2 3 4; do
-  await "$WORK/stress$i.out" started
-done
-kill -9 "$victim"
-wait "$victim" 2>/dev/null
-is $? 137 "the victim was killed by SIGKILL while allocating"
-for i in 1 2 3 4; do
-  await "$WORK/stress$i.out" 'stress ok'
-done
+stress_start bg
 json=$(top "$name-stress")
-exec 4>&-
-bad=0
-for p in $pids; do
-  wait "$p" || bad=$((bad + 1))
-done
-is "$bad" 0 \
+stress_finish \
   "four processes x four threads under one budget beside it: every check passed (contents intact, cuMemGetInfo and NVML sane, NVML listing the budget's processes)"
-cat "$WORK"/stress?.out | sed "s/^/# /"
-[ "$bad" -eq 0 ] || sed "s/^/# /" "$WORK"/stress?.err
-peak=0
-oom=0
-for i in 1 2 3 4; do
-  p=$(json_num "$WORK/stress$i.json" machine_peak_bytes)
-  [ "${p:-0}" -gt "$peak" ] && peak=$p
-  o=$(sed -n 's/.*oom=\([0-9]*\).*/\1/p' "$WORK/stress$i.out")
-  oom=$((oom + ${o:-0}))
-done
+peak=$stress_peak
+oom=$stress_oom
 [ "$peak" -gt 0 ] && [ "$peak" -le $((24 * MiB)) ]
 ok $? "the device's peak across all processes ($peak bytes) never exceeded the 24 MiB budget"
 [ "$oom" -gt 0 ]
