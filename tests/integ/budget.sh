@@ -41,6 +41,7 @@ top() {
 # ---- Two processes under one 300 MiB budget on a 1 GiB device. ----
 export FAKECUDA_MACHINE=$name-m1 GPUCAP_SHARE=$name-a GPUCAP_MEMORY_LIMIT=300MiB GPUCAP_POOL=off
 mkfifo "$WORK/fa"
+rm -f "$WORK/a.out" # await must not read a previous process's output
 bg "$probe" init ctx alloc:$((200 * MiB)) info hold <"$WORK/fa" >"$WORK/a.out" 2>&1 &
 a=$!
 exec 3>"$WORK/fa"
@@ -96,6 +97,7 @@ is "$bad" 0 "the five freed and exited cleanly"
 out=$(with_shim "$TESTBIN/smi" none $MiB 2>&1)
 is "$out" "nvml not loaded" "a program that does not use NVML: gpucap loads no NVML into it, prints nothing"
 export FAKECUDA_MACHINE=$name-m1 GPUCAP_SHARE=$name-a GPUCAP_MEMORY_LIMIT=300MiB
+rm -f "$WORK/a.out" # await must not read a previous process's output
 bg "$probe" init ctx alloc:$((200 * MiB)) info hold <"$WORK/fa" >"$WORK/a.out" 2>&1 &
 a=$!
 exec 3>"$WORK/fa"
@@ -118,6 +120,7 @@ wait "$a"
 
 # ---- A budget whose processes are all gone starts afresh, with the next one's settings. ----
 hold_killed() {
+  rm -f "$WORK/b.out" # await must not read a previous process's output
   bg "$probe" init ctx alloc:$((250 * MiB)) hold <"$WORK/fb" >"$WORK/b.out" 2>&1 &
   b=$!
   exec 3>"$WORK/fb"
@@ -166,6 +169,7 @@ rm -f "$bad"
 
 # ---- The guarantee: one process cannot starve another. ----
 export GPUCAP_SHARE=$name-min GPUCAP_SHARE_MIN=100MiB GPUCAP_MEMORY_LIMIT=300MiB
+rm -f "$WORK/a.out" # await must not read a previous process's output
 bg "$probe" init ctx alloc:$((10 * MiB)) hold <"$WORK/fa" >"$WORK/a.out" 2>&1 &
 a=$!
 exec 3>"$WORK/fa"
@@ -181,11 +185,13 @@ unset GPUCAP_SHARE_MIN
 # ---- Idle pool memory is given back when another process asks. ----
 export GPUCAP_SHARE=$name-idle GPUCAP_MEMORY_LIMIT=400MiB GPUCAP_POOL=on
 rm -f "$WORK/go" "$WORK/retry"
+rm -f "$WORK/a.out" # await must not read a previous process's output
 bg "$probe" init ctx alloc:$((200 * MiB)) free:0 sync hold alloc:$MiB info "wait:$WORK/go" \
   <"$WORK/fa" >"$WORK/a.out" 2>&1 &
 a=$!
 exec 3>"$WORK/fa"
 await "$WORK/a.out" holding
+rm -f "$WORK/b.out" # await must not read a previous process's output
 bg "$probe" init ctx alloc:$((300 * MiB)) "wait:$WORK/retry" alloc:$((300 * MiB)) \
   >"$WORK/b.out" 2>&1 3>&- &
 b=$!
