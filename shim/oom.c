@@ -3,6 +3,8 @@
 
 #include "shim/cap.h"
 #include "shim/log.h"
+#include "shim/settings.h"
+#include "shim/share.h"
 
 #include <string.h>
 
@@ -24,6 +26,12 @@ static void hint(int dev, uint64_t bytes, const bfc_stats_t *s, bool driver_full
             "hint: device %d itself is out of memory (the driver refused it, below "
             "the cap): other processes or allocations outside gpucap's pools hold the rest",
             dev);
+  } else if (share_active() && cap != CAP_NONE && cap_used(dev) <= cap &&
+             bytes <= cap - cap_used(dev)) {
+    log_msg(LOG_INFO,
+            "hint: the shared budget '%s' is full on device %d: its other processes hold the rest "
+            "(gpucap top lists them); they give idle pool memory back at their next allocation",
+            settings_get()->share, dev);
   } else if (cap != CAP_NONE) {
     log_msg(LOG_INFO,
             "hint: the cap on device %d is %llu bytes; raise GPUCAP_MEMORY_LIMIT or "

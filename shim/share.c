@@ -174,7 +174,8 @@ static void bind_device(int dev, uint64_t cap, uint64_t min) {
   } else if (!same) {
     refuse("device %s was set up with %s (its devices are numbered otherwise here?)", uuid, was);
   } else {
-    atomic_store_explicit(&seen_asks[d], l->dev[d].asks, memory_order_relaxed);
+    atomic_store_explicit(&seen_asks[d], __atomic_load_n(&l->dev[d].asks, __ATOMIC_RELAXED),
+                          memory_order_relaxed);
     atomic_store_explicit(&bound[dev], d + 1, memory_order_release);
   }
 }
@@ -236,7 +237,8 @@ bool share_charge(int dev, uint64_t bytes) {
     if (!ok) {
       l->slot[s].refused[d]++;
       l->dev[d].refused++;
-      l->dev[d].asks++; /* the others give their idle memory back at their next call */
+      /* the others give their idle memory back at their next call (they read it unlocked) */
+      __atomic_fetch_add(&l->dev[d].asks, 1, __ATOMIC_RELAXED);
     }
     budget_unlock(l);
     if (!ok) {
