@@ -50,8 +50,6 @@ out=$(with_shim "$probe" init ctx info alloc:$((150 * MiB)) alloc:$((90 * MiB)) 
 is "$(free_of "$out")" $((10 * MiB)) \
   "a second process of the budget sees 300 - 200 MiB free, then 10 after taking 90"
 like "$out" "alloc 2" "... and is refused 150 MiB (CUDA_ERROR_OUT_OF_MEMORY) though the device has 824 free"
-like "$out" "gpucap: hint: the shared budget '$name-a' is full on device 0: its other processes hold the rest" \
-  "... with a hint naming the budget, not its own cap"
 ledger=/dev/shm/gpucap-budget.$uid.$name-a
 is "$(stat -c %a "$ledger")" 600 "the budget's ledger is owner-only (0600)"
 smi=$(with_shim "$nvml" child smi 2>&1)
@@ -200,6 +198,8 @@ b=$!
 await "$WORK/b.out" "^alloc"
 like "$(cat "$WORK/b.out")" "alloc 2" \
   "A's pool keeps its freed 200 MiB: B is refused 300 MiB, and asks for it"
+like "$(cat "$WORK/b.out")" "gpucap: hint: the shared budget '$name-idle' is full on device 0: its other processes hold the rest" \
+  "... its out-of-memory report's hint names the budget, not its own cap (which had room)"
 exec 3>&- # A makes its next call
 await "$WORK/a.out" "^info"
 touch "$WORK/retry"
