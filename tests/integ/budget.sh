@@ -139,6 +139,29 @@ out=$(GPUCAP_MEMORY_LIMIT=500MiB with_shim "$probe" init ctx info 2>&1)
 like "$out" "info 0 free=$((500 * MiB)) total=$((500 * MiB))" \
   "a budget left by a dead run: the next process's settings (500 MiB) become the budget's"
 
+# ---- A process killed with kill -9 while it holds the ledger's lock: the others go on. ----
+export GPUCAP_MEMORY_LIMIT=300MiB GPUCAP_SHARE=$name-wedge
+rm -f "$WORK/a.out"
+bg "$probe" init ctx alloc:$((100 * MiB)) hold <"$WORK/fa" >"$WORK/a.out" 2>&1 &
+a=$!
+exec 3>"$WORK/fa"
+await "$WORK/a.out" holding
+"$TESTBIN/budgetlock" "$name-wedge" >"$WORK/lock.out" 2>&1 &
+locker=$!
+await "$WORK/lock.out" locked
+like "$(cat "$WORK/lock.out")" "^locked" "a process takes the budget's ledger lock and stays"
+kill -9 "$locker"
+wait "$locker" 2>/dev/null
+# timeout: a bound for a wedged lock (a hang fails the test), not a timing.
+out=$(with_shim timeout 60 "$probe" init ctx info alloc:$((200 * MiB)) 2>&1)
+like "$(flat "$out")" "info 0 free=$((200 * MiB)) .*alloc 0" \
+  "killed inside the lock: the next process takes it over (EOWNERDEAD), sees 200 MiB free and gets them"
+like "$(flat "$(top "$name-wedge")")" "\"recoveries\": 1,.*\"pid\": $a, \"used\": $((100 * MiB))" \
+  "... gpucap top counts one recovery, and A still holds its 100 MiB"
+exec 3>&-
+wait "$a"
+is $? 0 "A went on past the dead holder and exited normally"
+
 # ---- A ledger gpucap cannot use is refused with a clear line, never ignored. ----
 bad=/dev/shm/gpucap-budget.$uid.$name-bad
 export GPUCAP_SHARE=$name-bad
