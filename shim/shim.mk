@@ -44,3 +44,10 @@ $(BUILD)/tests/test_check: $(BUILD)/obj/tests/unit/test_check.o $(BUILD)/obj/shi
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
 TEST_PROGRAMS += $(BUILD)/tests/test_check
+
+# ---- The shared budget's ledger arithmetic (shim/budget.c), on a ledger in ordinary memory. ----
+$(BUILD)/tests/test_budget: $(BUILD)/obj/tests/unit/test_budget.o $(BUILD)/obj/shim/budget.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+TEST_PROGRAMS += $(BUILD)/tests/test_budget
