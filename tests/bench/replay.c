@@ -327,7 +327,7 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
   memset(as, 0, sizeof(*as));
   as->next = (uint64_t)1 << 40;
   bfc_prim_t prim = {as, as_reserve, as_release, NULL};
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     fprintf(stderr, "gpucap-replay: error: cannot create pool\n");

@@ -325,7 +325,7 @@ static report_row_t rows[NROWS];
 
 static bfc_pool_t *mk(int k, uint64_t limit, int growth) {
   bfc_prim_t prim = fake_init(&fakes[k], MiB);
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     tap_ok(0, "bfc_create %d", k);
