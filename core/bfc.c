@@ -691,7 +691,9 @@ static int map_extend(bfc_pool_t *p, uint64_t rounded) {
     return -ENOMEM; /* the device has not that much left (other processes share it) */
   }
   region_t *fresh = malloc(sizeof(*fresh));
-  if (fresh == NULL || region_room(p) != 0) {
+  /* Two chunk records: the new units' and the split of the block served from them (a collect
+   * before may have used the ones bfc_alloc set aside). */
+  if (fresh == NULL || region_room(p) != 0 || (p->nspare < 2 && add_slab(p) != 0)) {
     free(fresh);
     return -ENOMEM;
   }
