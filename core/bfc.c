@@ -576,12 +576,23 @@ static int release_free_regions(bfc_pool_t *p, uint64_t keep, uint64_t *released
 }
 
 static int unmap_free(bfc_pool_t *p, uint64_t keep, uint64_t *released);
+static uint64_t unit_up(const bfc_pool_t *p, uint64_t bytes);
 
 /* TensorFlow's DeallocateFreeRegions: 1 iff regions were released to make room. */
 static int collect(bfc_pool_t *p, uint64_t rounded) {
   if (p->unit != 0) {
-    uint64_t released = 0;
-    unmap_free(p, 0, &released); /* every whole free unit: growth maps what it needs again */
+    /* Every whole free unit, when that leaves room: growth maps what it needs again. */
+    uint64_t whole = 0, released = 0;
+    for (uint32_t i = 0; i < p->nregions; i++) {
+      for (const chunk_t *c = p->regions[i]->first; c != NULL; c = c->next) {
+        uint64_t a = unit_up(p, c->addr), b = (c->addr + c->size) & ~(p->unit - 1);
+        whole += c->state == BFC_FREE && b > a ? b - a : 0;
+      }
+    }
+    if (whole == 0 || unit_up(p, rounded) > p->limit - p->st.pool_bytes + whole) {
+      return 0;
+    }
+    unmap_free(p, 0, &released);
     return released > 0;
   }
   uint64_t free_region_bytes = 0;
@@ -636,6 +647,9 @@ static void region_remove_at(bfc_pool_t *p, uint32_t i) {
  * 0, or -ENOMEM when no hole of the address space can hold it. O(regions). */
 static int map_place(const bfc_pool_t *p, uint64_t rounded, uint64_t *base, uint64_t *cost) {
   uint64_t best = UINT64_MAX, at = 0, end = p->space_base + p->space_bytes;
+  if (rounded > p->space_bytes) {
+    return -ENOMEM; /* more than the whole space (and no unit rounding may overflow below) */
+  }
   for (uint32_t i = 0; i <= p->nregions; i++) {
     const region_t *l = i > 0 ? p->regions[i - 1] : NULL;
     const region_t *r = i < p->nregions ? p->regions[i] : NULL;

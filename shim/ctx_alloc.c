@@ -48,6 +48,38 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   }
 }
 
+/* The idle release (GPUCAP_RELEASE_AFTER, VMM-backed pools): once a window has passed, the
+ * whole free units above the most bytes in use during it are unmapped, after settling the
+ * deferred frees (a synchronize, skipped while a capture is going on). Lock held; dropped
+ * across the synchronize. */
+static void release_idle(struct ctx *c) {
+  CHECK_HELD(&c->lock);
+  uint64_t keep = 0;
+  if (!pool_idle_due(&c->pool, &keep)) {
+    return;
+  }
+  CUcontext mine = NULL;
+  if (real.cuCtxGetCurrent && real.cuCtxGetCurrent(&mine) == CUDA_SUCCESS) {
+    settle_other(c, mine);
+  }
+  pool_trim_to(&c->pool, keep);
+}
+
+void ctx_release_idle(int dev) {
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    struct ctx *o = ctx_slot(i);
+    if (atomic_load_explicit(&o->dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->pool.bfc && o->dev == dev) {
+      release_idle(o);
+    }
+    pthread_mutex_unlock(&o->lock);
+  }
+}
+
 /* Releases the fully free regions of the pools on device dev but `skip`'s (settling their
  * deferred frees first, `mine` being the thread's current context); returns the bytes
  * released. Takes each object's lock in turn: the caller holds none. */
@@ -163,9 +195,12 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     bfc_usage(c->pool.bfc, &in_use, &deferred, &free_b, &reserved);
     /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
      * request fails lets placement drift around the deferred holes and needs a looser cap
-     * (docs/benchmarks.md measures both policies). */
+     * (docs/benchmarks.md measures both policies). A VMM-backed pool also retires before it
+     * grows (the request is more than its free memory): units mapped around a deferred block
+     * would keep part of a unit mapped for a fragment once it is freed. */
     bool can_sync = !capture_any(); /* shim/capture.h */
-    bool due = can_sync && tries == 0 && deferred > 0 && deferred >= free_b / 4;
+    bool due = can_sync && tries == 0 && deferred > 0 &&
+               (deferred >= free_b / 4 || (c->pool.vmm && free_b < bytes));
     if (!due) {
       c->pool.last_driver_rc = CUDA_SUCCESS;
       err = bfc_alloc(c->pool.bfc, bytes, &addr);
@@ -218,6 +253,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   uint64_t others_hold = c->pool.others_hold;
   int dev = c->dev;
   trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
+  if (c->pool.bfc) {
+    release_idle(c);
+  }
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
@@ -268,6 +306,7 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   int err = bfc_free_deferred(c->pool.bfc, ptr);
   if (err == 0) {
     trace_note(TRACE_FREE, c->dev, ptr, requested, held);
+    release_idle(c);
   }
   pthread_mutex_unlock(&c->lock);
   trace_poll();

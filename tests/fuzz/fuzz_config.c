@@ -483,16 +483,17 @@ static void fuzz_path(const char *s, size_t n, bool dest) {
 /* ---------------------------------------------------------------- cfg_load */
 
 /* The variables in the order of the input's bitmap of those set (bits 0-8 first, as the
- * committed corpus has them; the shared budget's three came later, bits 9-11). */
+ * committed corpus has them; the shared budget's three came later, bits 9-11, then 12). */
 static const char *const names[] = {
     "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH",
     "GPUCAP_POOL",         "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON",
     "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "TF_FORCE_GPU_ALLOW_GROWTH",
-    "GPUCAP_SHARE",        "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX"};
+    "GPUCAP_SHARE",        "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX",
+    "GPUCAP_RELEASE_AFTER"};
 enum { NVARS = sizeof names / sizeof names[0], TF = 8 };
 
 /* names[] index of each option of options.def, in its order (cfg_load's). */
-static const int name_of_opt[] = {0, 1, 9, 10, 11, 2, 3, 4, 5, 6, 7};
+static const int name_of_opt[] = {0, 1, 9, 10, 11, 2, 3, 4, 5, 6, 7, 12};
 _Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
                "name_of_opt follows config/options.def");
 
@@ -543,8 +544,9 @@ static bool var_ok(int i, const char *v) {
   case 1:
     return ref_devvals(s, CFG_DEV_FRACTION, &dv);
   case 2:
-  case 3:
     return ref_bool(s, &b);
+  case 3:
+    return ref_bool(s, &b) || same_word(strip(s), "vmm") || same_word(strip(s), "regions");
   case 4:
     return same_word(strip(s), "stderr") || same_word(strip(s), "off") ||
            ref_path(s, path, sizeof path);
@@ -556,6 +558,8 @@ static bool var_ok(int i, const char *v) {
   case 10:
   case 11:
     return ref_devvals(s, CFG_DEV_SIZE, &dv);
+  case 12:
+    return ref_uint(s, 0, 86400000, &u);
   default:
     return ref_uint(s, 0, 3, &u);
   }
@@ -564,7 +568,7 @@ static bool var_ok(int i, const char *v) {
 static void fuzz_load(const uint8_t *data, size_t size) {
   static char buf[MAXTEXT + NVARS];
   env_t env = {{0}, 0};
-  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 0xf) << 8 : 0) : 0;
+  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 0x1f) << 8 : 0) : 0;
   size_t skip = size > 1 ? 2 : size;
   memcpy(buf, data + skip, size - skip);
   buf[size - skip] = '\0';

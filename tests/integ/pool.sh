@@ -20,10 +20,14 @@ like "$pooled" 'pitch 100 4 -> 0 512' "  (100-byte rows get a 512-byte pitch)"
 tap_program "bad frees and arguments" with_shim "$TESTBIN/pooltest" errors
 
 stats="$WORK/prealloc.json"
-GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
+GPUCAP_POOL=regions GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
   with_shim "$TESTBIN/pooltest" many 1000 >/dev/null 2>&1
 is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 1 "preallocation: one driver allocation ..."
 is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... of the whole 1 GiB cap"
+GPUCAP_POOL=vmm GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
+  with_shim "$TESTBIN/pooltest" many 1000 >/dev/null 2>&1
+is "$(json_obj_num "$stats" calls cuMemCreate)" 512 "VMM preallocation: 512 units of 2 MiB ..."
+is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... the whole 1 GiB cap"
 
 trace="$WORK/trace.csv"
 GPUCAP_TRACE="$trace" with_shim "$TESTBIN/pooltest" many 3000 >/dev/null 2>&1
