@@ -50,4 +50,17 @@ GPUCAP_TRACE="$WORK/nowhere" with_shim "$TESTBIN/pooltest" many 10 >/dev/null 2>
 ok $? "trace: a link to a file that cannot be created does not fail the run"
 like "$(cat "$WORK/err")" "GPUCAP_TRACE: cannot create '$WORK/nowhere'" "  one warning names it"
 
+# Idle memory goes back (GPUCAP_RELEASE_AFTER, VMM-backed pool), judged by the fake's own count
+# of what the process holds; the program polls (cuMemGetInfo) with a generous limit, so the
+# check does not depend on timing. GPUCAP_RELEASE_AFTER=0 never releases (a control: the poll
+# then runs out and the check fails), and a loop that reuses its memory keeps it.
+GPUCAP_RELEASE_AFTER=20 tap_program "idle memory goes back after GPUCAP_RELEASE_AFTER" \
+  with_shim "$TESTBIN/pooltest" idle
+out=$(GPUCAP_RELEASE_AFTER=0 with_shim "$TESTBIN/pooltest" idle 25 2>/dev/null)
+kept=$(printf '%s\n' "$out" | sed -n 's/.*idle_held=\([0-9]*\).*/\1/p')
+[ "${kept:-0}" -gt $((48 << 20)) ]
+ok $? "GPUCAP_RELEASE_AFTER=0: nothing goes back on idleness (the driver holds ${kept:-?} bytes)"
+GPUCAP_RELEASE_AFTER=1 tap_program "a steady loop keeps its memory (hysteresis)" \
+  with_shim "$TESTBIN/pooltest" steady 300
+
 done_testing
