@@ -451,6 +451,21 @@ static void jump_next_region(bfc_pool_t *p, uint64_t bytes) {
   p->next_region = bytes <= UINT64_MAX / 4 ? 4 * bytes : UINT64_MAX;
 }
 
+/* Room for one more region in the array; 0 or -ENOMEM. */
+static int region_room(bfc_pool_t *p) {
+  if (p->nregions < p->region_cap) {
+    return 0;
+  }
+  uint32_t cap = p->region_cap ? 2 * p->region_cap : 16;
+  region_t **grown = realloc(p->regions, cap * sizeof(*grown));
+  if (grown == NULL) {
+    return -ENOMEM;
+  }
+  p->regions = grown;
+  p->region_cap = cap;
+  return 0;
+}
+
 static int map_extend(bfc_pool_t *p, uint64_t rounded);
 
 /* TensorFlow's Extend: reserve the next region and add it as one free chunk. */
@@ -467,14 +482,8 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
   if (rounded > avail) {
     return -ENOMEM;
   }
-  if (p->nregions == p->region_cap) {
-    uint32_t cap = p->region_cap ? 2 * p->region_cap : 16;
-    region_t **grown = realloc(p->regions, cap * sizeof(*grown));
-    if (grown == NULL) {
-      return -ENOMEM;
-    }
-    p->regions = grown;
-    p->region_cap = cap;
+  if (region_room(p) != 0) {
+    return -ENOMEM;
   }
   region_t *r = malloc(sizeof(*r));
   if (r == NULL) {
@@ -581,7 +590,8 @@ static uint64_t unit_up(const bfc_pool_t *p, uint64_t bytes);
 /* TensorFlow's DeallocateFreeRegions: 1 iff regions were released to make room. */
 static int collect(bfc_pool_t *p, uint64_t rounded) {
   if (p->unit != 0) {
-    /* Every whole free unit, when that leaves room: growth maps what it needs again. */
+    /* Whole free units, when that leaves room, and only as many as the request needs: growth
+     * maps them again, and unmapping more would make the next request map them back. */
     uint64_t whole = 0, released = 0;
     for (uint32_t i = 0; i < p->nregions; i++) {
       for (const chunk_t *c = p->regions[i]->first; c != NULL; c = c->next) {
@@ -589,10 +599,11 @@ static int collect(bfc_pool_t *p, uint64_t rounded) {
         whole += c->state == BFC_FREE && b > a ? b - a : 0;
       }
     }
-    if (whole == 0 || unit_up(p, rounded) > p->limit - p->st.pool_bytes + whole) {
+    uint64_t need = unit_up(p, rounded);
+    if (whole == 0 || need > p->limit - p->st.pool_bytes + whole) {
       return 0;
     }
-    unmap_free(p, 0, &released);
+    unmap_free(p, p->limit > need ? (p->limit - need) & ~(p->unit - 1) : 0, &released);
     return released > 0;
   }
   uint64_t free_region_bytes = 0;
@@ -613,21 +624,6 @@ static int collect(bfc_pool_t *p, uint64_t rounded) {
 
 static uint64_t unit_up(const bfc_pool_t *p, uint64_t bytes) {
   return (bytes + p->unit - 1) & ~(p->unit - 1);
-}
-
-/* Room for one more region in the array; 0 or -ENOMEM. */
-static int region_room(bfc_pool_t *p) {
-  if (p->nregions < p->region_cap) {
-    return 0;
-  }
-  uint32_t cap = p->region_cap ? 2 * p->region_cap : 16;
-  region_t **grown = realloc(p->regions, cap * sizeof(*grown));
-  if (grown == NULL) {
-    return -ENOMEM;
-  }
-  p->regions = grown;
-  p->region_cap = cap;
-  return 0;
 }
 
 static void region_insert_at(bfc_pool_t *p, uint32_t i, region_t *r) {
