@@ -67,7 +67,9 @@ print(len(t), len(t[0]), len(t[1]) > 0)' d1.csv.pickle
 
 @test "PyTorch's viewer draws the snapshot (when the frameworks' PyTorch is installed)" {
   [ -n "$TORCH_PY" ] || skip "PyTorch is not installed (make frameworks)"
-  grun_leaks --limit 2GiB --trace ./trace.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
+  # The region pool: its two regions are the snapshot's two segments.
+  GPUCAP_POOL=regions grun_leaks --limit 2GiB --trace ./trace.csv --quiet -- "$WORKLOAD" \
+    >/dev/null 2>&1
   "$GPUCAP" export --format torch-snapshot trace.csv -o snap.pickle
   run "$TORCH_PY" -m torch.cuda._memory_viz trace_plot snap.pickle -o plot.html
   status_is 0
