@@ -438,7 +438,7 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
     opts.unit = s->unit;
     opts.space_base = p->space;
     opts.space_bytes = p->space_bytes;
-    prim = (bfc_prim_t){.ctx = p, .reserve = map_units, .release = unmap_range};
+    prim = (bfc_prim_t){.ctx = p, .reserve = map_units, .release = unmap_range, .room = room};
   }
   int made = opts.limit == 0 ? -EINVAL : bfc_create(&opts, &prim, &p->bfc);
   if (made != 0) {
