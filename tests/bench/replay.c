@@ -49,7 +49,7 @@ typedef struct options {
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
   int preallocate, deferred, threads, runs, spin, find_min_cap, driver;
   long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
-  uint64_t vmm_unit; /* --vmm: mapped mode in units of this many bytes */
+  uint64_t vmm_unit;  /* --vmm: mapped mode in units of this many bytes */
 } options_t;
 
 /* ---- timing, locks ----------------------------------------------------------------------- */
