@@ -25,9 +25,11 @@
 #define TYPE_NAME_FRACTION "fraction or per-device list"
 #define TYPE_NAME_BOOL "boolean"
 #define TYPE_NAME_SWITCH "on/off"
+#define TYPE_NAME_POOL "on/off, vmm or regions"
 #define TYPE_NAME_LEVEL "integer"
 #define TYPE_NAME_REPORT "stderr, off or file"
 #define TYPE_NAME_PATH "file"
+#define TYPE_NAME_NAME "name"
 
 typedef struct opt {
   cfg_optinfo_t info;
@@ -47,16 +49,20 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CTYPE_FRACTION cfg_devvals_t
 #define CTYPE_BOOL bool
 #define CTYPE_SWITCH bool
+#define CTYPE_POOL int
 #define CTYPE_LEVEL int
 #define CTYPE_REPORT cfg_dest_t
 #define CTYPE_PATH char *
+#define CTYPE_NAME char *
 #define CSIZE_LIMIT cfg_devvals_t
 #define CSIZE_FRACTION cfg_devvals_t
 #define CSIZE_BOOL bool
 #define CSIZE_SWITCH bool
+#define CSIZE_POOL int
 #define CSIZE_LEVEL int
 #define CSIZE_REPORT cfg_dest_t
 #define CSIZE_PATH char[PATH_MAX]
+#define CSIZE_NAME char[CFG_NAME_MAX]
 #define CFG_OPT(id, field, type, def, min, max, ...)                                               \
   _Static_assert(_Generic(((cfg_t *)0)->field, CTYPE_##type : 1, default : 0) &&                   \
                      sizeof(((cfg_t *)0)->field) == sizeof(CSIZE_##type),                          \
@@ -87,6 +93,27 @@ static int parse_bool(const cfg_optinfo_t *o, const char *s, void *field, char *
   return cfg_parse_bool(s, field, why, whylen);
 }
 
+/* Whether v, white space around it aside, is the word w in any case. */
+static bool is_word(const char *v, const char *w);
+
+static int parse_pool(const cfg_optinfo_t *o, const char *s, void *field, char *why,
+                      size_t whylen) {
+  (void)o;
+  int mode = is_word(s, "vmm") ? CFG_POOL_VMM : is_word(s, "regions") ? CFG_POOL_REGIONS : -1;
+  if (mode < 0) {
+    bool on = false;
+    int rc = cfg_parse_bool(s, &on, why, whylen);
+    if (rc != 0) {
+      return rc;
+    }
+    mode = on ? CFG_POOL_ON : CFG_POOL_OFF;
+  } else if (why != NULL && whylen > 0) {
+    why[0] = '\0';
+  }
+  *(int *)field = mode;
+  return 0;
+}
+
 static int parse_level(const cfg_optinfo_t *o, const char *s, void *field, char *why,
                        size_t whylen) {
   uint64_t v = 0;
@@ -111,10 +138,15 @@ static const char *skip_space(const char *v) {
   return v;
 }
 
+static bool is_word(const char *v, const char *w) {
+  size_t n = strlen(w);
+  v = skip_space(v);
+  return strncasecmp(v, w, n) == 0 && *skip_space(v + n) == '\0';
+}
+
 /* Whether v, white space around it aside, is `off` in any case. */
 static bool is_off(const char *v) {
-  v = skip_space(v);
-  return strncasecmp(v, "off", 3) == 0 && *skip_space(v + 3) == '\0';
+  return is_word(v, "off");
 }
 
 /* A file setting: `off` (as for GPUCAP_REPORT) leaves it without a file, "" in the field. */
@@ -129,6 +161,12 @@ static int parse_path(const cfg_optinfo_t *o, const char *s, void *field, char *
     return 0;
   }
   return cfg_parse_path(s, field, PATH_MAX, why, whylen);
+}
+
+static int parse_name(const cfg_optinfo_t *o, const char *s, void *field, char *why,
+                      size_t whylen) {
+  (void)o;
+  return cfg_parse_name(s, field, why, whylen);
 }
 
 static size_t format_limit(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
@@ -149,6 +187,13 @@ static size_t format_bool(const cfg_optinfo_t *o, const void *field, char *buf, 
 static size_t format_switch(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
   return cfg_snprintf(buf, len, "%s", *(const bool *)field ? "on" : "off");
+}
+
+static size_t format_pool(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
+  static const char *const names[] = {"off", "on", "vmm", "regions"};
+  int mode = *(const int *)field;
+  (void)o;
+  return cfg_snprintf(buf, len, "%s", mode >= 0 && mode <= CFG_POOL_REGIONS ? names[mode] : "on");
 }
 
 static size_t format_level(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
@@ -183,9 +228,11 @@ static const struct {
     [CFG_TYPE_FRACTION] = {parse_fraction, format_fraction},
     [CFG_TYPE_BOOL] = {parse_bool, format_bool},
     [CFG_TYPE_SWITCH] = {parse_bool, format_switch},
+    [CFG_TYPE_POOL] = {parse_pool, format_pool},
     [CFG_TYPE_LEVEL] = {parse_level, format_level},
     [CFG_TYPE_REPORT] = {parse_report, format_report},
     [CFG_TYPE_PATH] = {parse_path, format_path},
+    [CFG_TYPE_NAME] = {parse_name, format_path},
 };
 
 static void *field_of(cfg_t *cfg, const opt_t *o) {

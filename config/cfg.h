@@ -25,9 +25,11 @@ typedef enum cfg_type {
   CFG_TYPE_FRACTION, /* cfg_devvals_t of fractions: one or a per-device list */
   CFG_TYPE_BOOL,     /* bool, shown as true/false (cfg_parse_bool) */
   CFG_TYPE_SWITCH,   /* bool, shown as on/off (cfg_parse_bool) */
+  CFG_TYPE_POOL,     /* int cfg_pool_t: on/off (cfg_parse_bool), vmm or regions */
   CFG_TYPE_LEVEL,    /* int within the option's [min, max] (cfg_parse_uint) */
   CFG_TYPE_REPORT,   /* cfg_dest_t: stderr, off or a file path (cfg_parse_dest) */
   CFG_TYPE_PATH,     /* char[PATH_MAX]: a file path (cfg_parse_path), "" when unset or off */
+  CFG_TYPE_NAME,     /* char[CFG_NAME_MAX]: a budget name (cfg_parse_name), "" when unset */
 } cfg_type_t;
 
 /* One constant per row of options.def, in its order: CFG_OPT_MEMORY_LIMIT, ... */
@@ -36,6 +38,14 @@ typedef enum cfg_opt {
 #include "config/options.def"
   CFG_OPT_COUNT
 } cfg_opt_t;
+
+/* GPUCAP_POOL: whether the pool serves allocations, and what backs it. */
+typedef enum cfg_pool {
+  CFG_POOL_OFF,     /* off: every allocation goes to the driver, capped */
+  CFG_POOL_ON,      /* on: virtual memory management where the device has it, else regions */
+  CFG_POOL_VMM,     /* vmm: the same, said explicitly */
+  CFG_POOL_REGIONS, /* regions: driver allocations (cuMemAlloc) as regions, always */
+} cfg_pool_t;
 
 /* Where an option's value came from. */
 typedef enum cfg_source {
@@ -51,12 +61,16 @@ typedef struct cfg {
   bool valid;                          /* false: a value was bad (or nothing loaded); no memory */
   cfg_devvals_t limit;                 /* GPUCAP_MEMORY_LIMIT, bytes */
   cfg_devvals_t fraction;              /* GPUCAP_MEMORY_FRACTION, units of 1/CFG_FRACTION_ONE */
+  char share[CFG_NAME_MAX];            /* GPUCAP_SHARE, "" = no shared budget */
+  cfg_devvals_t share_min;             /* GPUCAP_SHARE_MIN, bytes */
+  cfg_devvals_t share_max;             /* GPUCAP_SHARE_MAX, bytes */
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
-  bool pool;                           /* GPUCAP_POOL */
+  int pool;                            /* GPUCAP_POOL: a cfg_pool_t */
   cfg_dest_t report;                   /* GPUCAP_REPORT */
   char report_json[PATH_MAX];          /* GPUCAP_REPORT_JSON, "" = none */
   char trace[PATH_MAX];                /* GPUCAP_TRACE, "" = none */
   int verbose;                         /* GPUCAP_VERBOSE, 0..3 */
+  int release_after;                   /* GPUCAP_RELEASE_AFTER, milliseconds; 0 = never */
   unsigned char source[CFG_OPT_COUNT]; /* cfg_source_t of each option */
 } cfg_t;
 

@@ -625,6 +625,32 @@ static int path_target(span_t s, const extra_t *x, void *out, char *why, size_t 
   return path_span(trim(s), out, x->outlen, "a file path", why, whylen);
 }
 
+/* A budget's name: 1 to CFG_NAME_MAX - 1 bytes of letters, digits, '.', '_' and '-', starting
+ * with a letter or digit, so it can name a file (no '/', no leading '.') and a shell needs no
+ * quoting for it. */
+static int name_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
+  (void)x;
+  s = trim(s);
+  if (s.n == 0) {
+    return reject(-EINVAL, why, whylen, "empty name");
+  }
+  if (s.n >= CFG_NAME_MAX) {
+    return reject(-EINVAL, why, whylen, "name longer than %d bytes", CFG_NAME_MAX - 1);
+  }
+  for (size_t i = 0; i < s.n; i++) {
+    unsigned char c = (unsigned char)s.p[i];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-'))) {
+      return reject(-EINVAL, why, whylen, "%s 0x%02x ('%c') at offset %zu",
+                    i == 0 ? "a name must start with a letter or digit, not" : "invalid byte", c,
+                    c >= 0x20 && c < 0x7f ? c : '?', i);
+    }
+  }
+  memcpy(out, s.p, s.n);
+  ((char *)out)[s.n] = '\0';
+  return 0;
+}
+
 static int dest_target(span_t s, const extra_t *x, void *out, char *why, size_t whylen) {
   cfg_dest_t *d = out;
   (void)x;
@@ -669,6 +695,10 @@ int cfg_parse_path(const char *s, char *out, size_t outlen, char *why, size_t wh
 
 int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen) {
   return parse_public(s, dest_target, &(extra_t){0}, out, why, whylen);
+}
+
+int cfg_parse_name(const char *s, char out[CFG_NAME_MAX], char *why, size_t whylen) {
+  return parse_public(s, name_target, &(extra_t){0}, out, why, whylen);
 }
 
 int cfg_expand_path(const char *path, long pid, char *out, size_t outlen) {

@@ -25,6 +25,9 @@
 /* A buffer of this many bytes holds any reason a parser writes, untruncated. */
 #define CFG_WHY_MAX 256
 
+/* A budget name's buffer: at most CFG_NAME_MAX - 1 bytes and a NUL. */
+#define CFG_NAME_MAX 64
+
 /* What the items of a per-device list hold. */
 typedef enum cfg_devkind {
   CFG_DEV_SIZE,     /* bytes, as cfg_parse_size */
@@ -113,6 +116,11 @@ int cfg_parse_path(const char *s, char *out, size_t outlen, char *why, size_t wh
 /* Parses an output destination into *out: `stderr` or `off` (any case), else a file path as
  * cfg_parse_path reads it. Fails iff the text is neither keyword and cfg_parse_path would. */
 int cfg_parse_dest(const char *s, cfg_dest_t *out, char *why, size_t whylen);
+
+/* Parses a budget name (white space around it trimmed) into out: 1 to CFG_NAME_MAX - 1 bytes of
+ * ASCII letters, digits, '.', '_' and '-', the first a letter or digit, so that it can name a
+ * file and needs no quoting. Fails (-EINVAL, out untouched) otherwise. */
+int cfg_parse_name(const char *s, char out[CFG_NAME_MAX], char *why, size_t whylen);
 
 /* Copies the path a file setting names into out[outlen] with every `%p` replaced by `pid` in
  * decimal, as the file is created (so the processes of one job write separate files), and

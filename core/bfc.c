@@ -62,6 +62,7 @@ struct region {
   uint64_t base;
   uint64_t size;
   chunk_t *first;
+  chunk_t *last;
 };
 
 struct slab {
@@ -74,6 +75,10 @@ struct bfc_pool {
   uint64_t limit;
   int growth;
   uint64_t next_region; /* TensorFlow's curr_region_allocation_bytes_ */
+  uint64_t unit;        /* mapped mode (bfc_options_t): 0 in region mode */
+  uint64_t space_base;
+  uint64_t space_bytes;
+  bfc_mapped_t mapped; /* mapped mode's life-time figures */
 
   chunk_t *bin[NCLASS];
   uint64_t bits[NWORDS]; /* bit c: bin[c] non-empty */
@@ -447,8 +452,28 @@ static void jump_next_region(bfc_pool_t *p, uint64_t bytes) {
   p->next_region = bytes <= UINT64_MAX / 4 ? 4 * bytes : UINT64_MAX;
 }
 
+/* Room for one more region in the array; 0 or -ENOMEM. */
+static int region_room(bfc_pool_t *p) {
+  if (p->nregions < p->region_cap) {
+    return 0;
+  }
+  uint32_t cap = p->region_cap ? 2 * p->region_cap : 16;
+  region_t **grown = realloc(p->regions, cap * sizeof(*grown));
+  if (grown == NULL) {
+    return -ENOMEM;
+  }
+  p->regions = grown;
+  p->region_cap = cap;
+  return 0;
+}
+
+static int map_extend(bfc_pool_t *p, uint64_t rounded);
+
 /* TensorFlow's Extend: reserve the next region and add it as one free chunk. */
 static int extend(bfc_pool_t *p, uint64_t rounded) {
+  if (p->unit != 0) {
+    return map_extend(p, rounded);
+  }
   uint64_t avail = p->limit - p->st.pool_bytes;
   if (p->prim.room != NULL && rounded <= avail) {
     uint64_t room = p->prim.room(p->prim.ctx, rounded);
@@ -458,14 +483,8 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
   if (rounded > avail) {
     return -ENOMEM;
   }
-  if (p->nregions == p->region_cap) {
-    uint32_t cap = p->region_cap ? 2 * p->region_cap : 16;
-    region_t **grown = realloc(p->regions, cap * sizeof(*grown));
-    if (grown == NULL) {
-      return -ENOMEM;
-    }
-    p->regions = grown;
-    p->region_cap = cap;
+  if (region_room(p) != 0) {
+    return -ENOMEM;
   }
   region_t *r = malloc(sizeof(*r));
   if (r == NULL) {
@@ -516,6 +535,7 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
   r->base = base;
   r->size = bytes;
   r->first = c;
+  r->last = c;
   uint32_t i = region_slot(p, base);
   memmove(&p->regions[i + 1], &p->regions[i], (p->nregions - i) * sizeof(*p->regions));
   p->regions[i] = r;
@@ -530,11 +550,11 @@ static int extend(bfc_pool_t *p, uint64_t rounded) {
 }
 
 /* Releases every fully free region; returns the first release error or 0. */
-static int release_free_regions(bfc_pool_t *p, uint64_t *released) {
+static int release_free_regions(bfc_pool_t *p, uint64_t keep, uint64_t *released) {
   int first_err = 0;
   uint64_t total = 0;
   uint32_t i = 0;
-  while (i < p->nregions) {
+  while (i < p->nregions && p->st.pool_bytes > keep) {
     region_t *r = p->regions[i];
     if (!region_fully_free(r)) {
       i++;
@@ -565,8 +585,28 @@ static int release_free_regions(bfc_pool_t *p, uint64_t *released) {
   return first_err;
 }
 
+static int unmap_free(bfc_pool_t *p, uint64_t keep, uint64_t *released);
+static uint64_t unit_up(const bfc_pool_t *p, uint64_t bytes);
+
 /* TensorFlow's DeallocateFreeRegions: 1 iff regions were released to make room. */
 static int collect(bfc_pool_t *p, uint64_t rounded) {
+  if (p->unit != 0) {
+    /* Whole free units, when that leaves room, and only as many as the request needs: growth
+     * maps them again, and unmapping more would make the next request map them back. */
+    uint64_t whole = 0, released = 0;
+    for (uint32_t i = 0; i < p->nregions; i++) {
+      for (const chunk_t *c = p->regions[i]->first; c != NULL; c = c->next) {
+        uint64_t a = unit_up(p, c->addr), b = (c->addr + c->size) & ~(p->unit - 1);
+        whole += c->state == BFC_FREE && b > a ? b - a : 0;
+      }
+    }
+    uint64_t need = unit_up(p, rounded);
+    if (whole == 0 || need > p->limit - p->st.pool_bytes + whole) {
+      return 0;
+    }
+    unmap_free(p, p->limit > need ? (p->limit - need) & ~(p->unit - 1) : 0, &released);
+    return released > 0;
+  }
   uint64_t free_region_bytes = 0;
   for (uint32_t i = 0; i < p->nregions; i++) {
     if (region_fully_free(p->regions[i])) {
@@ -577,8 +617,291 @@ static int collect(bfc_pool_t *p, uint64_t rounded) {
     return 0;
   }
   uint64_t released = 0;
-  release_free_regions(p, &released);
+  release_free_regions(p, 0, &released);
   return released > 0;
+}
+
+/* ---- mapped mode (bfc_options_t.unit > 0) --------------------------------------------- */
+
+static uint64_t unit_up(const bfc_pool_t *p, uint64_t bytes) {
+  return (bytes + p->unit - 1) & ~(p->unit - 1);
+}
+
+static void region_insert_at(bfc_pool_t *p, uint32_t i, region_t *r) {
+  memmove(&p->regions[i + 1], &p->regions[i], (p->nregions - i) * sizeof(*p->regions));
+  p->regions[i] = r;
+  p->nregions++;
+}
+
+static void region_remove_at(bfc_pool_t *p, uint32_t i) {
+  free(p->regions[i]);
+  memmove(&p->regions[i], &p->regions[i + 1], (p->nregions - i - 1) * sizeof(*p->regions));
+  p->nregions--;
+}
+
+/* Where to map for a request of rounded bytes: the placement that maps the fewest bytes, a
+ * free chunk at a region's end or start counting towards the request; *cost bytes at *base.
+ * 0, or -ENOMEM when no hole of the address space can hold it. O(regions). */
+static int map_place(const bfc_pool_t *p, uint64_t rounded, uint64_t *base, uint64_t *cost) {
+  uint64_t best = UINT64_MAX, at = 0, end = p->space_base + p->space_bytes;
+  if (rounded > p->space_bytes) {
+    return -ENOMEM; /* more than the whole space (and no unit rounding may overflow below) */
+  }
+  for (uint32_t i = 0; i <= p->nregions; i++) {
+    const region_t *l = i > 0 ? p->regions[i - 1] : NULL;
+    const region_t *r = i < p->nregions ? p->regions[i] : NULL;
+    uint64_t lo = l != NULL ? l->base + l->size : p->space_base;
+    uint64_t hi = r != NULL ? r->base : end;
+    if (hi <= lo) {
+      continue;
+    }
+    uint64_t h = hi - lo;
+    uint64_t tail = l != NULL && l->last->state == BFC_FREE ? l->last->size : 0;
+    uint64_t head = r != NULL && r->first->state == BFC_FREE ? r->first->size : 0;
+    uint64_t need = rounded > tail ? unit_up(p, rounded - tail) : p->unit;
+    if (need <= h && need < best) {
+      best = need; /* after l (or alone, when l has no free end) */
+      at = lo;
+    }
+    need = rounded > head ? unit_up(p, rounded - head) : p->unit;
+    if (need <= h && need < best) {
+      best = need; /* before r */
+      at = hi - need;
+    }
+    if (tail + h + head >= rounded && h < best) {
+      best = h; /* the whole hole, joining l and r */
+      at = lo;
+    }
+  }
+  if (best == UINT64_MAX) {
+    return -ENOMEM;
+  }
+  if (!p->growth && p->mapped.mapped_total == 0) {
+    /* Preallocation: the first mapping is the limit, from the start of the space. */
+    uint64_t all = p->limit & ~(p->unit - 1);
+    all = all < p->space_bytes ? all : p->space_bytes;
+    if (all > best) {
+      best = all;
+      at = p->space_base;
+    }
+  }
+  *base = at;
+  *cost = best;
+  return 0;
+}
+
+/* Maps what a request of rounded bytes needs and adds it as free memory, joining the regions
+ * it touches (a free chunk at their ends merges with it). */
+static int map_extend(bfc_pool_t *p, uint64_t rounded) {
+  uint64_t base = 0, cost = 0;
+  uint64_t avail = (p->limit - p->st.pool_bytes) & ~(p->unit - 1);
+  if (map_place(p, rounded, &base, &cost) != 0 || cost > avail) {
+    return -ENOMEM;
+  }
+  if (p->prim.room != NULL && cost > (p->prim.room(p->prim.ctx, cost) & ~(p->unit - 1))) {
+    return -ENOMEM; /* the device has not that much left (other processes share it) */
+  }
+  region_t *fresh = malloc(sizeof(*fresh));
+  /* Two chunk records: the new units' and the split of the block served from them (a collect
+   * before may have used the ones bfc_alloc set aside). */
+  if (fresh == NULL || region_room(p) != 0 || (p->nspare < 2 && add_slab(p) != 0)) {
+    free(fresh);
+    return -ENOMEM;
+  }
+  uint64_t at = base;
+  int rc = p->prim.reserve(p->prim.ctx, cost, &at);
+  if (rc != 0 || at != base) {
+    if (rc == 0) { /* a primitive that mapped elsewhere: give it back */
+      p->prim.release(p->prim.ctx, at, cost);
+      rc = -EFAULT;
+    }
+    p->st.driver_alloc_failures++;
+    free(fresh);
+    return rc < 0 ? rc : -EIO;
+  }
+  p->st.driver_alloc_calls++;
+  p->mapped.map_calls++;
+  p->mapped.mapped_total += cost;
+  p->st.pool_bytes += cost;
+  if (p->st.pool_bytes > p->st.peak_pool_bytes) {
+    p->st.peak_pool_bytes = p->st.pool_bytes;
+  }
+  uint64_t hi = base + cost;
+  uint32_t i = region_slot(p, base);
+  region_t *l =
+      i > 0 && p->regions[i - 1]->base + p->regions[i - 1]->size == base ? p->regions[i - 1] : NULL;
+  region_t *r = i < p->nregions && p->regions[i]->base == hi ? p->regions[i] : NULL;
+  chunk_t *c;
+  if (l != NULL && l->last->state == BFC_FREE) {
+    c = l->last;
+    unindex(p, c);
+    p->st.num_free_chunks--;
+    c->size += cost;
+  } else {
+    c = chunk_new(p);
+    c->addr = base;
+    c->size = cost;
+    c->requested = 0;
+    c->state = BFC_FREE;
+    c->prev = l != NULL ? l->last : NULL;
+    c->next = NULL;
+    if (l != NULL) {
+      l->last->next = c;
+    }
+  }
+  if (l != NULL) {
+    l->size += cost;
+    l->last = c;
+  }
+  if (r != NULL) {
+    chunk_t *f = r->first;
+    chunk_t *last = r->last;
+    if (f->state == BFC_FREE) {
+      unindex(p, f);
+      p->st.num_free_chunks--;
+      c->size += f->size;
+      c->next = f->next;
+      if (f->next != NULL) {
+        f->next->prev = c;
+      }
+      last = last == f ? c : last;
+      chunk_put(p, f);
+    } else {
+      c->next = f;
+      f->prev = c;
+    }
+    if (l != NULL) {
+      l->size += r->size;
+      l->last = last;
+      region_remove_at(p, i);
+    } else {
+      r->base = base;
+      r->size += cost;
+      r->first = c;
+      r->last = last;
+    }
+  }
+  if (l == NULL && r == NULL) {
+    fresh->base = base;
+    fresh->size = cost;
+    fresh->first = c;
+    fresh->last = c;
+    region_insert_at(p, i, fresh);
+    fresh = NULL;
+  }
+  free(fresh);
+  bin_insert(p, c);
+  p->st.num_free_chunks++;
+  return 0;
+}
+
+/* Unmapped [a, b) inside the free chunk c of region i: c keeps what lies below a, a new chunk
+ * what lies above b, and the region splits there (nr: a record for its upper part, freed when
+ * not needed). Returns the index of the region to scan next, from its start. */
+static uint32_t split_at(bfc_pool_t *p, uint32_t i, chunk_t *c, uint64_t a, uint64_t b,
+                         region_t *nr) {
+  region_t *r = p->regions[i];
+  uint64_t cend = c->addr + c->size, rend = r->base + r->size;
+  chunk_t *prev = c->prev, *next = c->next;
+  unindex(p, c);
+  p->st.num_free_chunks--;
+  chunk_t *left = a > c->addr ? c : NULL;
+  chunk_t *right = NULL;
+  if (left != NULL) {
+    left->size = a - c->addr;
+    left->next = NULL;
+    bin_insert(p, left);
+    p->st.num_free_chunks++;
+  } else if (prev != NULL) {
+    prev->next = NULL;
+  }
+  if (cend > b) {
+    right = left != NULL ? chunk_new(p) : c;
+    right->addr = b;
+    right->size = cend - b;
+    right->requested = 0;
+    right->state = BFC_FREE;
+    right->prev = NULL;
+    right->next = next;
+    if (next != NULL) {
+      next->prev = right;
+    }
+    bin_insert(p, right);
+    p->st.num_free_chunks++;
+  } else if (next != NULL) {
+    next->prev = NULL;
+  }
+  if (left == NULL && right == NULL) {
+    chunk_put(p, c);
+  }
+  chunk_t *last_a = left != NULL ? left : prev;
+  chunk_t *first_b = right != NULL ? right : next;
+  chunk_t *last_b = r->last == c ? right : r->last;
+  if (last_a != NULL) {
+    r->size = a - r->base;
+    r->last = last_a;
+    if (first_b != NULL) {
+      *nr = (region_t){.base = b, .size = rend - b, .first = first_b, .last = last_b};
+      region_insert_at(p, i + 1, nr);
+      return i + 1;
+    }
+    free(nr);
+    return i + 1;
+  }
+  free(nr);
+  if (first_b != NULL) {
+    *r = (region_t){.base = b, .size = rend - b, .first = first_b, .last = last_b};
+  } else {
+    region_remove_at(p, i);
+  }
+  return i;
+}
+
+/* Unmaps the whole units inside free chunks while more than keep bytes are mapped (the upper
+ * units of a chunk first); the bytes unmapped in *released. 0 or the first release error. */
+static int unmap_free(bfc_pool_t *p, uint64_t keep, uint64_t *released) {
+  int first_err = 0;
+  uint64_t total = 0;
+  uint32_t i = 0;
+  while (i < p->nregions && p->st.pool_bytes > keep) {
+    uint32_t next_i = i + 1;
+    for (chunk_t *c = p->regions[i]->first; c != NULL; c = c->next) {
+      uint64_t want = (p->st.pool_bytes - keep) & ~(p->unit - 1);
+      if (want == 0) {
+        break;
+      }
+      uint64_t a = unit_up(p, c->addr), b = (c->addr + c->size) & ~(p->unit - 1);
+      if (c->state != BFC_FREE || b <= a) {
+        continue;
+      }
+      a = b - a > want ? b - want : a;
+      region_t *nr = malloc(sizeof(*nr));
+      if (nr == NULL || region_room(p) != 0 || (p->nspare < 1 && add_slab(p) != 0)) {
+        free(nr);
+        first_err = first_err != 0 ? first_err : -ENOMEM;
+        break;
+      }
+      int rc = p->prim.release(p->prim.ctx, a, b - a);
+      if (rc != 0) {
+        free(nr);
+        p->st.driver_free_failures++;
+        first_err = first_err != 0 ? first_err : rc < 0 ? rc : -EIO;
+        continue;
+      }
+      p->st.driver_free_calls++;
+      p->mapped.unmap_calls++;
+      p->mapped.released_total += b - a;
+      p->st.pool_bytes -= b - a;
+      total += b - a;
+      next_i = split_at(p, i, c, a, b, nr);
+      break;
+    }
+    i = next_i;
+  }
+  if (released != NULL) {
+    *released = total;
+  }
+  return first_err;
 }
 
 /* ---- allocation and free -------------------------------------------------------------- */
@@ -649,6 +972,8 @@ static void use_chunk(bfc_pool_t *p, chunk_t *c, uint64_t rounded, uint64_t byte
     r->next = c->next;
     if (c->next != NULL) {
       c->next->prev = r;
+    } else {
+      region_find(p, c->addr)->last = r;
     }
     c->next = r;
     c->size = rounded;
@@ -728,6 +1053,8 @@ static void make_free(bfc_pool_t *p, chunk_t *c) {
     c->next = n->next;
     if (n->next != NULL) {
       n->next->prev = c;
+    } else {
+      region_find(p, c->addr)->last = c;
     }
     chunk_put(p, n);
     p->st.num_free_chunks--;
@@ -739,6 +1066,8 @@ static void make_free(bfc_pool_t *p, chunk_t *c) {
     pv->next = c->next;
     if (c->next != NULL) {
       c->next->prev = pv;
+    } else {
+      region_find(p, pv->addr)->last = pv;
     }
     chunk_put(p, c);
     p->st.num_free_chunks--;
@@ -838,12 +1167,26 @@ uint64_t bfc_retire(bfc_pool_t *pool) {
 }
 
 int bfc_trim(bfc_pool_t *pool, uint64_t *released) {
+  return bfc_trim_to(pool, 0, released);
+}
+
+int bfc_trim_to(bfc_pool_t *pool, uint64_t keep, uint64_t *released) {
   if (pool == NULL) {
     return -EINVAL;
   }
-  int rc = release_free_regions(pool, released);
+  int rc = pool->unit != 0 ? unmap_free(pool, keep, released)
+                           : release_free_regions(pool, keep, released);
   DEBUG_CHECK(pool);
   return rc;
+}
+
+void bfc_mapped_stats(const bfc_pool_t *pool, bfc_mapped_t *out) {
+  memset(out, 0, sizeof(*out));
+  if (pool != NULL && pool->unit != 0) {
+    *out = pool->mapped;
+    out->space_bytes = pool->space_bytes;
+    out->unit = pool->unit;
+  }
 }
 
 /* ---- queries -------------------------------------------------------------------------- */
@@ -969,6 +1312,16 @@ int bfc_create(const bfc_options_t *opts, const bfc_prim_t *prim, bfc_pool_t **o
   if (p == NULL) {
     return -ENOMEM;
   }
+  if (opts->unit != 0 &&
+      ((opts->unit & (opts->unit - 1)) != 0 || opts->unit % BFC_MIN_ALLOC != 0 ||
+       opts->space_base % opts->unit != 0 || opts->space_bytes % opts->unit != 0 ||
+       opts->space_bytes == 0 || opts->space_base > UINT64_MAX - opts->space_bytes)) {
+    free(p);
+    return -EINVAL;
+  }
+  p->unit = opts->unit;
+  p->space_base = opts->space_base;
+  p->space_bytes = opts->space_bytes;
   p->prim = *prim;
   p->limit = opts->limit;
   p->growth = opts->allow_growth != 0;
@@ -1114,6 +1467,12 @@ int bfc_check(const bfc_pool_t *pool) {
       prev = c;
     }
     expect(&k, cursor == r->base + r->size);
+    expect(&k, r->last == prev);
+    if (p->unit != 0) {
+      expect(&k, r->base % p->unit == 0 && r->size % p->unit == 0);
+      expect(&k, r->base >= p->space_base && r->base + r->size <= p->space_base + p->space_bytes);
+      expect(&k, i == 0 || p->regions[i - 1]->base + p->regions[i - 1]->size < r->base);
+    }
   }
 
   /* Bins: every binned chunk is free and correctly keyed; the count equals the free chunks
@@ -1181,6 +1540,6 @@ int bfc_check(const bfc_pool_t *pool) {
   expect(&k, p->st.peak_bytes_requested_in_use >= p->st.bytes_requested_in_use);
   expect(&k, nfree == p->st.num_free_chunks);
   expect(&k, ndeferred == p->st.num_deferred && deferred_bytes == p->st.deferred_bytes);
-  expect(&k, p->st.driver_alloc_calls >= p->nregions);
+  expect(&k, p->unit != 0 || p->st.driver_alloc_calls >= p->nregions); /* a trim splits runs */
   return k.bad;
 }

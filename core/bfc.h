@@ -39,6 +39,21 @@ typedef struct bfc_prim {
 typedef struct bfc_options {
   uint64_t limit;   /* cap on bytes reserved from the primitive (pool_bytes <= limit); > 0 */
   int allow_growth; /* 1: regions of 2, 4, 8 MiB...; 0: one region of the whole limit */
+  /* Mapped mode, when unit > 0: the pool owns one address range [space_base, space_base +
+   * space_bytes) and backs parts of it in units (a power of two, a multiple of 256;
+   * space_base and space_bytes multiples of it). The primitive then maps and unmaps at
+   * addresses the pool chooses: reserve(bytes, base) maps [*base, *base + bytes) (*base is
+   * the pool's input, unit-aligned, bytes a multiple of unit, unmapped until now); release
+   * unmaps whole units, [base, base + bytes), that earlier reserves mapped (not necessarily
+   * one reserve's range). Regions are then the maximal mapped runs: a growth next to a region
+   * joins it (a free chunk at its end merges with the new units), and a trim unmaps every
+   * whole unit inside a free chunk, splitting its region, so free memory costs address
+   * space, not backing. pool_bytes counts mapped bytes; growth maps what the request needs
+   * beyond the free chunk it extends (no doubling); without growth the first allocation maps
+   * the limit (rounded down to units). */
+  uint64_t unit;
+  uint64_t space_base;
+  uint64_t space_bytes;
 } bfc_options_t;
 
 /* Counters; field names follow TensorFlow's AllocatorStats where one exists. core/stats.def
@@ -147,6 +162,18 @@ uint64_t bfc_retire(bfc_pool_t *pool);
  * tried; a region whose release failed stays in the pool). O(regions). Not thread-safe: the caller
  * locks. */
 int bfc_trim(bfc_pool_t *pool, uint64_t *released);
+
+/* Like bfc_trim, but stops once pool_bytes <= keep: releases fully free regions (mapped mode:
+ * whole free units, highest addresses of a free chunk first) only while more than keep bytes
+ * are reserved. Returns 0 or the first release error. O(regions + chunks). Not thread-safe. */
+int bfc_trim_to(bfc_pool_t *pool, uint64_t keep, uint64_t *released);
+
+/* Mapped mode's figures (all 0 in region mode): the address space, the bytes mapped and
+ * released over the pool's life, and its unit. O(1). Not thread-safe: the caller locks. */
+typedef struct bfc_mapped {
+  uint64_t space_bytes, unit, mapped_total, released_total, map_calls, unmap_calls;
+} bfc_mapped_t;
+void bfc_mapped_stats(const bfc_pool_t *pool, bfc_mapped_t *out);
 
 /* Returns 1 iff addr lies inside one of the pool's regions (any state), else 0.
  * O(log regions). Not thread-safe: the caller locks. */

@@ -55,6 +55,7 @@ size_t report_format_size(uint64_t bytes, char *buf, size_t cap) {
 
 /* A row as reported: pool-only fields cleared for pass-through rows, derived figures added. */
 typedef struct view {
+  const report_row_t *row;
   bfc_stats_t s;
   uint64_t lost;      /* bytes_in_use - bytes_requested_in_use, never below 0 */
   uint64_t available; /* free bytes plus the room to grow under bytes_limit (saturated) */
@@ -82,6 +83,7 @@ static uint64_t ratio_scaled(uint64_t num, uint64_t den, uint64_t scale) {
 
 static void view_of(const report_row_t *r, view_t *v) {
   enum { POOL_ONLY_ANY = 0, POOL_ONLY_POOL = 1 };
+  v->row = r;
   v->s = r->stats;
   if (!r->pooled) {
 #define STAT(type, name, scope, tf, tf_label)                                                      \
@@ -402,6 +404,17 @@ static void put_keys_after(strbuf_t *o, enum stat_id after, const view_t *v) {
     }
     put_key_fraction_or_null(o, "available_fragmentation", v->largest != REPORT_UNKNOWN,
                              available_frag_scaled(v, MICRO));
+    break;
+  case STAT_ID_num_regions: /* what backs the pool (docs/design.md, "The VMM-backed pool") */
+    strbuf_printf(o, ",\n      \"backing\": %s",
+                  !v->row->pooled ? "null"
+                  : v->row->vmm   ? "\"vmm\""
+                                  : "\"regions\"");
+    put_key_u64(o, "address_space_bytes", v->row->address_space_bytes);
+    put_key_u64(o, "mapped_bytes_total", v->row->mapped_bytes_total);
+    put_key_u64(o, "released_bytes_total", v->row->released_bytes_total);
+    put_key_u64(o, "driver_map_calls", v->row->driver_map_calls);
+    put_key_u64(o, "driver_unmap_calls", v->row->driver_unmap_calls);
     break;
   case STAT_ID_peak_bytes_requested_in_use:
     put_key_u64(o, "internal_fragmentation_bytes", v->lost);

@@ -121,10 +121,15 @@ typedef struct report_row {
                              * its largest free chunk, or its wholly free regions plus its
                              * room to grow under bytes_limit (bfc_alloc steps 3 and 5), the
                              * larger; REPORT_UNKNOWN when not known */
-  bfc_stats_t stats;        /* bfc_stats() of the pool. For a pass-through row the pool-only
-                             * counters (scope POOL in core/stats.def) are reported as 0
-                             * whatever they hold; the caller fills the others from what it
-                             * counted. */
+  /* A VMM-backed pool (vmm nonzero): its address space, the bytes it mapped and unmapped over
+   * its life, and its driver calls cuMemMap and cuMemUnmap (one per unit); 0 otherwise. */
+  int vmm;
+  uint64_t address_space_bytes, mapped_bytes_total, released_bytes_total;
+  uint64_t driver_map_calls, driver_unmap_calls;
+  bfc_stats_t stats; /* bfc_stats() of the pool. For a pass-through row the pool-only
+                      * counters (scope POOL in core/stats.def) are reported as 0
+                      * whatever they hold; the caller fills the others from what it
+                      * counted. */
 } report_row_t;
 
 /* Writes `bytes` for humans: binary units with one decimal, "0 B", "1023 B", "1.5 KiB",

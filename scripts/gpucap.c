@@ -8,6 +8,7 @@
 #include "scripts/plot.h"
 #include "scripts/rjson.h"
 #include "scripts/run.h"
+#include "scripts/top.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +26,8 @@ static const struct command {
     {"export", export_main, "export --format FORMAT TRACE.csv -o OUT",
      "write a trace for PyTorch's memory viewer or Perfetto"},
     {"env", run_env_main, "env [OPTIONS]", "show the settings a run would use and their origin"},
+    {"top", top_main, "top [--once] [--json]",
+     "show the shared budgets (--share) on this machine: processes, use, pools, caps"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -14,7 +14,7 @@
 # Prints nothing and exits 0 when the graph is clean; exits 1 otherwise.
 set -euo pipefail
 dir=${1:-$(cd "$(dirname "$0")/../shim" && pwd)}
-entry_extra="dlsym deepbind exec finish hook"
+entry_extra="dlsym deepbind exec finish hook nvml"
 context="ctx"
 pool="pool passthru pending oom"
 

@@ -30,6 +30,8 @@ typedef enum kind {
   K_CAP,
   K_ZERO,            /* always 0 (JAX's reservation keys): checked, not stored */
   K_LARGEST_REQUEST, /* report_row_t.largest_request: an integer, or null when unknown */
+  K_ROW_COUNT,       /* a uint64_t field of report_row_t */
+  K_BACKING,         /* report_row_t.vmm: "vmm", "regions", or null (pass-through) */
 } kind_t;
 
 /* A counter's kind: a count, or a fraction. */
@@ -56,6 +58,12 @@ static const struct key {
     {"peak_bytes_reserved", K_ZERO, 0, true},
     {"bytes_reservable_limit", K_ZERO, 0, true},
     {"largest_request_bytes", K_LARGEST_REQUEST, 0, true},
+    {"backing", K_BACKING, 0, true},
+    {"address_space_bytes", K_ROW_COUNT, offsetof(report_row_t, address_space_bytes), true},
+    {"mapped_bytes_total", K_ROW_COUNT, offsetof(report_row_t, mapped_bytes_total), true},
+    {"released_bytes_total", K_ROW_COUNT, offsetof(report_row_t, released_bytes_total), true},
+    {"driver_map_calls", K_ROW_COUNT, offsetof(report_row_t, driver_map_calls), true},
+    {"driver_unmap_calls", K_ROW_COUNT, offsetof(report_row_t, driver_unmap_calls), true},
     {"available_fragmentation", K_DERIVED_FRACTION, 0, true},
     {"internal_fragmentation_bytes", K_DERIVED, 0, false},
     {"utilization", K_DERIVED_FRACTION, 0, false},
@@ -140,6 +148,18 @@ static int read_row(const json_t *dev, size_t index, report_row_t *row, char *er
         memcpy((char *)row + key->offset, &i, sizeof i);
       } else {
         rc = -ERANGE;
+      }
+      break;
+    case K_ROW_COUNT:
+      rc = json_u64(v, &u);
+      memcpy((char *)row + key->offset, &u, sizeof u);
+      break;
+    case K_BACKING:
+      want = "\"vmm\", \"regions\" or null";
+      rc = json_type(v) == JSON_NULL ? 0 : json_string(v) == NULL ? -EINVAL : 0;
+      if (rc == 0 && json_type(v) != JSON_NULL) {
+        row->vmm = strcmp(json_string(v), "vmm") == 0;
+        rc = row->vmm || strcmp(json_string(v), "regions") == 0 ? 0 : -EINVAL;
       }
       break;
     case K_POOLED:

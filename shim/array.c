@@ -19,6 +19,7 @@
 #include "shim/log.h"
 #include "shim/passthru.h"
 #include "shim/real.h"
+#include "shim/share.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -249,7 +250,9 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   uint64_t handle = handle_of(k, out);
   measured = measured && real.cuMemGetInfo_v2(&after, &total) == CUDA_SUCCESS;
   uint64_t drop = measured && before >= after ? before - after : 0;
-  uint64_t charge = plausible(drop, est, req) ? drop : admitted;
+  /* Under a shared budget the device's free memory moves with the other processes' frees too,
+   * so a drop can be short of what the array took: the admitted bound is charged. */
+  uint64_t charge = !share_active() && plausible(drop, est, req) ? drop : admitted;
   if (!ctx_recharge(dev, admitted, charge)) {
     driver_destroy(k, handle);
     handle_clear(k, out);

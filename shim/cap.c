@@ -11,6 +11,7 @@
 #include "shim/real.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
+#include "shim/share.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -59,6 +60,7 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     physical_total = total;
   }
   uint64_t limit = settings_valid() ? cfg_device_cap(settings_get(), dev, physical_total) : 0;
+  limit = share_limit(dev, limit, physical_total); /* a shared budget's, when one is named */
   runinfo_learn(dev); /* the device's first use: what the exit report will say about it */
   atomic_store_explicit(&c->limit, limit, memory_order_relaxed);
   atomic_store_explicit(&c->ready, true, memory_order_release);
@@ -79,17 +81,23 @@ bool cap_charge(int dev, uint64_t bytes) {
     }
   } while (!atomic_compare_exchange_weak_explicit(&c->used, &used, used + bytes,
                                                   memory_order_relaxed, memory_order_relaxed));
+  if (!share_charge(dev, bytes)) {
+    atomic_fetch_sub_explicit(&c->used, bytes, memory_order_relaxed);
+    return false;
+  }
   return true;
 }
 
 void cap_add(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
   atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  share_add(dev, bytes);
 }
 
 void cap_credit(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
   atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  share_credit(dev, bytes);
 }
 
 uint64_t cap_used(int dev) {
@@ -97,19 +105,31 @@ uint64_t cap_used(int dev) {
   return atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
 }
 
-void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
-              uint64_t *total_bytes) {
-  uint64_t limit = cap_limit(dev, physical);
-  uint64_t charged = cap_used(dev);
-  uint64_t held = charged > idle ? charged - idle : 0;
+void cap_shape(uint64_t limit, uint64_t held, uint64_t idle, uint64_t room, uint64_t *free_bytes,
+               uint64_t *total_bytes) {
   uint64_t total = limit < *total_bytes ? limit : *total_bytes;
   uint64_t avail = *free_bytes + idle < *free_bytes ? UINT64_MAX : *free_bytes + idle;
   if (limit != CAP_NONE) {
     uint64_t headroom = held >= limit ? 0 : limit - held;
     avail = headroom < avail ? headroom : avail;
   }
+  /* A shared budget's room for this process, plus what its pools hold unused (charged to it). */
+  room = room + idle < room ? UINT64_MAX : room + idle;
+  avail = room < avail ? room : avail;
   *total_bytes = total;
   *free_bytes = avail < total ? avail : total;
+}
+
+void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
+              uint64_t *total_bytes) {
+  uint64_t limit = cap_limit(dev, physical);
+  uint64_t charged = cap_used(dev);
+  uint64_t held = charged > idle ? charged - idle : 0;
+  uint64_t room = UINT64_MAX, budget_cap = CAP_NONE;
+  if (share_view(dev, idle, &room, &budget_cap)) {
+    limit = budget_cap < limit ? budget_cap : limit;
+  }
+  cap_shape(limit, held, idle, room, free_bytes, total_bytes);
 }
 
 /* In a fork child: no device memory is charged (the parent's is not the child's). */

@@ -50,4 +50,12 @@ uint64_t cap_used(int dev);
 void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
               uint64_t *total_bytes);
 
+/* The arithmetic of cap_view, shared with NVML's figures (shim/nvml.c) so CUDA and NVML can
+ * never disagree: `limit` the cap (CAP_NONE: none), `held` bytes the program holds under it,
+ * `idle` bytes held for it unused, `room` what a shared budget still admits for this process
+ * (UINT64_MAX: no budget); *free_bytes and *total_bytes the device's figures in, the program's
+ * out: total = min(limit, total); free = min(limit - held, free + idle, room + idle, total). */
+void cap_shape(uint64_t limit, uint64_t held, uint64_t idle, uint64_t room, uint64_t *free_bytes,
+               uint64_t *total_bytes);
+
 #endif

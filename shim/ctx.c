@@ -20,11 +20,7 @@ static struct ctx slots[CTX_MAX];
 
 /* Contexts the driver destroyed, as their pools stood then (for the exit report), and the
  * contexts seen per device (an object's index). Guarded by `registry`. */
-static struct ended {
-  int dev, index;
-  bfc_stats_t stats;
-  uint64_t largest_request;
-} ended[CTX_MAX];
+static struct ctx_report ended[CTX_MAX];
 static int nended;
 static int contexts_seen[GPUCAP_MAX_DEVICES];
 static atomic_int nslots;
@@ -152,6 +148,17 @@ enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {
   return where;
 }
 
+bool ctx_vmm_backed(uint64_t addr) {
+  struct ctx *c = ctx_owning(addr);
+  bool vmm = false;
+  if (c) {
+    pthread_mutex_lock(&c->lock);
+    vmm = c->pool.bfc && c->pool.vmm && bfc_owns(c->pool.bfc, addr);
+    pthread_mutex_unlock(&c->lock);
+  }
+  return vmm;
+}
+
 uint64_t ctx_idle_bytes(int dev) {
   uint64_t idle = 0;
   int n = ctx_count();
@@ -193,13 +200,10 @@ static void drop(struct ctx *c) {
   CHECK_HELD(&registry);
   pthread_mutex_lock(&c->lock);
   if (c->pool.bfc) {
-    bfc_stats_t st;
-    bfc_stats(c->pool.bfc, &st);
-    if ((st.num_allocs > 0 || st.num_ooms > 0) && nended < CTX_MAX) {
-      ended[nended++] = (struct ended){.dev = c->dev,
-                                       .index = c->index,
-                                       .stats = st,
-                                       .largest_request = pool_largest_request(&c->pool, &st)};
+    struct ctx_report r = {.dev = c->dev, .index = c->index, .destroyed = true};
+    pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
+    if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
+      ended[nended++] = r;
     }
     bfc_walk(c->pool.bfc, unledger, &c->dev);
     pool_close(&c->pool);
@@ -235,9 +239,7 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
               void (*busy)(void *arg, int dev, int index), void *arg) {
   if (exit_lock(&registry)) {
     for (int i = 0; i < nended; i++) {
-      struct ctx_report r = {ended[i].dev, ended[i].index, true, ended[i].stats,
-                             ended[i].largest_request};
-      fn(arg, &r);
+      fn(arg, &ended[i]);
     }
     pthread_mutex_unlock(&registry);
   } else {
@@ -247,7 +249,7 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
   for (int i = 0; i < n; i++) {
     struct ctx *c = &slots[i];
     /* dev and index only change when a slot is reused, under its lock: read again below. */
-    struct ctx_report r = {c->dev, c->index, false, {0}, 0};
+    struct ctx_report r = {.dev = c->dev, .index = c->index};
     if (!exit_lock(&c->lock)) {
       busy(arg, r.dev, r.index); /* still busy in another thread at exit: say so, never hang */
       continue;
@@ -255,8 +257,7 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
     if (c->pool.bfc) {
       /* No block will be handed out again: settle the deferred frees (bookkeeping only). */
       bfc_retire(c->pool.bfc);
-      bfc_stats(c->pool.bfc, &r.stats);
-      r.largest_request = pool_largest_request(&c->pool, &r.stats);
+      pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
     }
     r.dev = c->dev;
     r.index = c->index;

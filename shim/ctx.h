@@ -18,6 +18,7 @@
 
 #include "core/bfc.h"
 #include "shim/cudadefs.h"
+#include "shim/pool.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,9 +79,18 @@ enum ctx_where { CTX_OUTSIDE, CTX_NOT_HELD, CTX_BLOCK };
  * memory there). Takes each object's lock briefly; O(contexts x log regions). */
 enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size);
 
+/* True iff addr lies in a pool backed by virtual memory management (its blocks are VMM
+ * memory to the driver: no legacy IPC). Takes each object's lock briefly. */
+bool ctx_vmm_backed(uint64_t addr);
+
 /* Bytes the pools of device dev hold from the driver that the program does not hold: free and
  * deferred chunks. Takes each object's lock briefly. */
 uint64_t ctx_idle_bytes(int dev);
+
+/* Gives back the idle memory of device dev's VMM-backed pools whose GPUCAP_RELEASE_AFTER
+ * window has passed (see ctx_alloc): called where a program looks at free memory. Takes each
+ * object's lock in turn; the caller holds none. */
+void ctx_release_idle(int dev);
 
 /* Marks the object of handle as dying (the driver is about to destroy the context) or, with
  * dying false, alive again (the driver kept it). While dying, other threads never trim or
@@ -106,6 +116,7 @@ struct ctx_report {
   bool destroyed;           /* the driver destroyed the context: the figures of that moment */
   bfc_stats_t stats;        /* a snapshot of its pool's counters */
   uint64_t largest_request; /* the largest single request it could serve (docs/report.md) */
+  pool_backing_t backing;   /* what backs it */
 };
 
 /* For the exit report: settles every deferred free into free chunks (no block will be handed

@@ -12,10 +12,12 @@
 #include "shim/capture.h"
 #include "shim/check.h"
 #include "shim/ledger.h"
+#include "shim/log.h"
 #include "shim/oom.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/share.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -44,6 +46,38 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   pthread_mutex_lock(&o->lock);
   if (synced && o->pool.bfc) {
     bfc_retire_upto(o->pool.bfc, mark);
+  }
+}
+
+/* The idle release (GPUCAP_RELEASE_AFTER, VMM-backed pools): once a window has passed, the
+ * whole free units above the most bytes in use during it are unmapped, after settling the
+ * deferred frees (a synchronize, skipped while a capture is going on). Lock held; dropped
+ * across the synchronize. */
+static void release_idle(struct ctx *c) {
+  CHECK_HELD(&c->lock);
+  uint64_t keep = 0;
+  if (!pool_idle_due(&c->pool, &keep)) {
+    return;
+  }
+  CUcontext mine = NULL;
+  if (real.cuCtxGetCurrent && real.cuCtxGetCurrent(&mine) == CUDA_SUCCESS) {
+    settle_other(c, mine);
+  }
+  pool_trim_to(&c->pool, keep);
+}
+
+void ctx_release_idle(int dev) {
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    struct ctx *o = ctx_slot(i);
+    if (atomic_load_explicit(&o->dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->pool.bfc && o->dev == dev) {
+      release_idle(o);
+    }
+    pthread_mutex_unlock(&o->lock);
   }
 }
 
@@ -95,7 +129,22 @@ static uint64_t trim(int dev) {
   return trim_device(dev, NULL, mine);
 }
 
+/* Another process of the shared budget was refused for want of room: give back this process's
+ * idle pool memory on those devices (docs/design.md, "Shared budgets"). No lock held. */
+static void answer_asks(void) {
+  uint64_t mask = share_asked();
+  for (int dev = 0; mask; dev++, mask >>= 1) {
+    if (mask & 1) {
+      share_answered(dev);
+      uint64_t released = trim(dev);
+      log_msg(LOG_DEBUG, "device %d: %llu bytes of idle pool memory given back", dev,
+              (unsigned long long)released);
+    }
+  }
+}
+
 bool ctx_admit(int dev, uint64_t bytes) {
+  answer_asks();
   if (passthru_admit(dev, bytes)) {
     return true;
   }
@@ -153,6 +202,7 @@ static void measure_driver(int dev) {
 
 CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult rc;
+  answer_asks();
   struct ctx *c = ctx_current(&rc);
   if (!c) {
     return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
@@ -174,9 +224,12 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     bfc_usage(c->pool.bfc, &in_use, &deferred, &free_b, &reserved);
     /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
      * request fails lets placement drift around the deferred holes and needs a looser cap
-     * (docs/benchmarks.md measures both policies). */
+     * (docs/benchmarks.md measures both policies). A VMM-backed pool also retires before it
+     * grows (the request is more than its free memory): units mapped around a deferred block
+     * would keep part of a unit mapped for a fragment once it is freed. */
     bool can_sync = !capture_any(); /* shim/capture.h */
-    bool due = can_sync && tries == 0 && deferred > 0 && deferred >= free_b / 4;
+    bool due = can_sync && tries == 0 && deferred > 0 &&
+               (deferred >= free_b / 4 || (c->pool.vmm && free_b < bytes));
     if (!due) {
       c->pool.last_driver_rc = CUDA_SUCCESS;
       err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
@@ -239,6 +292,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   if (err == 0) {
     ledger_add(dev, lib, held); /* before a free of the block can take it out (its lock) */
   }
+  if (c->pool.bfc) {
+    release_idle(c);
+  }
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
@@ -289,6 +345,7 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   int dev = c->dev;
   if (err == 0) {
     trace_note(TRACE_FREE, dev, ptr, requested, held);
+    release_idle(c);
   }
   pthread_mutex_unlock(&c->lock);
   if (err == 0) {

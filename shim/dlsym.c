@@ -7,6 +7,7 @@
  */
 #include "shim/hooks.h"
 #include "shim/init.h"
+#include "shim/nvml.h"
 #include "shim/real.h"
 
 #include <dlfcn.h>
@@ -17,6 +18,9 @@ void *gpucap_dlsym_pre(void *handle, const char *name);
 __attribute__((visibility("hidden"))) SHIM_UNINSTRUMENTED void *gpucap_dlsym_pre(void *handle,
                                                                                  const char *name) {
   real_dlsym_init();
+  if (name && name[0] == 'n' && name[1] == 'v' && handle != RTLD_NEXT) {
+    return nvml_dlsym(handle, name);
+  }
   if (!name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_NEXT) {
     return NULL;
   }

@@ -49,6 +49,7 @@ static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bo
                     uint64_t largest_request) {
   if (nrows < MAX_ROWS) {
     report_row_t *r = &rows[nrows++];
+    memset(r, 0, sizeof *r);
     r->device = dev;
     r->context = index;
     r->pooled = pooled;
@@ -61,7 +62,17 @@ static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bo
 
 static void add_pool(void *arg, const struct ctx_report *p) {
   (void)arg;
+  int before = nrows;
   add_row(p->dev, p->index, &p->stats, 1, p->destroyed, p->largest_request);
+  if (p->backing.vmm && nrows > before) {
+    report_row_t *r = &rows[nrows - 1];
+    r->vmm = 1;
+    r->address_space_bytes = p->backing.mapped.space_bytes;
+    r->mapped_bytes_total = p->backing.mapped.mapped_total;
+    r->released_bytes_total = p->backing.mapped.released_total;
+    r->driver_map_calls = p->backing.map_calls;
+    r->driver_unmap_calls = p->backing.unmap_calls;
+  }
 }
 
 static void busy_pool(void *arg, int dev, int index) {

@@ -26,9 +26,11 @@
 #if defined(__x86_64__)
 #define GLIBC_BASE "GLIBC_2.2.5"
 #define GLIBC_DLINFO "GLIBC_2.3.3" /* dlinfo and dladdr1 appeared later on x86-64 */
+#define GLIBC_ROBUST "GLIBC_2.12"  /* robust mutexes (shim/budget.c) */
 #elif defined(__aarch64__)
 #define GLIBC_BASE "GLIBC_2.17"
 #define GLIBC_DLINFO "GLIBC_2.17"
+#define GLIBC_ROBUST "GLIBC_2.17"
 #else
 #error "gpucap supports x86-64 and AArch64 only"
 #endif
@@ -82,6 +84,12 @@ OLD(int, pthread_key_create, (pthread_key_t * key, void (*dtor)(void *)), (key, 
 OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))
+OLD(int, pthread_mutexattr_init, (pthread_mutexattr_t * a), (a))
+OLD(int, pthread_mutexattr_destroy, (pthread_mutexattr_t * a), (a))
+OLD(int, pthread_mutexattr_setpshared, (pthread_mutexattr_t * a, int shared), (a, shared))
+OLDV(GLIBC_ROBUST, int, pthread_mutexattr_setrobust, (pthread_mutexattr_t * a, int robust),
+     (a, robust))
+OLDV(GLIBC_ROBUST, int, pthread_mutex_consistent, (pthread_mutex_t * m), (m))
 /* The per-library ledger's stack bounds (pthread_getattr_np also gained a version in 2.32). */
 OLD(int, pthread_getattr_np, (pthread_t t, pthread_attr_t *a), (t, a))
 OLD(int, pthread_attr_getstack,

@@ -223,6 +223,16 @@ GPUCAP_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
   case CTX_NOT_HELD:
     return CUDA_ERROR_INVALID_VALUE; /* freed memory: the driver's answer */
   default:
+    if (ctx_vmm_backed(dptr)) {
+      /* VMM memory has no legacy IPC handle: the driver's own answer, said once. */
+      static atomic_bool said;
+      if (!atomic_exchange(&said, true)) {
+        log_msg(LOG_WARN, "cuIpcGetMemHandle: a block of a pool backed by virtual memory "
+                          "management cannot be shared by legacy IPC; run with "
+                          "GPUCAP_POOL=regions to share pooled blocks");
+      }
+      return real.cuIpcGetMemHandle(pHandle, dptr);
+    }
     return pHandle ? export_block(pHandle, base, size) : CUDA_ERROR_INVALID_VALUE;
   }
 }

@@ -99,9 +99,19 @@ GPUCAP_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
   return passthru_untrack_free(dptr, free_v1, NULL, NULL);
 }
 
+/* A program looking at free memory: the current device's pools give back what has been idle
+ * for GPUCAP_RELEASE_AFTER first. */
+static void release_idle(void) {
+  int dev;
+  if (ctx_pooling() && cap_current_device(&dev) == CUDA_SUCCESS) {
+    ctx_release_idle(dev);
+  }
+}
+
 GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   int dev;
   HOOK_PROLOGUE(real.cuMemGetInfo_v2);
+  release_idle();
   CUresult rc = real.cuMemGetInfo_v2(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
@@ -117,6 +127,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
 GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *totalBytes) {
   int dev;
   HOOK_PROLOGUE(real.cuMemGetInfo);
+  release_idle();
   CUresult rc = real.cuMemGetInfo(freeBytes, totalBytes);
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;

@@ -7,6 +7,7 @@
 #include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/settings.h"
+#include "shim/share.h"
 
 #include <stdatomic.h>
 
@@ -105,6 +106,14 @@ static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap)
              a, f->dev);
     break;
   default:
+    if (share_active() && f->cap != CAP_NONE && f->charged <= f->cap &&
+        f->bytes <= f->cap - f->charged) {
+      snprintf(buf, cap,
+               "the shared budget '%s' is full on device %d: its other processes hold the rest "
+               "(gpucap top lists them); they give idle pool memory back at their next allocation",
+               settings_get()->share, f->dev);
+      break;
+    }
     report_format_size(f->charged, a, sizeof a);
     report_format_size(f->cap, b, sizeof b);
     snprintf(buf, cap,

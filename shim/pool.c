@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* The unit a driver holds device memory in, at the least: what it takes for an allocation
  * whose size is not a multiple of it (real drivers round large allocations further, to their
@@ -19,7 +20,7 @@
 #define DRIVER_UNIT ((uint64_t)512)
 
 bool pool_enabled(void) {
-  return settings_valid() && settings_get()->pool;
+  return settings_valid() && settings_get()->pool != CFG_POOL_OFF;
 }
 
 /* Records that the region at base lies in the driver's allocation at driver, extra bytes
@@ -128,6 +129,143 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
   return 0;
 }
 
+/* ---- the VMM backing: one reserved range, each unit its own physical allocation -------- */
+
+static CUmemAllocationProp unit_prop(int dev) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  return prop;
+}
+
+/* Unmaps the units of [base, base + bytes) one by one, the way they were mapped (the driver
+ * unmaps whole mappings only), each a `release` row of the trace when `traced` (its `reserve`
+ * row was written); returns the bytes unmapped, up to the first unit the driver refuses to
+ * unmap twice (*rc). */
+static uint64_t unmap_units(pool_t *p, uint64_t base, uint64_t bytes, bool traced, CUresult *rc) {
+  uint64_t done = 0;
+  *rc = CUDA_SUCCESS;
+  while (done < bytes) {
+    uint64_t ticket = traced ? trace_ticket() : 0; /* before the addresses may go again */
+    *rc = real.cuMemUnmap(base + done, p->unit);
+    *rc = *rc == CUDA_SUCCESS ? *rc : real.cuMemUnmap(base + done, p->unit); /* asked twice */
+    if (traced) {
+      trace_fill(ticket, *rc == CUDA_SUCCESS ? TRACE_RELEASE : TRACE_NONE, p->dev, base + done,
+                 p->unit, p->unit);
+    }
+    if (*rc != CUDA_SUCCESS) {
+      break;
+    }
+    done += p->unit;
+    p->unmap_calls++;
+  }
+  return done;
+}
+
+/* Maps [*base, *base + bytes) unit by unit: a physical allocation of one unit each
+ * (cuMemCreate), mapped (cuMemMap) and its handle released at once, so that unmapping the
+ * unit frees it; then read/write access for the device over the whole range. Charged first. */
+static int map_units(void *arg, uint64_t bytes, uint64_t *base) {
+  pool_t *p = arg;
+  if (!cap_charge(p->dev, bytes)) {
+    return -ENOMEM;
+  }
+  CUmemAllocationProp prop = unit_prop(p->dev);
+  CUresult rc = CUDA_SUCCESS;
+  uint64_t done = 0;
+  while (done < bytes && rc == CUDA_SUCCESS) {
+    CUmemGenericAllocationHandle h = 0;
+    rc = real.cuMemCreate(&h, p->unit, &prop, 0);
+    if (rc == CUDA_SUCCESS) {
+      p->create_calls++;
+      rc = real.cuMemMap(*base + done, p->unit, 0, h, 0);
+      /* The mapping keeps the memory until it is unmapped; a handle not released would keep
+       * it after that: asked twice, and the unit given up when the driver refuses both. */
+      CUresult rel = real.cuMemRelease(h);
+      rel = rel == CUDA_SUCCESS ? rel : real.cuMemRelease(h);
+      if (rel != CUDA_SUCCESS) {
+        log_msg(LOG_WARN, "device %d: the driver refused to release a pool unit (error %d)", p->dev,
+                rel);
+        if (rc == CUDA_SUCCESS) {
+          real.cuMemUnmap(*base + done, p->unit);
+        }
+        rc = rel;
+      }
+      done += rc == CUDA_SUCCESS ? p->unit : 0;
+      p->map_calls += rc == CUDA_SUCCESS;
+    }
+  }
+  if (rc == CUDA_SUCCESS) {
+    rc = real.cuMemSetAccess(*base, bytes, p->access, (size_t)p->naccess);
+  }
+  if (rc != CUDA_SUCCESS) {
+    CUresult urc;
+    if (unmap_units(p, *base, done, false, &urc) != done) {
+      log_msg(LOG_WARN, "device %d: the driver refused to unmap pool memory (error %d)", p->dev,
+              urc);
+    }
+    cap_credit(p->dev, bytes);
+    p->last_driver_rc = rc;
+    p->driver_full |= rc == CUDA_ERROR_OUT_OF_MEMORY;
+    return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+  }
+  for (uint64_t at = 0; at < bytes; at += p->unit) { /* a `reserve` row per unit mapped */
+    trace_note(TRACE_RESERVE, p->dev, *base + at, p->unit, p->unit);
+  }
+  return 0;
+}
+
+/* Unmaps whole units (their memory goes back to the driver) and returns their charge. A unit
+ * the driver refuses to unmap stops the release; those unmapped before it are mapped again, so
+ * the pool's view stays true. */
+static int unmap_range(void *arg, uint64_t base, uint64_t bytes) {
+  pool_t *p = arg;
+  CUresult rc;
+  uint64_t done = unmap_units(p, base, bytes, true, &rc);
+  cap_credit(p->dev, done);
+  if (done == bytes) {
+    return 0;
+  }
+  log_msg(LOG_WARN, "device %d: the driver refused to unmap pool memory (error %d)", p->dev, rc);
+  uint64_t again = base;
+  if (done > 0 && map_units(p, done, &again) != 0) {
+    log_msg(LOG_ERROR, "device %d: pool memory at %#llx could not be mapped again", p->dev,
+            (unsigned long long)base);
+  }
+  return -EIO;
+}
+
+/* Whether device dev's pool is backed by VMM, in units of what size, over what space. */
+static void vmm_setup(int dev, pool_setup_t *s) {
+  int mode = settings_get()->pool;
+  int vmm = 0;
+  size_t g = 0;
+  CUmemAllocationProp prop = unit_prop(dev);
+  s->vmm = false;
+  if (mode != CFG_POOL_ON && mode != CFG_POOL_VMM) {
+    return;
+  }
+  if (!real.cuMemAddressReserve || !real.cuMemCreate || !real.cuMemMap || !real.cuMemUnmap ||
+      !real.cuMemSetAccess || !real.cuMemGetAllocationGranularity ||
+      real.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                dev) != CUDA_SUCCESS ||
+      !vmm ||
+      real.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS ||
+      g < BFC_MIN_ALLOC || (g & (g - 1)) != 0 || s->limit < g) {
+    log_msg(mode == CFG_POOL_VMM ? LOG_WARN : LOG_DEBUG,
+            "device %d: no virtual memory management; the pool uses driver allocations", dev);
+    return;
+  }
+  s->vmm = true;
+  s->unit = g;
+  /* Twice the pool limit: free memory is unmapped, but the blocks around it keep their
+   * addresses, so a fragmented pool needs more address space than memory. */
+  uint64_t whole = (s->limit + g - 1) / g * g;
+  s->space_bytes = whole <= UINT64_MAX / 4 ? 2 * whole : whole;
+}
+
 /* The pool limit: the device cap, else (no cap) what TensorFlow would take: the whole card
  * when growing, free memory minus its MinSystemMemory reserve when preallocating. */
 static uint64_t pool_limit(int dev, bool growth) {
@@ -176,6 +314,19 @@ uint64_t pool_largest_request(const pool_t *p, const bfc_stats_t *s) {
   return grown > s->largest_free_block_bytes ? grown : s->largest_free_block_bytes;
 }
 
+void pool_report(const pool_t *p, bfc_stats_t *stats, uint64_t *largest, pool_backing_t *b) {
+  bfc_stats(p->bfc, stats);
+  *largest = pool_largest_request(p, stats);
+  b->vmm = p->vmm;
+  bfc_mapped_stats(p->bfc, &b->mapped);
+  b->map_calls = p->map_calls;
+  b->unmap_calls = p->unmap_calls;
+  if (p->vmm) {
+    stats->driver_alloc_calls = p->create_calls;
+    stats->driver_free_calls = p->create_calls;
+  }
+}
+
 /* A block the driver freed with its context: its `free` row in the trace. */
 static int trace_dropped(void *arg, const bfc_chunk_info_t *c) {
   const pool_t *p = arg;
@@ -191,6 +342,80 @@ void pool_setup(int dev, pool_setup_t *s) {
   int align = 0;
   real.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
   s->pitch_align = align > 0 ? (size_t)align : 512;
+  vmm_setup(dev, s);
+}
+
+/* The devices given access to p's units: its own, and each peer that can access its memory. */
+static void grant_access(pool_t *p) {
+  int n = 0;
+  if (!real.cuDeviceGetCount || real.cuDeviceGetCount(&n) != CUDA_SUCCESS) {
+    n = 0;
+  }
+  p->naccess = 0;
+  for (int d = 0; d < n && d < GPUCAP_MAX_DEVICES; d++) {
+    int can = d == p->dev;
+    if (!can && real.cuDeviceCanAccessPeer &&
+        real.cuDeviceCanAccessPeer(&can, d, p->dev) != CUDA_SUCCESS) {
+      can = 0;
+    }
+    if (can) {
+      p->access[p->naccess++] =
+          (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    }
+  }
+  if (p->naccess == 0) {
+    p->access[p->naccess++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p->dev},
+                                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  }
+}
+
+/* Reserves the address space of a VMM-backed pool: twice its limit, else once; false when
+ * the driver has not even that (the pool then uses driver allocations). */
+static bool reserve_space(pool_t *p, const pool_setup_t *s) {
+  uint64_t sizes[2] = {s->space_bytes, (s->limit + s->unit - 1) / s->unit * s->unit};
+  for (int i = 0; i < 2; i++) {
+    CUdeviceptr at = 0;
+    if (real.cuMemAddressReserve(&at, sizes[i], s->unit, 0, 0) == CUDA_SUCCESS) {
+      p->space = at;
+      p->space_bytes = sizes[i];
+      return true;
+    }
+  }
+  log_msg(LOG_DEBUG, "device %d: no address space for a VMM-backed pool; driver allocations",
+          p->dev);
+  return false;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+bool pool_idle_due(pool_t *p, uint64_t *keep) {
+  uint64_t in_use = 0, deferred = 0, reserved = 0;
+  int after_ms = settings_get()->release_after;
+  if (!p->vmm || !p->bfc || after_ms <= 0) {
+    return false;
+  }
+  bfc_usage(p->bfc, &in_use, &deferred, NULL, &reserved);
+  p->window_peak = in_use > p->window_peak ? in_use : p->window_peak;
+  uint64_t now = now_ns();
+  if (now - p->window_start_ns < (uint64_t)after_ms * 1000000u) {
+    return false;
+  }
+  *keep = p->window_peak;
+  p->window_start_ns = now;
+  p->window_peak = in_use;
+  return reserved > *keep + p->unit;
+}
+
+uint64_t pool_trim_to(pool_t *p, uint64_t keep) {
+  uint64_t released = 0;
+  if (p->bfc) {
+    bfc_trim_to(p->bfc, keep, &released);
+  }
+  return released;
 }
 
 int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
@@ -202,9 +427,26 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
   p->nshifted = 0;
   p->pitch_align = s->pitch_align;
   p->bfc = NULL;
+  p->vmm = false;
+  p->map_calls = p->unmap_calls = p->create_calls = 0;
+  p->window_start_ns = now_ns();
+  p->window_peak = 0;
+  if (s->vmm && opts.limit != 0 && reserve_space(p, s)) {
+    p->vmm = true;
+    grant_access(p);
+    p->unit = s->unit;
+    opts.unit = s->unit;
+    opts.space_base = p->space;
+    opts.space_bytes = p->space_bytes;
+    prim = (bfc_prim_t){.ctx = p, .reserve = map_units, .release = unmap_range, .room = room};
+  }
   int made = opts.limit == 0 ? -EINVAL : bfc_create(&opts, &prim, &p->bfc);
   if (made != 0) {
     p->bfc = NULL;
+    if (p->vmm) {
+      real.cuMemAddressFree(p->space, p->space_bytes);
+      p->vmm = false;
+    }
     log_msg(LOG_ERROR, "device %d: cannot create a pool (limit %llu bytes)", dev,
             (unsigned long long)opts.limit);
   }
@@ -214,8 +456,14 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
 void pool_close(pool_t *p) {
   if (p->bfc) {
     bfc_walk(p->bfc, trace_dropped, p);
-    p->gone = true; /* the regions went with the context: release() only returns charges */
+    /* The regions went with the context: release() only returns charges. VMM memory belongs
+     * to no context: the units are unmapped (freed) here, and the address space given back. */
+    p->gone = !p->vmm;
     bfc_destroy(p->bfc);
     p->bfc = NULL;
+    if (p->vmm && real.cuMemAddressFree(p->space, p->space_bytes) != CUDA_SUCCESS) {
+      log_msg(LOG_DEBUG, "device %d: the pool's address space could not be freed", p->dev);
+    }
+    p->vmm = false;
   }
 }

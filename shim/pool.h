@@ -9,6 +9,7 @@
 #define GPUCAP_SHIM_POOL_H
 
 #include "core/bfc.h"
+#include "core/limits.h"
 #include "shim/cudadefs.h"
 
 #include <stdbool.h>
@@ -34,6 +35,21 @@ typedef struct pool {
   bool misaligns;
   struct pool_shift *shifted;
   size_t nshifted, capshifted;
+  /* VMM backing (docs/design.md, "The VMM-backed pool"): one reserved address range of
+   * space_bytes at space, mapped and unmapped in units of `unit` bytes (the device's
+   * allocation granularity), each unit its own physical allocation. */
+  bool vmm;
+  CUdeviceptr space;
+  uint64_t space_bytes, unit;
+  /* Read/write access for the device and every device that can access its memory (memory
+   * from cuMemAlloc can be reached by peers; mapped units only by the devices named here). */
+  CUmemAccessDesc access[GPUCAP_MAX_DEVICES];
+  int naccess;
+  uint64_t map_calls, unmap_calls; /* cuMemMap / cuMemUnmap calls that succeeded */
+  uint64_t create_calls;           /* cuMemCreate calls that succeeded (each released at once) */
+  /* The idle release (GPUCAP_RELEASE_AFTER): when the current window began, and the most
+   * bytes in use in it. */
+  uint64_t window_start_ns, window_peak;
 } pool_t;
 
 /* True iff pooling is on (GPUCAP_POOL, read at the first call). */
@@ -46,6 +62,9 @@ typedef struct pool_setup {
   uint64_t limit;
   bool growth;
   size_t pitch_align;
+  bool vmm;             /* back the pool with virtual memory management */
+  uint64_t unit;        /* ... in units of the device's allocation granularity */
+  uint64_t space_bytes; /* ... over this much address space */
 } pool_setup_t;
 void pool_setup(int dev, pool_setup_t *s);
 
@@ -58,6 +77,29 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s);
  * for each block the program still held, destroys the pool with no driver call (each region's
  * charge returns) and leaves p->bfc NULL. */
 void pool_close(pool_t *p);
+
+/* The idle release, lock held, after each allocation and free: notes the bytes in use and,
+ * once a VMM-backed pool's window of GPUCAP_RELEASE_AFTER has passed, returns true with *keep
+ * set to the most bytes in use during it (what the pool keeps mapped) and starts a new window.
+ * False for a region pool, with the setting 0, or when more than one unit above *keep is not
+ * mapped. A clock read; no driver call. */
+bool pool_idle_due(pool_t *p, uint64_t *keep);
+
+/* Unmaps p's whole free units while more than keep bytes are mapped (driver calls, lock held);
+ * returns the bytes given back. */
+uint64_t pool_trim_to(pool_t *p, uint64_t keep);
+
+/* p's figures for the exit report (lock held): its counters, its largest request, and for a
+ * VMM-backed pool what backs it. For such a pool driver_alloc_calls and driver_free_calls
+ * count its cuMemCreate calls and the cuMemRelease right after each (the driver's own
+ * counting); its map and unmap calls are apart. */
+typedef struct pool_backing {
+  bool vmm;             /* backed by virtual memory management: then the figures below */
+  bfc_mapped_t mapped;  /* its address space, bytes mapped and released */
+  uint64_t map_calls;   /* its driver calls cuMemMap */
+  uint64_t unmap_calls; /* ... and cuMemUnmap */
+} pool_backing_t;
+void pool_report(const pool_t *p, bfc_stats_t *stats, uint64_t *largest, pool_backing_t *b);
 
 /* The largest single request p could serve now: its largest free chunk, or (bfc_alloc steps 3
  * and 5) its wholly free regions released plus the room under its limit, reserved as one

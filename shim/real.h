@@ -47,7 +47,12 @@ struct real_fns {
   X(cuGraphNodeGetType)                                                                            \
   X(cuGraphMemAllocNodeGetParams)                                                                  \
   X(cuDeviceGetGraphMemAttribute)                                                                  \
-  X(cuMipmappedArrayGetMemoryRequirements)
+  X(cuMipmappedArrayGetMemoryRequirements)                                                         \
+  X(cuMemAddressReserve)                                                                           \
+  X(cuMemAddressFree)                                                                              \
+  X(cuMemSetAccess)                                                                                \
+  X(cuMemGetAllocationGranularity)                                                                 \
+  X(cuDeviceCanAccessPeer)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)
 #undef REAL_FIELD

@@ -44,8 +44,7 @@ static void first_use(void) {
   signals_arm();
 }
 
-/* "GPU-" and the UUID in nvidia-smi's form. */
-static void format_uuid(const CUuuid *u, char *out, size_t cap) {
+void runinfo_format_uuid(const CUuuid *u, char *out, size_t cap) {
   const unsigned char *b = (const unsigned char *)u->bytes;
   snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
@@ -69,7 +68,7 @@ void runinfo_learn(int dev) {
   }
   d->name[sizeof d->name - 1] = '\0';
   if (real.cuDeviceGetUuid_v2 && real.cuDeviceGetUuid_v2(&uuid, (CUdevice)dev) == CUDA_SUCCESS) {
-    format_uuid(&uuid, d->uuid, sizeof d->uuid);
+    runinfo_format_uuid(&uuid, d->uuid, sizeof d->uuid);
   }
   atomic_store_explicit(&d->state, 2, memory_order_release);
 }

@@ -7,12 +7,18 @@
 #define GPUCAP_SHIM_RUNINFO_H
 
 #include "core/report.h"
+#include "shim/cudadefs.h"
+
+#include <stddef.h>
 
 /* At a device's first use (shim/cap.c, when its cap is computed): learns the device's name and
  * UUID from the driver, and at the first call of all the job identifiers (config/job.h), and
  * arms gpucap's handlers of terminating signals (signals_arm). Thread-safe; idempotent; a driver
  * error leaves the name or UUID unknown. */
 void runinfo_learn(int dev);
+
+/* Writes "GPU-" and the UUID u in nvidia-smi's form (41 bytes with the NUL) into out[cap]. */
+void runinfo_format_uuid(const CUuuid *u, char *out, size_t cap);
 
 /* Fills run for the exit report: pid, host (uname), command (/proc/self/cmdline), start (when
  * gpucap was loaded) and end (now), ended_by, job and the devices learnt. Notes are left as

@@ -3,12 +3,12 @@
 # dlopen, the hooked names of shim/hooks.def and the C library functions of shim/libc.def
 # (through a generated version script), and carries its own copy of core/ and config/ objects.
 
-SHIM_SRCS := shim/array.c shim/async.c shim/cap.c shim/capture.c shim/charges.c shim/check.c \
+SHIM_SRCS := shim/array.c shim/async.c shim/budget.c shim/cap.c shim/capture.c shim/charges.c shim/check.c \
              shim/context.c shim/ctx.c shim/ctx_alloc.c shim/deepbind.c shim/dlsym.c shim/exec.c \
              shim/exit.c shim/finish.c shim/graph.c shim/hooks.c shim/init.c shim/ipc.c \
-             shim/ledger.c shim/log.c \
-             shim/memory.c shim/oom.c shim/passthru.c shim/pending.c shim/pool.c shim/procaddr.c \
-             shim/ptrquery.c shim/real.c shim/runinfo.c shim/settings.c shim/signals.c \
+             shim/ledger.c shim/log.c shim/memory.c shim/nvml.c shim/oom.c shim/passthru.c \
+             shim/pending.c shim/pool.c shim/procaddr.c shim/ptrquery.c shim/real.c shim/runinfo.c \
+             shim/settings.c shim/share.c shim/signals.c \
              shim/trace.c shim/vmm.c
 SHIM_SRCS += shim/glibc.c
 TEST_SCRIPTS += tests/unit/glibc_versions.sh tests/unit/layers.sh
@@ -24,11 +24,12 @@ $(BUILD)/obj/%.o: %.S $(FLAGS_STAMP)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The exported names, generated from the hook table so the two cannot drift apart.
-$(SHIM_MAP): shim/hooks.def shim/libc.def shim/shim.mk
+$(SHIM_MAP): shim/hooks.def shim/libc.def shim/nvml.def shim/shim.mk
 	$(Q)mkdir -p $(@D)
 	$(Q){ echo '{ global: dlsym; dlopen;'; \
 	     sed -n 's/^HOOK([^,]*,[^,]*,[^,]*, *\([A-Za-z0-9_]*\)).*/  \1;/p' shim/hooks.def; \
 	     sed -n 's/^LIBC(\([A-Za-z0-9_]*\))$$/  \1;/p' shim/libc.def; \
+	     sed -n 's/^NVML(\([A-Za-z0-9_]*\))$$/  \1;/p' shim/nvml.def; \
 	     echo 'local: *; };'; } > $@
 
 $(SHIM_LIB): $(SHIM_OBJS) $(CONFIG_OBJS) $(SHIM_MAP)
@@ -44,3 +45,10 @@ $(BUILD)/tests/test_check: $(BUILD)/obj/tests/unit/test_check.o $(BUILD)/obj/shi
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
 TEST_PROGRAMS += $(BUILD)/tests/test_check
+
+# ---- The shared budget's ledger arithmetic (shim/budget.c), on a ledger in ordinary memory. ----
+$(BUILD)/tests/test_budget: $(BUILD)/obj/tests/unit/test_budget.o $(BUILD)/obj/shim/budget.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+TEST_PROGRAMS += $(BUILD)/tests/test_budget

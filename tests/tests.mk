@@ -52,7 +52,7 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/early $(BUILD)/tests/arrays \
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
                   $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest \
-                  $(BUILD)/tests/oomtest
+                  $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
@@ -60,9 +60,9 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/threads.sh tests/integ/pool.sh tests/integ/report.sh \
                 tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/share.sh \
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
-                tests/integ/room.sh tests/integ/ledger.sh
+                tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh \
-                tests/integ/ledger.sh
+                tests/integ/ledger.sh tests/integ/budget.sh
 
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 	$(call say,LD,$@)
@@ -90,6 +90,18 @@ $(BUILD)/tests/life: $(BUILD)/obj/tests/integ/life.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl -lpthread
+
+# smi reads NVML as nvidia-smi and pynvml do: dlopen and dlsym, nothing linked.
+$(BUILD)/tests/smi: $(BUILD)/obj/tests/integ/smi.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl
+
+# budgetlock holds a shared budget's ledger lock until killed: the shim's ledger module alone.
+$(BUILD)/tests/budgetlock: $(BUILD)/obj/tests/integ/budgetlock.o $(BUILD)/obj/shim/budget.o
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
 
 $(BUILD)/tests/lifelinked: $(BUILD)/obj/tests/integ/life.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)

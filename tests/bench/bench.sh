@@ -2,7 +2,8 @@
 # Replay benchmark driver (`make bench`): generates the bundled traces, replays each through
 # core/ in several configurations with build/gpucap-replay and prints markdown tables; then
 # replays each once through the fake driver (build/fakecuda), bare and under gpucap with the
-# pool off and on, for the driver calls and the modelled driver time each costs.
+# pool off, on regions and on VMM (the default over the fake), for the driver calls and the
+# modelled driver time each costs; and the VMM-backed pool (mapped mode) at its tight cap.
 # Needs only a POSIX shell, sed, awk, the two tools `make bench` builds, the shim and the fake
 # driver. Environment: BUILD (default build), RUNS (timed repetitions, default 11), TRACES
 # (default: the five synthetic kinds and the two traces recorded from real frameworks,
@@ -18,6 +19,8 @@ REPLAY="$BUILD/gpucap-replay"
 GEN="$BUILD/gpucap-tracegen"
 CAP=1.10
 LATENCY=${LATENCY:-cuMemCreate:200us,cuMemMap:2us,cuMemSetAccess:36us,cuMemUnmap:26us,cuMemAddressReserve:19us,cuMemAlloc_v2:100us,cuMemFree_v2:50us}
+VCAP=1.02           # the VMM-backed pool's target: this x peak live bytes, plus one unit
+UNIT=$((2 << 20))   # the allocation granularity of current GPUs (and of the fake driver)
 
 for tool in "$REPLAY" "$GEN" "$BUILD/libgpucap.so" "$BUILD/fakecuda/libcuda.so.1"; do
   if [ ! -x "$tool" ]; then
@@ -116,21 +119,29 @@ row "$tmp/threads" --- ---: ---: ---: ---: ---:
 row "$tmp/deferred" trace "on demand: warm ns/pair" "retires per pass" "completes @$CAP" \
   "min cap" "ratio 0.25: warm ns/pair" "retires per pass" "completes @$CAP" "min cap"
 row "$tmp/deferred" --- ---: ---: :-: ---: ---: ---: :-: ---:
-row "$tmp/driver" trace pairs "calls: bare driver" "calls: pool off" "calls: pool on" \
-  "driver ms: bare" "driver ms: pool off" "driver ms: pool on" "completed (bare/off/on)"
-row "$tmp/driver" --- ---: ---: ---: ---: ---: ---: ---: :-:
+row "$tmp/driver" trace pairs "calls: bare driver" "calls: pool off" "calls: pool regions" \
+  "calls: pool on (vmm)" "driver ms: bare" "driver ms: pool off" "driver ms: pool regions" \
+  "driver ms: pool on (vmm)" "completed (bare/off/regions/vmm)"
+row "$tmp/driver" --- ---: ---: ---: ---: ---: ---: ---: ---: ---: :-:
 
 # What setting up device 0 costs each configuration, subtracted from every replay's figures.
 first=$(echo $TRACES | cut -d' ' -f1)
-for cfg in "no bare" "yes off" "yes on"; do
+for cfg in "no bare" "yes off" "yes regions" "yes on"; do
   set -- $cfg
   over_fake "$1" "$2" "$tmp/setup-$1-$2.json" "$BUILD/traces/$first.csv" 0 >/dev/null
 done
+row "$tmp/vmm" trace "completes @$VCAP+unit growth: vmm (regions)" \
+  "completes @$VCAP+unit prealloc: vmm (regions)" "min cap vmm growth" \
+  "warm ns/pair vmm @$CAP" "warm ns/pair regions @$CAP" "vmm/regions" \
+  "map / unmap calls @$VCAP growth"
+row "$tmp/vmm" --- :-: :-: ---: ---: ---: ---: ---:
 
 worst_warm=0
 worst_cold=0
 all_complete=yes
 worst_scaling=9
+vmm_complete=yes
+worst_vmm_ratio=0
 for k in $TRACES; do
   f="$BUILD/traces/$k.csv"
   echo "  $k ..." >&2
@@ -140,6 +151,24 @@ for k in $TRACES; do
   d=$("$REPLAY" "$f" --runs 3 --cap-factor $CAP --deferred --find-min-cap)
   q=$("$REPLAY" "$f" --runs 3 --cap-factor $CAP --deferred --retire-ratio 0.25 --find-min-cap)
   printf '%s\n%s\n%s\n%s\n%s\n' "$g" "$p" "$s" "$d" "$q" >> "$BUILD/bench-results.jsonl"
+  # The VMM-backed pool (mapped mode) at the tight cap, and the region pool there as baseline;
+  # speed compared at the common cap.
+  vg=$("$REPLAY" "$f" --runs 1 --cap-factor $VCAP --vmm $UNIT --find-min-cap)
+  vp=$("$REPLAY" "$f" --runs 1 --cap-factor $VCAP --vmm $UNIT --preallocate)
+  rg=$("$REPLAY" "$f" --runs 1 --cap-factor $VCAP)
+  rp=$("$REPLAY" "$f" --runs 1 --cap-factor $VCAP --preallocate)
+  vs=$("$REPLAY" "$f" --runs "$RUNS" --cap-factor $CAP --vmm $UNIT)
+  printf '%s\n%s\n%s\n%s\n%s\n' "$vg" "$vp" "$rg" "$rp" "$vs" >> "$BUILD/bench-results.jsonl"
+  vratio=$(awk -v a="$(get "$vs" ns_per_pair_warm)" -v b="$(get "$g" ns_per_pair_warm)" \
+    'BEGIN { printf "%.2f", a / b }')
+  row "$tmp/vmm" "$k" "$(get "$vg" completed) ($(get "$rg" completed))" \
+    "$(get "$vp" completed) ($(get "$rp" completed))" "$(get "$vg" min_cap_factor)" \
+    "$(get "$vs" ns_per_pair_warm)" "$(get "$g" ns_per_pair_warm)" "$vratio" \
+    "$(get "$vg" map_calls) / $(get "$vg" unmap_calls)"
+  worst_vmm_ratio=$(max "$worst_vmm_ratio" "$vratio")
+  if [ "$(get "$vg" completed)" != true ] || [ "$(get "$vp" completed)" != true ]; then
+    vmm_complete=no
+  fi
 
   warm=$(get "$g" ns_per_pair_warm)
   cold=$(get "$g" cold_over_warm)
@@ -159,7 +188,7 @@ for k in $TRACES; do
     "$(get "$q" retires)" "$(get "$q" completed)" "$(get "$q" min_cap_factor)"
 
   set --
-  for cfg in "no bare" "yes off" "yes on"; do
+  for cfg in "no bare" "yes off" "yes regions" "yes on"; do
     c1=${cfg% *}
     c2=${cfg#* }
     j=$(over_fake "$c1" "$c2" "$tmp/fake.json" "$f")
@@ -167,7 +196,8 @@ for k in $TRACES; do
     c=$(cost "$j" "$tmp/fake.json" "$tmp/setup-$c1-$c2.json")
     set -- "$@" "$(echo "$c" | sed -n 1p)" "$(echo "$c" | sed -n 2p)" "$(get "$j" completed)"
   done
-  row "$tmp/driver" "$k" "$(get "$g" pairs)" "$1" "$4" "$7" "$2" "$5" "$8" "$3/$6/$9"
+  row "$tmp/driver" "$k" "$(get "$g" pairs)" "$1" "$4" "$7" "${10}" "$2" "$5" "$8" "${11}" \
+    "$3/$6/$9/${12}"
 
   worst_warm=$(max "$worst_warm" "$warm")
   worst_cold=$(max "$worst_cold" "$cold")
@@ -210,6 +240,12 @@ echo
 echo "LATENCY=$LATENCY"
 echo
 cat "$tmp/driver"
+echo "### The VMM-backed pool (mapped mode, 2 MiB units) at $VCAP x peak live bytes + one unit"
+echo
+echo "map / unmap calls: units mapped and unmapped over a cold and a warm pass (one driver call"
+echo "each); the region pool's row at the same cap in parentheses."
+echo
+cat "$tmp/vmm"
 echo
 echo "### Targets"
 echo
@@ -219,6 +255,11 @@ echo "- every trace completes at $CAP x peak live, growing and preallocated:" \
   "$(verdict "$all_complete")"
 echo "- two threads keep >= 0.8x one-thread throughput: $(verdict "$ok_threads")" \
   "(worst $worst_scaling)"
+ok_vmm_speed=$(awk -v r="$worst_vmm_ratio" 'BEGIN { print (r <= 1.10) ? "yes" : "no" }')
+echo "- VMM-backed pool: every trace completes at $VCAP x peak live + one unit, growing and" \
+  "preallocated: $(verdict "$vmm_complete")"
+echo "- VMM-backed pool: warm ns per pair within 10% of the region pool: $(verdict "$ok_vmm_speed")" \
+  "(worst $worst_vmm_ratio x)"
 echo
 echo "Raw JSON lines: $BUILD/bench-results.jsonl"
 rm -rf "$tmp"

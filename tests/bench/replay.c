@@ -8,7 +8,8 @@
  * `--threads N` replays the trace in N threads sharing one pool behind one lock. `--driver`
  * replays it instead through the CUDA driver API of libcuda.so.1 (dlopen'ed: with gpucap
  * preloaded, through gpucap), for the driver calls and the driver's time it costs. Options: see
- * usage().
+ * usage(). `--vmm UNIT` replays through the pool's mapped mode (the VMM-backed pool: one
+ * address space mapped in units, the limit being the cap factor times the peak plus one unit).
  */
 #include "core/addrmap.h"
 #include "core/bfc.h"
@@ -48,6 +49,7 @@ typedef struct options {
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
   int preallocate, deferred, threads, runs, spin, find_min_cap, driver;
   long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
+  uint64_t vmm_unit;  /* --vmm: mapped mode in units of this many bytes */
 } options_t;
 
 /* ---- timing, locks ----------------------------------------------------------------------- */
@@ -91,7 +93,11 @@ static inline void lock_drop(lock_t *l) {
 typedef struct addr_space {
   uint64_t next;
   uint64_t reserves, releases;
+  uint64_t units_mapped, units_unmapped; /* mapped mode: the driver's map and unmap calls */
 } addr_space_t;
+
+/* Mapped mode's unit (--vmm), 0 for regions. */
+static uint64_t vmm_unit;
 
 static int as_reserve(void *ctx, uint64_t bytes, uint64_t *base) {
   addr_space_t *as = ctx;
@@ -106,6 +112,23 @@ static int as_release(void *ctx, uint64_t base, uint64_t bytes) {
   (void)base;
   (void)bytes;
   as->releases++;
+  return 0;
+}
+
+/* Mapped mode: the pool chooses the addresses; a unit is one map (or unmap) call. */
+static int as_map(void *ctx, uint64_t bytes, uint64_t *base) {
+  addr_space_t *as = ctx;
+  (void)base;
+  as->reserves++;
+  as->units_mapped += bytes / vmm_unit;
+  return 0;
+}
+
+static int as_unmap(void *ctx, uint64_t base, uint64_t bytes) {
+  addr_space_t *as = ctx;
+  (void)base;
+  as->releases++;
+  as->units_unmapped += bytes / vmm_unit;
   return 0;
 }
 
@@ -327,7 +350,13 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
   memset(as, 0, sizeof(*as));
   as->next = (uint64_t)1 << 40;
   bfc_prim_t prim = {as, as_reserve, as_release, NULL};
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
+  if (vmm_unit != 0) { /* twice the limit of address space, as the shim reserves */
+    opts.unit = vmm_unit;
+    opts.space_base = (uint64_t)1 << 40;
+    opts.space_bytes = 2 * ((limit + vmm_unit - 1) / vmm_unit * vmm_unit);
+    prim = (bfc_prim_t){as, as_map, as_unmap, NULL};
+  }
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     fprintf(stderr, "gpucap-replay: error: cannot create pool\n");
@@ -424,7 +453,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: gpucap-replay TRACE.csv [--runs N] [--cap-factor F] [--preallocate]\n"
           "         [--deferred [--retire-ratio R]] [--threads N] [--lock mutex|spin]\n"
-          "         [--find-min-cap]\n"
+          "         [--find-min-cap] [--driver [N]] [--vmm UNIT]\n"
           "  --cap-factor F  limit = F x peak live bytes of the trace (x threads); default none\n"
           "  --preallocate   no growth: one region of the whole limit (needs --cap-factor)\n"
           "  --deferred      free with bfc_free_deferred; retire on -EAGAIN (counts retires)\n"
@@ -433,7 +462,9 @@ static void usage(void) {
           "  --find-min-cap  min_cap_factor: smallest F (step 0.01) such that every factor\n"
           "                  from F to 2.00 completes; first_cap_factor: first F that does\n"
           "  --driver [N]    replay once through libcuda.so.1's cuMemAlloc_v2/cuMemFree_v2 on\n"
-          "                  device 0 instead (only the first N events; 0: set up only)\n");
+          "                  device 0 instead (only the first N events; 0: set up only)\n"
+          "  --vmm UNIT      the mapped mode (VMM-backed pool) in units of UNIT bytes (a power\n"
+          "                  of two); limit = F x peak live bytes + UNIT (needs --cap-factor)\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -471,6 +502,9 @@ static int parse_args(int argc, char **argv, options_t *o) {
         o->driver_events = atol(v);
         i++;
       }
+    } else if (strcmp(a, "--vmm") == 0 && v) {
+      o->vmm_unit = strtoull(v, NULL, 10);
+      i++;
     } else if (a[0] != '-' && o->path == NULL) {
       o->path = a;
     } else {
@@ -479,7 +513,9 @@ static int parse_args(int argc, char **argv, options_t *o) {
   }
   if (o->path == NULL || o->runs < 1 || o->runs > MAX_RUNS || o->threads < 1 ||
       o->threads > MAX_THREADS || o->cap_factor < 0 || (o->preallocate && o->cap_factor == 0) ||
-      o->retire_ratio < 0 || (o->retire_ratio > 0 && !o->deferred)) {
+      o->retire_ratio < 0 || (o->retire_ratio > 0 && !o->deferred) ||
+      (o->vmm_unit != 0 &&
+       (o->vmm_unit < 256 || (o->vmm_unit & (o->vmm_unit - 1)) != 0 || o->cap_factor == 0))) {
     return -1;
   }
   return 0;
@@ -489,7 +525,7 @@ static uint64_t limit_for(const trace_t *t, double factor, int threads) {
   if (factor == 0) {
     return (uint64_t)1 << 50;
   }
-  return (uint64_t)((double)t->peak_live * factor * threads);
+  return (uint64_t)((double)t->peak_live * factor * threads) + vmm_unit;
 }
 
 /* 1 iff one cold pass completes with limit = factor x peak live. */
@@ -578,6 +614,7 @@ int main(int argc, char **argv) {
     usage();
     return 2;
   }
+  vmm_unit = o.vmm_unit;
   trace_t t;
   if (parse(o.path, &t) != 0) {
     return 1;
@@ -600,6 +637,7 @@ int main(int argc, char **argv) {
   uint64_t failed = 0, retires = 0;
   bfc_stats_t st;
   memset(&st, 0, sizeof(st));
+  uint64_t units_mapped = 0, units_unmapped = 0;
   for (int run = 0; run < o.runs; run++) {
     addr_space_t as;
     bfc_pool_t *p = make_pool(limit, !o.preallocate, &as);
@@ -613,6 +651,8 @@ int main(int argc, char **argv) {
     failed += r.failed;
     if (run == 0) {
       bfc_stats(p, &st);
+      units_mapped = as.units_mapped; /* cold and warm pass */
+      units_unmapped = as.units_unmapped;
     }
     lock_t lk;
     lk.spin = o.spin;
@@ -664,6 +704,9 @@ int main(int argc, char **argv) {
          st.peak_pool_bytes, over, st.peak_bytes_in_use, st.driver_alloc_calls,
          st.driver_free_calls, st.host_metadata_bytes, failed, failed == 0 ? "true" : "false",
          retires / (uint64_t)o.runs, t.failures_skipped, t.unmatched_frees, t.leaked);
+  printf(",\"backing\":\"%s\",\"unit\":%" PRIu64 ",\"map_calls\":%" PRIu64
+         ",\"unmap_calls\":%" PRIu64,
+         o.vmm_unit ? "vmm" : "regions", o.vmm_unit, units_mapped, units_unmapped);
   if (o.threads > 1) {
     /* Each run times one thread (warm, no lock) right before the threads, so the ratio is not
      * skewed by the machine's speed drifting between the two measurements. */

@@ -44,11 +44,11 @@ check_both() {
   grep -q '"name":"refused"' trace.csv.json
 }
 
-@test "8 threads, pooled and pass-through: both exports agree with their traces" {
+@test "8 threads, pooled (both backings) and pass-through: both exports agree with their traces" {
   command -v python3 >/dev/null || skip "python3 is not installed"
-  for pool in on off; do
+  for pool in vmm regions off; do
     GPUCAP_POOL=$pool grun_leaks --limit 64MiB --trace "./t-$pool.csv" --quiet -- \
-      "$BUILD/tests/threads" 8 400 >/dev/null 2>&1
+      "$BUILD/tests/threads" 8 400 $([ $pool = vmm ] && echo noipc) >/dev/null 2>&1
     check_both "t-$pool.csv"
   done
 }
@@ -67,7 +67,9 @@ print(len(t), len(t[0]), len(t[1]) > 0)' d1.csv.pickle
 
 @test "PyTorch's viewer draws the snapshot (when the frameworks' PyTorch is installed)" {
   [ -n "$TORCH_PY" ] || skip "PyTorch is not installed (make frameworks)"
-  grun_leaks --limit 2GiB --trace ./trace.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
+  # The region pool: its two regions are the snapshot's two segments.
+  GPUCAP_POOL=regions grun_leaks --limit 2GiB --trace ./trace.csv --quiet -- "$WORKLOAD" \
+    >/dev/null 2>&1
   "$GPUCAP" export --format torch-snapshot trace.csv -o snap.pickle
   run "$TORCH_PY" -m torch.cuda._memory_viz trace_plot snap.pickle -o plot.html
   status_is 0

@@ -5,8 +5,8 @@
 
 load helpers
 
-capped_run() {
-  grun_leaks --limit 2GiB --json ./run.json --trace ./trace.csv --quiet -- "$WORKLOAD" \
+capped_run() { # the region pool: two regions of 1 GiB, whose rows the tests count
+  GPUCAP_POOL=regions grun_leaks --limit 2GiB --json ./run.json --trace ./trace.csv --quiet -- "$WORKLOAD" \
     >/dev/null 2>&1
 }
 

@@ -42,10 +42,21 @@ load helpers
 }
 
 @test "--preallocate reserves the cap at once; --growth grows by regions" {
-  grun_leaks --preallocate --limit 2GiB --json ./pre.json --quiet -- "$WORKLOAD" >/dev/null
-  grun_leaks --growth --limit 2GiB --json ./grow.json --quiet -- "$WORKLOAD" >/dev/null
+  GPUCAP_POOL=regions grun_leaks --preallocate --limit 2GiB --json ./pre.json --quiet -- \
+    "$WORKLOAD" >/dev/null
+  GPUCAP_POOL=regions grun_leaks --growth --limit 2GiB --json ./grow.json --quiet -- \
+    "$WORKLOAD" >/dev/null
   grep -q '"driver_alloc_calls": 1,' pre.json
   grep -q '"driver_alloc_calls": 2,' grow.json
+}
+
+@test "VMM-backed: --preallocate maps the cap at once; --growth maps what requests need" {
+  grun_leaks --preallocate --limit 2GiB --json ./pre.json --quiet -- "$WORKLOAD" >/dev/null
+  grun_leaks --growth --limit 2GiB --json ./grow.json --quiet -- "$WORKLOAD" >/dev/null
+  grep -q '"backing": "vmm",' pre.json
+  grep -q '"peak_pool_bytes": 2147483648,' pre.json
+  grep -q '"driver_unmap_calls": 0,' pre.json # a refused 1 GiB request does not unmap the rest
+  grep -q '"peak_pool_bytes": 1610612736,' grow.json # 1.5 GiB used at most
 }
 
 @test "--quiet: no exit report on stderr, and --json still writes" {

@@ -194,7 +194,7 @@ static uint64_t must(bfc_pool_t *p, uint64_t bytes) {
 
 static bfc_pool_t *mk(int k, uint64_t limit, int growth) {
   bfc_prim_t prim = fake_init(&fakes[k], MiB);
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     tap_ok(0, "setup: bfc_create %d", k);

@@ -369,6 +369,12 @@ int fk_machine_take(struct fk_machine *m, int dev, size_t bytes) {
     used = machine_used(l, dev);
     fits = bytes <= total && used <= total - bytes;
   }
+  if (fits && used + bytes > l->peak[dev]) {
+    /* A real device has freed a dead process's memory already (when its device files closed):
+     * a new peak counts the live processes only. */
+    reclaim(m);
+    used = machine_used(l, dev);
+  }
   if (fits) {
     /* The peak first: a process killed between the two stores leaves a peak that is still an
      * upper bound of what was ever held. */

@@ -15,6 +15,7 @@
  *   fork            a child that never uses CUDA exits normally
  *   forkcuda        a child calls cuMemGetInfo_v2 and prints its result
  *   hold            waits until its standard input ends (holding what it allocated)
+ *   wait:PATH       waits until the file PATH exists (at most a minute)
  * Output lines are "OP RESULT", RESULT being the CUresult or the value asked for.
  */
 #include <dlfcn.h>
@@ -155,6 +156,13 @@ static int run(const char *op) {
     int st = 0;
     waitpid(pid, &st, 0);
     return printf("%s %d\n", op, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+  if (strncmp(op, "wait:", 5) == 0) {
+    /* At most a minute: a bound for hangs, not a timing. */
+    for (int i = 0; i < 1200 && access(op + 5, F_OK) != 0; i++) {
+      usleep(50000);
+    }
+    return printf("wait %d\n", access(op + 5, F_OK) == 0 ? 0 : 1);
   }
   if (strcmp(op, "hold") == 0) {
     printf("holding\n");

@@ -22,15 +22,6 @@ MiB=1048576
 trap 'rm -f /dev/shm/fakecuda.$uid.test-$$*; rm -rf "$WORK"' EXIT
 export FAKECUDA_MEMORY=1GiB
 
-# await FILE TEXT: waits until FILE holds TEXT (at most a minute: a bound for hangs, not a timing).
-await() {
-  i=0
-  while ! grep -q "$2" "$1" 2>/dev/null && [ $i -lt 1200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-  done
-}
-
 # free_of OUTPUT: the free figure of a probe's "info" line.
 free_of() {
   printf '%s\n' "$1" | sed -n 's/^info 0 free=\([0-9]*\) .*/\1/p'
@@ -165,14 +156,10 @@ cat "$WORK"/share?.out | grep -v '^bad=0$' | sed 's/^/# /'
 smi=$("$nvml" child smi 2>&1)
 like "$smi" "used $((500 * MiB)) free $((524 * MiB)) total $((1024 * MiB))" \
   "an NVML-only tool (no CUDA in it, like nvidia-smi): 500 MiB used, 524 free"
-is "$(printf '%s\n' "$smi" | sed -n 's/^proc \([0-9]*\) \([0-9]*\)$/\1 \2/p' | sort)" \
-  "$(for p in $pids; do echo "$p $((100 * MiB))"; done | sort)" \
+is "$(procs_of "$smi")" "$(each_holding "$pids" $((100 * MiB)))" \
   "... and lists the five processes, 100 MiB each"
 exec 4>&-
-bad=0
-for p in $pids; do
-  wait "$p" || bad=$((bad + 1))
-done
+wait_all "$pids"
 is "$bad" 0 "the five freed and exited cleanly"
 smi=$("$nvml" child smi 2>&1)
 like "$smi" "used 0 free $((1024 * MiB))" "NVML: all memory back once they exited"
@@ -241,45 +228,12 @@ is "$(json_num "$WORK/s.json" machine_reclaimed)" 0 "... and so are its counters
 
 # ---- kill -9 in the middle of allocating, four processes x four threads around it. ----
 export FAKECUDA_MACHINE=$name-stress FAKECUDA_MEMORY=32MiB FAKECUDA_BACKING=1
-"$worker" loop 99 >"$WORK/victim.out" 2>&1 &
-victim=$!
-await "$WORK/victim.out" running
-pids=
-mkfifo "$WORK/gs"
-for i in 1 2 3 4; do
-  FAKECUDA_STATS="$WORK/stress$i.json" "$worker" stress "$i" 400 5 <"$WORK/gs" \
-    >"$WORK/stress$i.out" 2>"$WORK/stress$i.err" &
-  pids="$pids $!"
-done
-exec 4>"$WORK/gs" # they start now; each waits until NVML lists all five (the victim included)
-for i in 1 2 3 4; do
-  await "$WORK/stress$i.out" started
-done
-kill -9 "$victim"
-wait "$victim" 2>/dev/null
-is $? 137 "the victim was killed by SIGKILL while allocating"
-for i in 1 2 3 4; do
-  await "$WORK/stress$i.out" 'stress ok'
-done
-exec 4>&- # each kept its context (stayed listed in NVML) until all four were done
-bad=0
-for p in $pids; do
-  wait "$p" || bad=$((bad + 1))
-done
-is "$bad" 0 \
+stress_start
+stress_finish \
   "four processes x four threads allocating at random beside it: every check passed (CUDA's and NVML's figures, NVML listing the four throughout)"
-cat "$WORK"/stress?.out "$WORK"/stress?.err | sed 's/^/# /'
-peak=0
-oom=0
-reclaimed=0
-for i in 1 2 3 4; do
-  p=$(json_num "$WORK/stress$i.json" machine_peak_bytes)
-  [ "${p:-0}" -gt "$peak" ] && peak=$p
-  r=$(json_num "$WORK/stress$i.json" machine_reclaimed)
-  reclaimed=$((reclaimed + ${r:-0}))
-  o=$(sed -n 's/.*oom=\([0-9]*\).*/\1/p' "$WORK/stress$i.out")
-  oom=$((oom + ${o:-0}))
-done
+peak=$stress_peak
+oom=$stress_oom
+reclaimed=$stress_reclaimed
 [ "$peak" -gt 0 ] && [ "$peak" -le $((32 * MiB)) ]
 ok $? "the machine's peak of the sum over processes ($peak) never exceeded the 32 MiB total"
 [ "$oom" -gt 0 ]

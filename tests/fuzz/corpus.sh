@@ -19,7 +19,9 @@ replay() {
 for name in config pool router; do
   replay $name
 done
-# The cap target reaches the shim: the pool on, then off (settings are fixed per process).
+# The cap target reaches the shim: the pool on (VMM-backed over the fake), regions, then off
+# (settings are fixed per process).
 replay cap GPUCAP_POOL=on
+replay cap GPUCAP_POOL=regions
 replay cap GPUCAP_POOL=off
 done_testing

@@ -482,11 +482,20 @@ static void fuzz_path(const char *s, size_t n, bool dest) {
 
 /* ---------------------------------------------------------------- cfg_load */
 
+/* The variables in the order of the input's bitmap of those set (bits 0-8 first, as the
+ * committed corpus has them; the shared budget's three came later, bits 9-11, then 12). */
 static const char *const names[] = {
     "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH",
     "GPUCAP_POOL",         "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON",
-    "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "TF_FORCE_GPU_ALLOW_GROWTH"};
-enum { NVARS = sizeof names / sizeof names[0] };
+    "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "TF_FORCE_GPU_ALLOW_GROWTH",
+    "GPUCAP_SHARE",        "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX",
+    "GPUCAP_RELEASE_AFTER"};
+enum { NVARS = sizeof names / sizeof names[0], TF = 8 };
+
+/* names[] index of each option of options.def, in its order (cfg_load's). */
+static const int name_of_opt[] = {0, 1, 9, 10, 11, 2, 3, 4, 5, 6, 7, 12};
+_Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
+               "name_of_opt follows config/options.def");
 
 typedef struct env {
   const char *value[NVARS];
@@ -507,6 +516,22 @@ static const char *fake_getenv(void *ctx, const char *name, bool secure) {
   return NULL;
 }
 
+/* A budget name as cfg_parse_name reads it (white space around it trimmed). */
+static bool ref_name(span_t s) {
+  s = strip(s);
+  if (s.n == 0 || s.n >= CFG_NAME_MAX) {
+    return false;
+  }
+  for (size_t k = 0; k < s.n; k++) {
+    char c = s.p[k];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && (k == 0 || (c != '.' && c != '_' && c != '-'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 static bool var_ok(int i, const char *v) {
   cfg_devvals_t dv;
   bool b;
@@ -519,14 +544,22 @@ static bool var_ok(int i, const char *v) {
   case 1:
     return ref_devvals(s, CFG_DEV_FRACTION, &dv);
   case 2:
-  case 3:
     return ref_bool(s, &b);
+  case 3:
+    return ref_bool(s, &b) || same_word(strip(s), "vmm") || same_word(strip(s), "regions");
   case 4:
     return same_word(strip(s), "stderr") || same_word(strip(s), "off") ||
            ref_path(s, path, sizeof path);
   case 5:
   case 6:
     return same_word(strip(s), "off") || ref_path(s, path, sizeof path);
+  case 9:
+    return ref_name(s);
+  case 10:
+  case 11:
+    return ref_devvals(s, CFG_DEV_SIZE, &dv);
+  case 12:
+    return ref_uint(s, 0, 86400000, &u);
   default:
     return ref_uint(s, 0, 3, &u);
   }
@@ -535,7 +568,7 @@ static bool var_ok(int i, const char *v) {
 static void fuzz_load(const uint8_t *data, size_t size) {
   static char buf[MAXTEXT + NVARS];
   env_t env = {{0}, 0};
-  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 1) << 8 : 0) : 0;
+  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 0x1f) << 8 : 0) : 0;
   size_t skip = size > 1 ? 2 : size;
   memcpy(buf, data + skip, size - skip);
   buf[size - skip] = '\0';
@@ -553,15 +586,18 @@ static void fuzz_load(const uint8_t *data, size_t size) {
   char msg[CFG_MSG_MAX];
   int rc = cfg_load(&cfg, fake_getenv, &env, msg, sizeof msg);
   /* A variable that is empty or only white space counts as unset. */
-  for (int i = 0; i < NVARS - 1; i++) {
-    if (env.value[i] != NULL && strip((span_t){env.value[i], strlen(env.value[i])}).n == 0) {
+  for (int i = 0; i < NVARS; i++) {
+    if (i != TF && env.value[i] != NULL &&
+        strip((span_t){env.value[i], strlen(env.value[i])}).n == 0) {
       env.value[i] = NULL;
     }
   }
-  int first_bad = -1;
-  for (int i = 0; i < 8; i++) {
-    if (env.value[i] != NULL && !var_ok(i, env.value[i]) && first_bad < 0) {
+  int first_bad = -1, first_bad_opt = -1;
+  for (int k = 0; k < CFG_OPT_COUNT && first_bad < 0; k++) {
+    int i = name_of_opt[k];
+    if (env.value[i] != NULL && !var_ok(i, env.value[i])) {
       first_bad = i;
+      first_bad_opt = k;
     }
   }
   require((rc == 0) == (first_bad < 0) && cfg.valid == (rc == 0),
@@ -580,10 +616,10 @@ static void fuzz_load(const uint8_t *data, size_t size) {
     for (int o = -2; o < 70; o++) {
       require(cfg_device_cap(&cfg, o, (uint64_t)1 << 34) == 0, "invalid settings cap %d", o);
     }
-    require(cfg_option_source(&cfg, (cfg_opt_t)first_bad) == CFG_SRC_INVALID, "source");
+    require(cfg_option_source(&cfg, (cfg_opt_t)first_bad_opt) == CFG_SRC_INVALID, "source");
   } else {
     require(n == 0 || strncmp(msg, "gpucap: warning: ", 17) == 0, "message on success: %s", msg);
-    const char *tf = env.value[2] == NULL ? env.value[8] : NULL;
+    const char *tf = env.value[2] == NULL ? env.value[TF] : NULL;
     bool tf_exact = tf != NULL && (strcmp(tf, "true") == 0 || strcmp(tf, "false") == 0);
     require((n > 0) == (tf != NULL && !tf_exact), "warning '%s' for TF_FORCE_GPU_ALLOW_GROWTH",
             msg);
@@ -623,7 +659,7 @@ static void fuzz_load(const uint8_t *data, size_t size) {
       continue;
     }
     env_t one = {{0}, 0};
-    one.value[i] = text;
+    one.value[name_of_opt[i]] = text;
     static cfg_t back;
     require(cfg_load(&back, fake_getenv, &one, NULL, 0) == 0, "%s='%s' does not read back",
             info->name, text);

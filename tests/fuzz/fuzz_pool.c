@@ -442,7 +442,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   limit = limits[shape % 8];
   bfc_prim_t prim = fake_init(&fake, (shape >> 3) & 1 ? MiB : 0);
   fake.rng = 0x9e3779b97f4a7c15ull ^ bytes_le(&in, 2);
-  bfc_options_t opts = {limit, (shape >> 4) % 4 != 0};
+  bfc_options_t opts = {.limit = limit, .allow_growth = (shape >> 4) % 4 != 0};
   bfc_pool_t *p = NULL;
   require(bfc_create(&opts, &prim, &p) == 0 && p != NULL, "create");
   check_all(p);

@@ -4,8 +4,8 @@
 . "$TOP/tests/integ/lib.sh"
 
 stats="$WORK/linked.json"
-GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program "program linked with -lcuda" \
-  with_shim "$TESTBIN/linked"
+GPUCAP_POOL=regions GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program \
+  "program linked with -lcuda" with_shim "$TESTBIN/linked"
 is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 2 \
   "pooled: the driver saw the no-context call and one region for three allocations"
 GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program \

@@ -6,7 +6,9 @@
 # gpucap (refused, never handed an address), and the pass-through paths.
 . "$TOP/tests/integ/lib.sh"
 
-export FAKECUDA_BACKING=1 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off
+# Legacy IPC of pooled blocks is the region pool's (a VMM-backed pool's blocks are VMM memory,
+# which the driver never shares that way: checked last).
+export FAKECUDA_BACKING=1 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off GPUCAP_POOL=regions
 npair=0
 shm="/dev/shm/gpucap-$(id -u)"
 
@@ -59,5 +61,10 @@ pair "GPUCAP_POOL=off exporter, importer without gpucap" with_shim without_shim 
   GPUCAP_POOL=off IPCPEER_EXPECT_WRITE=1
 pair "exporter without gpucap, gpucap importer" without_shim with_shim import \
   IPCPEER_EXPECT_WRITE=1
+
+GPUCAP_POOL=vmm tap_program "a block of a VMM-backed pool: no legacy IPC, pointer queries hold" \
+  with_shim "$TESTBIN/ipcpeer" vmm "$WORK"
+like "$(GPUCAP_POOL=vmm with_shim "$TESTBIN/ipcpeer" vmm "$WORK" 2>&1 >/dev/null)" \
+  'gpucap: warning: cuIpcGetMemHandle: .*GPUCAP_POOL=regions' "  a warning says why and what to do"
 
 done_testing

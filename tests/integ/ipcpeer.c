@@ -192,11 +192,39 @@ static void refuser(void) {
   signal_peer("done");
 }
 
+/* A block of a VMM-backed pool: VMM memory to the driver, so no legacy IPC handle (the
+ * driver's own answer), while the pointer queries still describe the block. */
+static void vmm_block(void) {
+  CUdeviceptr spacer = 0, b = 0, base = 0;
+  size_t size = 0;
+  CUipcMemHandle h;
+  TAP_EQ(cuMemAlloc_v2(&spacer, SPACER) || cuMemAlloc_v2(&b, SIZE), CUDA_SUCCESS,
+         "allocate a spacer and a block");
+  TAP_EQ(cuIpcGetMemHandle(&h, b), CUDA_ERROR_INVALID_VALUE,
+         "no legacy IPC handle: the driver's answer for VMM memory");
+  unsigned int capable = 1, mapped = 0;
+  CUdeviceptr start = 0;
+  size_t range = 0;
+  TAP_EQ(cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, b),
+         CUDA_SUCCESS, "pointer attribute IS_LEGACY_CUDA_IPC_CAPABLE");
+  TAP_EQ(capable, 0, "... says so");
+  TAP_EQ(cuPointerGetAttribute(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, b), CUDA_SUCCESS,
+         "pointer attribute MAPPED");
+  TAP_EQ(mapped, 1, "... is true");
+  TAP_EQ(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, b + 10) ||
+             cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, b + 10),
+         CUDA_SUCCESS, "pointer attributes RANGE_START_ADDR and RANGE_SIZE");
+  tap_ok(start == b && range == SIZE, "... are the block's");
+  TAP_EQ(cuMemGetAddressRange_v2(&base, &size, b + 10), CUDA_SUCCESS, "cuMemGetAddressRange");
+  tap_ok(base == b && size == SIZE, "... is the block's");
+  TAP_EQ(cuMemFree_v2(b) || cuMemFree_v2(spacer), CUDA_SUCCESS, "free both");
+}
+
 int main(int argc, char **argv) {
   CUdevice dev;
   CUcontext ctx;
   if (argc != 3) {
-    fprintf(stderr, "usage: ipcpeer export|import|refuse DIR\n");
+    fprintf(stderr, "usage: ipcpeer export|import|refuse|vmm DIR\n");
     return 2;
   }
   dir = argv[2];
@@ -207,6 +235,8 @@ int main(int argc, char **argv) {
     exporter();
   } else if (strcmp(argv[1], "import") == 0) {
     importer();
+  } else if (strcmp(argv[1], "vmm") == 0) {
+    vmm_block();
   } else {
     refuser();
   }

@@ -35,6 +35,84 @@ without_shim() {
     LD_PRELOAD="${SAN_PRELOAD:-}${SAN_PRELOAD:+${LD_PRELOAD:+ }}${LD_PRELOAD:-}" "$@"
 }
 
+# await FILE TEXT: waits until FILE holds TEXT (at most a minute: a bound for hangs, not a timing).
+await() {
+  i=0
+  while ! grep -q "$2" "$1" 2>/dev/null && [ $i -lt 1200 ]; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+}
+
+# wait_all PIDS: waits for each of the background processes PIDS; $bad: how many failed.
+wait_all() {
+  bad=0
+  for p in $1; do
+    wait "$p" || bad=$((bad + 1))
+  done
+}
+
+# procs_of OUTPUT: the "proc PID BYTES" lines of an NVML tool's output as "PID BYTES", sorted.
+procs_of() {
+  printf '%s\n' "$1" | sed -n 's/^proc \([0-9]*\) \([0-9]*\)$/\1 \2/p' | sort
+}
+
+# each_holding PIDS BYTES: "PID BYTES" for each of PIDS, sorted (what procs_of should say).
+each_holding() {
+  for p in $1; do echo "$p $2"; done | sort
+}
+
+# stress_start [PREFIX]: the shared machine's stress (tests/fakecuda/machine_worker.c, $worker):
+# a victim allocating without end, then four workers of four threads each started together
+# (each waits until NVML lists all five), the victim killed with kill -9 in the middle of
+# allocating; one check that SIGKILL ended it. PREFIX (a function such as one that preloads
+# gpucap and execs) runs each process. Outputs in $WORK/victim.out, $WORK/stress{1..4}.*.
+stress_start() {
+  "$@" "$worker" loop 99 >"$WORK/victim.out" 2>&1 &
+  victim=$!
+  await "$WORK/victim.out" running
+  stress_pids=
+  mkfifo "$WORK/gs"
+  for i in 1 2 3 4; do
+    FAKECUDA_STATS="$WORK/stress$i.json" "$@" "$worker" stress "$i" 400 5 <"$WORK/gs" \
+      >"$WORK/stress$i.out" 2>"$WORK/stress$i.err" &
+    stress_pids="$stress_pids $!"
+  done
+  exec 4>"$WORK/gs" # they start now; each waits until NVML lists all five (the victim included)
+  for i in 1 2 3 4; do
+    await "$WORK/stress$i.out" started
+  done
+  kill -9 "$victim"
+  wait "$victim" 2>/dev/null
+  is $? 137 "the victim was killed by SIGKILL while allocating"
+  for i in 1 2 3 4; do
+    await "$WORK/stress$i.out" 'stress ok'
+  done
+}
+
+# stress_finish DESCRIPTION: lets the four workers end (each kept its context, so stayed listed
+# in NVML, until all four were done), one check that all passed their own checks, their output
+# as comments; sets $stress_peak (the highest machine peak their reports saw), $stress_oom
+# (allocations refused) and $stress_reclaimed (dead slots the fake reclaimed).
+stress_finish() {
+  exec 4>&-
+  wait_all "$stress_pids"
+  is "$bad" 0 "$1"
+  cat "$WORK"/stress?.out | sed 's/^/# /'
+  [ "$bad" -eq 0 ] || sed 's/^/# /' "$WORK"/stress?.err
+  stress_peak=0
+  stress_oom=0
+  stress_reclaimed=0
+  for i in 1 2 3 4; do
+    p=$(json_num "$WORK/stress$i.json" machine_peak_bytes)
+    [ "${p:-0}" -gt "$stress_peak" ] && stress_peak=$p
+    r=$(json_num "$WORK/stress$i.json" machine_reclaimed)
+    stress_reclaimed=$((stress_reclaimed + ${r:-0}))
+    o=$(sed -n 's/.*oom=\([0-9]*\).*/\1/p' "$WORK/stress$i.out")
+    stress_oom=$((stress_oom + ${o:-0}))
+  done
+}
+
 # json_num FILE KEY: the first numeric value of "KEY": in FILE (flat JSON written by the fake).
 json_num() {
   grep -o "\"$2\": *-\{0,1\}[0-9][0-9]*" "$1" | head -n 1 | sed 's/.*: *//'

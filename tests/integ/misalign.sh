@@ -4,6 +4,8 @@
 # invents: gpucap aligns its regions inside what the driver gives, under the cap, and says so
 # at debug verbosity.
 . "$TOP/tests/integ/lib.sh"
+# The regions are what the layered driver misaligns (cuMemAlloc_v2): the region pool.
+export GPUCAP_POOL=regions
 
 MiB=$((1 << 20))
 dir="$TESTBIN/misalign"

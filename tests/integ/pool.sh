@@ -20,10 +20,14 @@ like "$pooled" 'pitch 100 4 -> 0 512' "  (100-byte rows get a 512-byte pitch)"
 tap_program "bad frees and arguments" with_shim "$TESTBIN/pooltest" errors
 
 stats="$WORK/prealloc.json"
-GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
+GPUCAP_POOL=regions GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
   with_shim "$TESTBIN/pooltest" many 1000 >/dev/null 2>&1
 is "$(json_obj_num "$stats" calls cuMemAlloc_v2)" 1 "preallocation: one driver allocation ..."
 is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... of the whole 1 GiB cap"
+GPUCAP_POOL=vmm GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=1GiB FAKECUDA_STATS="$stats" \
+  with_shim "$TESTBIN/pooltest" many 1000 >/dev/null 2>&1
+is "$(json_obj_num "$stats" calls cuMemCreate)" 512 "VMM preallocation: 512 units of 2 MiB ..."
+is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... the whole 1 GiB cap"
 
 trace="$WORK/trace.csv"
 GPUCAP_TRACE="$trace" with_shim "$TESTBIN/pooltest" many 3000 >/dev/null 2>&1
@@ -45,5 +49,18 @@ ln -s "$WORK/no-such-dir/trace.csv" "$WORK/nowhere"
 GPUCAP_TRACE="$WORK/nowhere" with_shim "$TESTBIN/pooltest" many 10 >/dev/null 2>"$WORK/err"
 ok $? "trace: a link to a file that cannot be created does not fail the run"
 like "$(cat "$WORK/err")" "GPUCAP_TRACE: cannot create '$WORK/nowhere'" "  one warning names it"
+
+# Idle memory goes back (GPUCAP_RELEASE_AFTER, VMM-backed pool), judged by the fake's own count
+# of what the process holds; the program polls (cuMemGetInfo) with a generous limit, so the
+# check does not depend on timing. GPUCAP_RELEASE_AFTER=0 never releases (a control: the poll
+# then runs out and the check fails), and a loop that reuses its memory keeps it.
+GPUCAP_RELEASE_AFTER=20 tap_program "idle memory goes back after GPUCAP_RELEASE_AFTER" \
+  with_shim "$TESTBIN/pooltest" idle
+out=$(GPUCAP_RELEASE_AFTER=0 with_shim "$TESTBIN/pooltest" idle 25 2>/dev/null)
+kept=$(printf '%s\n' "$out" | sed -n 's/.*idle_held=\([0-9]*\).*/\1/p')
+[ "${kept:-0}" -gt $((48 << 20)) ]
+ok $? "GPUCAP_RELEASE_AFTER=0: nothing goes back on idleness (the driver holds ${kept:-?} bytes)"
+GPUCAP_RELEASE_AFTER=1 tap_program "a steady loop keeps its memory (hysteresis)" \
+  with_shim "$TESTBIN/pooltest" steady 300
 
 done_testing

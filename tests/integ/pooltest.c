@@ -7,6 +7,11 @@
  *                        a new owner before that work is done (the fake counts hazards)
  *   pooltest pitch       prints the pitch cuMemAllocPitch_v2 answers for a range of widths
  *   pooltest errors      bad frees get the driver's codes and leave the pool intact
+ *   pooltest idle [P]    after a burst, the pool gives its idle memory back: polls (each poll a
+ *                        cuMemGetInfo, 20 ms apart, P times at most, default 1500: 30 s)
+ *                        until the driver holds at most one 2 MiB unit above the block in use
+ *   pooltest steady N    N rounds of allocating and freeing the same 8 MiB, 1 ms apart: the
+ *                        pool keeps it (the driver unmaps nothing)
  */
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -15,6 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#define MiB ((size_t)1 << 20)
+
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, ms % 1000 * 1000000};
+  nanosleep(&t, NULL);
+}
 
 static void setup(void) {
   CUdevice dev;
@@ -29,7 +42,8 @@ static void many(int n) {
   CUdeviceptr live[LIVE] = {0};
   unsigned seed = 7;
   int failures = 0;
-  unsigned long long before = fakecudaCalls("cuMemAlloc_v2");
+  /* Driver allocations: regions (cuMemAlloc_v2) or units (cuMemCreate). */
+  unsigned long long before = fakecudaCalls("cuMemAlloc_v2") + fakecudaCalls("cuMemCreate");
   for (int i = 0; i < n; i++) {
     int k = rand_r(&seed) % LIVE;
     if (live[k]) {
@@ -42,7 +56,7 @@ static void many(int n) {
   for (int k = 0; k < LIVE; k++) {
     failures += live[k] && cuMemFree_v2(live[k]) != CUDA_SUCCESS;
   }
-  unsigned long long calls = fakecudaCalls("cuMemAlloc_v2") - before;
+  unsigned long long calls = fakecudaCalls("cuMemAlloc_v2") + fakecudaCalls("cuMemCreate") - before;
   TAP_EQ(failures, 0, "%d allocations and frees all succeed", n);
   tap_ok(calls > 0 && calls <= 8, "they cost %llu driver allocations", calls);
   printf("driver_allocs=%llu\n", calls);
@@ -101,9 +115,53 @@ static void errors(void) {
   TAP_EQ(cuMemFree_v2(b), CUDA_SUCCESS, "B is still live and frees");
 }
 
+/* The device memory the driver holds for this process (the fake's own count). */
+static size_t held(void) {
+  size_t used = 0;
+  int contexts = 0;
+  fakecudaDeviceUsage(0, &used, &contexts);
+  return used;
+}
+
+static void idle(int max_polls) {
+  enum { BURST = 48 };
+  CUdeviceptr keep = 0, burst[BURST];
+  int failures = cuMemAlloc_v2(&keep, 4096) != CUDA_SUCCESS;
+  for (int i = 0; i < BURST; i++) {
+    failures += cuMemAlloc_v2(&burst[i], MiB + (size_t)i * 4096) != CUDA_SUCCESS;
+  }
+  size_t peak = held();
+  for (int i = 0; i < BURST; i++) {
+    failures += cuMemFree_v2(burst[i]) != CUDA_SUCCESS;
+  }
+  TAP_EQ(failures, 0, "a burst of %d blocks over %zu bytes, freed", BURST, peak);
+  size_t f = 0, t = 0, now = held();
+  for (int polls = 0; polls < max_polls && now > 2 * MiB + 4096; polls++) {
+    sleep_ms(20);
+    cuMemGetInfo_v2(&f, &t);
+    now = held();
+  }
+  tap_ok(now <= 2 * MiB + 4096, "the driver holds %zu bytes: one unit above the 4 KiB in use", now);
+  TAP_EQ(cuMemFree_v2(keep), CUDA_SUCCESS, "the kept block frees");
+  printf("burst_held=%zu idle_held=%zu\n", peak, now);
+}
+
+static void steady(int rounds) {
+  int failures = 0;
+  unsigned long long before = fakecudaCalls("cuMemUnmap");
+  for (int i = 0; i < rounds; i++) {
+    CUdeviceptr b = 0;
+    failures += cuMemAlloc_v2(&b, 8 * MiB) != CUDA_SUCCESS;
+    failures += cuMemFree_v2(b) != CUDA_SUCCESS;
+    sleep_ms(1);
+  }
+  TAP_EQ(failures, 0, "%d rounds of 8 MiB allocated and freed", rounds);
+  TAP_EQ(fakecudaCalls("cuMemUnmap") - before, 0ull, "the pool kept the memory the loop uses");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: pooltest many N | reuse | pitch | errors\n");
+    fprintf(stderr, "usage: pooltest many N | reuse | pitch | errors | idle | steady N\n");
     return 2;
   }
   setup();
@@ -115,6 +173,10 @@ int main(int argc, char **argv) {
     pitch();
   } else if (strcmp(argv[1], "errors") == 0) {
     errors();
+  } else if (strcmp(argv[1], "idle") == 0) {
+    idle(argc > 2 ? atoi(argv[2]) : 1500);
+  } else if (strcmp(argv[1], "steady") == 0) {
+    steady(argc > 2 ? atoi(argv[2]) : 200);
   }
   return tap_done();
 }

@@ -6,8 +6,8 @@
 
 json="$WORK/report.json"
 stats="$WORK/stats.json"
-GPUCAP_MEMORY_LIMIT=512MiB GPUCAP_REPORT_JSON="$json" FAKECUDA_STATS="$stats" \
-  with_shim "$TESTBIN/pooltest" many 4000 >/dev/null 2>"$WORK/err"
+GPUCAP_POOL=regions GPUCAP_MEMORY_LIMIT=512MiB GPUCAP_REPORT_JSON="$json" \
+  FAKECUDA_STATS="$stats" with_shim "$TESTBIN/pooltest" many 4000 >/dev/null 2>"$WORK/err"
 like "$(head -n 1 "$WORK/err")" '^gpucap: memory report \(pid [0-9]+\)$' "the table goes to stderr"
 [ -s "$json" ]
 ok $? "GPUCAP_REPORT_JSON writes the JSON report"
@@ -16,6 +16,24 @@ is "$(json_num "$json" driver_alloc_calls)" "$(json_obj_num "$stats" calls cuMem
 is "$(json_num "$json" pool_bytes)" "$(json_num "$stats" leaked_bytes)" \
   "pool_bytes equals what the driver still has allocated at exit"
 is "$(json_num "$json" bytes_in_use)" 0 "bytes_in_use is 0: the program freed everything"
+# The VMM-backed pool: its unit calls are the driver's, and what it maps is what it charges.
+vjson="$WORK/report-vmm.json"
+GPUCAP_POOL=vmm GPUCAP_MEMORY_LIMIT=512MiB GPUCAP_REPORT_JSON="$vjson" GPUCAP_REPORT=off \
+  FAKECUDA_STATS="$stats" with_shim "$TESTBIN/pooltest" many 4000 >/dev/null 2>&1
+like "$(cat "$vjson")" '"backing": "vmm"' "GPUCAP_POOL=vmm: the report says what backs the pool"
+is "$(json_num "$vjson" driver_map_calls)" "$(json_obj_num "$stats" calls cuMemMap)" \
+  "driver_map_calls equals the driver's count of cuMemMap"
+unmaps=$(json_obj_num "$stats" calls cuMemUnmap) # the fake lists no call it never had
+is "$(json_num "$vjson" driver_unmap_calls)" "${unmaps:-0}" \
+  "driver_unmap_calls equals the driver's count of cuMemUnmap"
+is "$(json_num "$vjson" driver_alloc_calls)" "$(json_obj_num "$stats" calls cuMemCreate)" \
+  "driver_alloc_calls equals the driver's count of cuMemCreate"
+is "$(json_num "$vjson" pool_bytes)" "$(json_num "$stats" live_bytes)" \
+  "pool_bytes equals the physical memory the driver holds at exit"
+is "$(( $(json_num "$vjson" mapped_bytes_total) - $(json_num "$vjson" released_bytes_total) ))" \
+  "$(json_num "$vjson" pool_bytes)" "mapped_bytes_total - released_bytes_total = pool_bytes"
+[ "$(json_num "$vjson" address_space_bytes)" -ge $((512 << 20)) ]
+ok $? "address_space_bytes covers the cap"
 is "$(json_num "$json" cap_bytes)" $((512 << 20)) "cap_bytes is the cap"
 allocs=$(json_num "$json" num_allocs)
 [ "${allocs:-0}" -ge 1500 ]

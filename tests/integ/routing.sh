@@ -8,7 +8,8 @@
 nm -D --defined-only "$SHIM" | awk '{print $3}' | sed 's/@.*//' > "$WORK/hooked"
 
 stats="$WORK/stats.json"
-FAKECUDA_STATS="$stats" tap_program "cudart-mimic over cuGetProcAddress_v2" \
+# The region pool, whose one region is one cuMemAlloc_v2 the driver counts.
+GPUCAP_POOL=regions FAKECUDA_STATS="$stats" tap_program "cudart-mimic over cuGetProcAddress_v2" \
   with_shim "$TESTBIN/mimic" "$REQUESTS" "$WORK/hooked"
 queries=$(json_num "$stats" proc_address_queries)
 from_shim=$(json_obj_num "$stats" proc_address_callers libgpucap.so)

@@ -1,7 +1,8 @@
 /* threads: several threads allocate, export over IPC and free random sizes through the shim at
  * once, under a cap. Every call must answer CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY, and at
  * the end all memory is back. (The test script checks from the driver's side that its peak never
- * passed the cap.) Linked with -lcuda. Prints TAP. usage: threads NTHREADS ITERATIONS */
+ * passed the cap.) Linked with -lcuda. Prints TAP. usage: threads NTHREADS ITERATIONS [noipc]
+ * (noipc: no exports, for a pool backed by virtual memory management, which has no legacy IPC) */
 #include "shim/cudadefs.h"
 #include "tests/tap.h"
 
@@ -16,6 +17,7 @@
 
 static CUcontext ctx;
 static int iterations;
+static int share = 1; /* export some blocks over IPC (not with "noipc": a VMM-backed pool) */
 
 struct result {
   int ok, oom, other;
@@ -37,7 +39,7 @@ static void *worker(void *arg) {
     CUresult rc = cuMemAlloc_v2(&live[k], size);
     if (rc == CUDA_SUCCESS) {
       r->ok++;
-      if (i % 4 == 0) { /* some blocks are shared: exports race the other threads' frees */
+      if (share && i % 4 == 0) { /* some blocks are shared: exports race the other threads' frees */
         CUipcMemHandle h;
         r->other += cuIpcGetMemHandle(&h, live[k]) != CUDA_SUCCESS;
       }
@@ -74,6 +76,7 @@ static int exports_left(void) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 4;
   iterations = argc > 2 ? atoi(argv[2]) : 2000;
+  share = argc <= 3 || strcmp(argv[3], "noipc") != 0;
   CUdevice dev;
   pthread_t tid[64];
   struct result res[64] = {{0}};

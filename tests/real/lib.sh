@@ -62,14 +62,15 @@ failed() {
   grep -E '^[a-z0-9_]+=FAIL( |$)' "$1" | grep -Ev "^($known_re)="
 }
 
-# row FAMILY [cap=SIZE|LIST] [mem=SIZE] [devices=N] [procs=N] [teardown=REASON] [leaks=REASON]
+# row FAMILY [cap=SIZE|LIST] [mem=SIZE] [devices=N] [procs=N] [pool=on|vmm|regions|off]
+#     [teardown=REASON] [leaks=REASON]
 #     [capfact=NAME=WITHOUT|WITH]... [known=NAME:MODE:REASON]...
 # teardown: some of the program's memory is freed by a context teardown (cudaDeviceReset), not
 # by a call. leaks: a library keeps memory the program cannot free. MODE of a known
 # expectation: "both" (the fake driver or a library: fails with and without gpucap) or "gpucap"
 # (holds without gpucap, not under it: a gpucap bug).
 row() {
-  local family=$1 cap=64MiB mem=256MiB ndev=1 procs=1 teardown="" leaks="" kind opt
+  local family=$1 cap=64MiB mem=256MiB ndev=1 procs=1 teardown="" leaks="" pool=on kind opt
   local capfacts="" knowns=""
   shift
   for opt in "$@"; do
@@ -78,6 +79,7 @@ row() {
     mem=*) mem=${opt#mem=} ;;
     devices=*) ndev=${opt#devices=} ;;
     procs=*) procs=${opt#procs=} ;;
+    pool=*) pool=${opt#pool=} ;;
     teardown=*) teardown=${opt#teardown=} ;;
     leaks=*) leaks=${opt#leaks=} ;;
     capfact=*) capfacts="$capfacts ${opt#capfact=}" ;;
@@ -98,7 +100,8 @@ ${opt#known=}" ;;
       without_shim "$bin" > "$d/out0" 2> "$d/err0")
     local rc0=$?
     (cd "$d" && FAKECUDA_MEMORY=$mem FAKECUDA_DEVICES=$ndev FAKECUDA_STATS="$d/fake1.%p.json" \
-      GPUCAP_MEMORY_LIMIT=$cap GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$d/gpucap.%p.json" \
+      GPUCAP_MEMORY_LIMIT=$cap GPUCAP_POOL=$pool GPUCAP_REPORT=off \
+      GPUCAP_REPORT_JSON="$d/gpucap.%p.json" \
       with_shim "$bin" > "$d/out1" 2> "$d/err1")
     local rc1=$?
     check_runs "$name" "$d" "$rc0" "$rc1"

@@ -20,7 +20,7 @@ row host
 row arrays
 row meminfo known="malloc_what_is_free:gpucap:$gpucap_bug: free memory that gpucap reports is not one allocatable piece when pool regions are partly used"
 row ptrattr
-row ipc procs=2
+row ipc procs=2 pool=regions # legacy IPC of pooled blocks: the region pool's
 row reset teardown="cudaDeviceReset frees what the program held"
 row devices devices=2 cap=0:64MiB,1:32MiB
 row threads

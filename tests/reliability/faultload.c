@@ -76,11 +76,12 @@ static int served_by_gpucap(const char *api) {
 }
 
 /* Driver calls gpucap makes only to win memory back for an allocation (synchronising and
- * trimming other contexts' pools, giving regions back): when one fails, the memory stays
- * where it was and the allocation may fail with CUDA_ERROR_OUT_OF_MEMORY. */
+ * trimming other contexts' pools, giving regions back, unmapping a VMM-backed pool's units):
+ * when one fails, the memory stays where it was and the allocation may fail with
+ * CUDA_ERROR_OUT_OF_MEMORY. */
 static int reclaim_call(const char *name) {
   static const char *const names[] = {"cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2",
-                                      "cuCtxSynchronize", "cuMemFree_v2"};
+                                      "cuCtxSynchronize", "cuMemFree_v2", "cuMemUnmap"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     if (strcmp(name, names[i]) == 0) {
       return 1;

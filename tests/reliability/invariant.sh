@@ -2,7 +2,9 @@
 # The cap invariant (tests/reliability/invariant.c): 4 threads x contexts x 2 devices x every
 # allocation family, random frees (with device work pending), context destroys and primary
 # resets, host-backed data checked, under tight caps (24 MiB on device 0, 16 MiB on device 1),
-# with the pool and with GPUCAP_POOL=off. Judged from outside by the fake driver's per-device
+# with the VMM-backed pool (GPUCAP_POOL=on over the fake; idle memory released after 1 ms, so
+# units are unmapped and mapped again all the time), the region pool and GPUCAP_POOL=off.
+# Judged from outside by the fake driver's per-device
 # peak: no device ever held more than its cap, plus the driver's rounding. gpucap charges the
 # bytes it asks the driver for; the fake holds each allocation in 512-byte units. The program's
 # sizes are multiples of 512, but a pool region clipped to the headroom under the cap is a
@@ -21,10 +23,10 @@ export FAKECUDA_DEVICES=2 FAKECUDA_MEMORY=256MiB FAKECUDA_BACKING=1 GPUCAP_REPOR
 export GPUCAP_MEMORY_LIMIT=0:24MiB,1:16MiB
 
 total_ops=0
-for mode in on off; do
+for mode in on regions off; do
   for seed in 1 2; do
     name="pool=$mode seed $seed"
-    GPUCAP_POOL=$mode FAKECUDA_STATS="$WORK/stats.json" with_shim \
+    GPUCAP_POOL=$mode GPUCAP_RELEASE_AFTER=1 FAKECUDA_STATS="$WORK/stats.json" with_shim \
       "$TESTBIN/reliability/invariant" 4 "$ops" "$seed" $cap0 $cap1 1 >"$WORK/out" 2>"$WORK/err"
     status=$?
     relay "$name: " < "$WORK/out"
@@ -46,5 +48,5 @@ for mode in on off; do
   done
 done
 echo "# $total_ops operations; last run: $figure"
-record_figure invariant "$total_ops operations in 4 runs (pool on/off x 2 seeds); last run: $figure"
+record_figure invariant "$total_ops operations in 6 runs (pool vmm/regions/off x 2 seeds); last run: $figure"
 done_testing

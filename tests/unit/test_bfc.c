@@ -19,7 +19,7 @@ static fake_prim_t fake;
 
 static bfc_pool_t *mk(uint64_t limit, int growth, uint64_t gap) {
   bfc_prim_t prim = fake_init(&fake, gap);
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     tap_ok(0, "bfc_create");
@@ -58,12 +58,12 @@ static void done(bfc_pool_t *p, const char *what) {
 static void test_args(void) {
   fake_prim_t f;
   bfc_prim_t prim = fake_init(&f, 0);
-  bfc_options_t opts = {MiB, 1};
+  bfc_options_t opts = {.limit = MiB, .allow_growth = 1};
   bfc_pool_t *p = NULL;
   TAP_EQ(bfc_create(NULL, &prim, &p), -EINVAL, "create: NULL options");
   TAP_EQ(bfc_create(&opts, NULL, &p), -EINVAL, "create: NULL primitive");
   TAP_EQ(bfc_create(&opts, &prim, NULL), -EINVAL, "create: NULL out");
-  bfc_options_t zero = {0, 1};
+  bfc_options_t zero = {.limit = 0, .allow_growth = 1};
   TAP_EQ(bfc_create(&zero, &prim, &p), -EINVAL, "create: zero limit");
   bfc_prim_t broken = prim;
   broken.release = NULL;

@@ -31,7 +31,7 @@ static void swap_regions(bfc_pool_t *p) {
 int main(void) {
   fake_prim_t fake;
   bfc_prim_t prim = fake_init(&fake, MiB);
-  bfc_options_t opts = {64 * MiB, 1};
+  bfc_options_t opts = {.limit = 64 * MiB, .allow_growth = 1};
   bfc_pool_t *p = NULL;
   bfc_create(&opts, &prim, &p);
   uint64_t a, b, c, d, e;

@@ -16,7 +16,7 @@ static char buf[16384];
 
 static bfc_pool_t *mk(uint64_t limit, int growth) {
   bfc_prim_t prim = fake_init(&fake, MiB);
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   bfc_pool_t *p = NULL;
   bfc_create(&opts, &prim, &p);
   return p;

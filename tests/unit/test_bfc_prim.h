@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { FAKE_MAX_LIVE = 4096, FAKE_MAX_TRIED = 512 };
@@ -35,6 +36,10 @@ typedef struct fake_prim {
     uint64_t base, size;
   } live[FAKE_MAX_LIVE];
   unsigned nlive;
+  /* Mapped mode (fake_init_mapped): the units of [space_base, space_base + space_bytes)
+   * mapped now, one byte each. */
+  uint64_t unit, space_base, space_bytes;
+  unsigned char *units;
 } fake_prim_t;
 
 static uint64_t fake_rand(uint64_t *s) {
@@ -107,6 +112,76 @@ static bfc_prim_t fake_init(fake_prim_t *f, uint64_t gap) {
   f->rng = 0x1234567887654321ull;
   bfc_prim_t prim = {f, fake_reserve, fake_release, NULL};
   return prim;
+}
+
+/* Mapped mode: reserve maps [*base, *base + bytes) (unit-aligned, inside the space, every unit
+ * unmapped), release unmaps whole mapped units; anything else is a bad call, refused. */
+static inline int fake_range_ok(const fake_prim_t *f, uint64_t base, uint64_t bytes,
+                                unsigned char want) {
+  if (bytes == 0 || base % f->unit != 0 || bytes % f->unit != 0 || base < f->space_base ||
+      base + bytes > f->space_base + f->space_bytes) {
+    return 0;
+  }
+  for (uint64_t u = (base - f->space_base) / f->unit; u < (base + bytes - f->space_base) / f->unit;
+       u++) {
+    if (f->units[u] != want) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static inline void fake_range_set(fake_prim_t *f, uint64_t base, uint64_t bytes, unsigned char to) {
+  memset(&f->units[(base - f->space_base) / f->unit], to, bytes / f->unit);
+}
+
+static inline int fake_map(void *ctx, uint64_t bytes, uint64_t *base) {
+  fake_prim_t *f = ctx;
+  f->reserve_calls++;
+  if (f->refuse_permille != 0 && fake_rand(&f->rng) % 1000 < f->refuse_permille) {
+    return -ENOMEM;
+  }
+  if (!fake_range_ok(f, *base, bytes, 0)) {
+    f->bad_releases++;
+    return -EINVAL;
+  }
+  fake_range_set(f, *base, bytes, 1);
+  f->outstanding += bytes;
+  f->reserve_ok++;
+  return 0;
+}
+
+static inline int fake_unmap(void *ctx, uint64_t base, uint64_t bytes) {
+  fake_prim_t *f = ctx;
+  f->release_calls++;
+  if (!fake_range_ok(f, base, bytes, 1)) {
+    f->bad_releases++;
+    return -EINVAL;
+  }
+  fake_range_set(f, base, bytes, 0);
+  f->outstanding -= bytes;
+  return 0;
+}
+
+/* Resets f for mapped mode over a space of `space` bytes in units of `unit`; the options to
+ * pass to bfc_create get the same space. f->units must be freed with fake_fini. */
+static inline bfc_prim_t fake_init_mapped(fake_prim_t *f, uint64_t unit, uint64_t space,
+                                          bfc_options_t *opts) {
+  fake_init(f, 0);
+  f->unit = unit;
+  f->space_base = (uint64_t)1 << 36;
+  f->space_bytes = space;
+  f->units = calloc(space / unit, 1);
+  opts->unit = unit;
+  opts->space_base = f->space_base;
+  opts->space_bytes = space;
+  bfc_prim_t prim = {f, fake_map, fake_unmap, NULL};
+  return prim;
+}
+
+static inline void fake_fini(fake_prim_t *f) {
+  free(f->units);
+  f->units = NULL;
 }
 
 #endif

@@ -288,7 +288,7 @@ static void do_bad(bfc_pool_t *p) {
   }
 }
 
-static void run(uint64_t seed, long ops, int check_every, int fit_every) {
+static void run(uint64_t seed, long ops, int check_every, int fit_every, int mapped) {
   memset(&m, 0, sizeof(m));
   failures = 0;
   why[0] = '\0';
@@ -299,7 +299,13 @@ static void run(uint64_t seed, long ops, int check_every, int fit_every) {
   bfc_prim_t prim = fake_init(&fake, rnd() % 2 ? MiB : 0);
   fake.refuse_permille = (uint32_t)(rnd() % 2 ? 100 : 0);
   fake.rng = seed + 7;
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
+  if (mapped) {
+    /* Units of 64 KiB over twice the limit: fragmentation may need more address space. */
+    uint64_t unit = (uint64_t)64 << 10;
+    prim = fake_init_mapped(&fake, unit, (2 * limit + unit - 1) / unit * unit, &opts);
+    fake.refuse_permille = (uint32_t)(rnd() % 2 ? 50 : 0);
+  }
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     tap_ok(0, "create");
@@ -321,7 +327,11 @@ static void run(uint64_t seed, long ops, int check_every, int fit_every) {
       }
     } else if (r < 934) {
       uint64_t released = 0;
-      bfc_trim(p, &released);
+      if (rnd() % 2 == 0) {
+        bfc_trim(p, &released);
+      } else {
+        bfc_trim_to(p, rnd() % (limit + 1), &released);
+      }
     } else if (r < 936 && rnd() % 8 == 0) {
       while (m.nlive > 0) {
         do_free(p, rnd() % 10 < 3);
@@ -340,8 +350,9 @@ static void run(uint64_t seed, long ops, int check_every, int fit_every) {
   full_check(p);
   bfc_stats_t s;
   bfc_stats(p, &s);
-  tap_ok(failures == 0, "seed %llu: %ld ops, limit %llu, growth %d: %s", (unsigned long long)seed,
-         ops, (unsigned long long)limit, growth, failures ? why : "model agrees");
+  tap_ok(failures == 0, "seed %llu%s: %ld ops, limit %llu, growth %d: %s", (unsigned long long)seed,
+         mapped ? " (mapped)" : "", ops, (unsigned long long)limit, growth,
+         failures ? why : "model agrees");
   tap_diag("  allocs %llu, ooms %llu, eagain %llu, reserves %llu, releases %llu, refusals %llu",
            (unsigned long long)s.num_allocs, (unsigned long long)s.num_ooms,
            (unsigned long long)s.num_eagain, (unsigned long long)s.driver_alloc_calls,
@@ -349,6 +360,7 @@ static void run(uint64_t seed, long ops, int check_every, int fit_every) {
   bfc_destroy(p);
   tap_ok(fake.outstanding == 0 && fake.bad_releases == 0,
          "seed %llu: every region released exactly once", (unsigned long long)seed);
+  fake_fini(&fake);
 }
 
 int main(int argc, char **argv) {
@@ -358,11 +370,13 @@ int main(int argc, char **argv) {
 #else
   long long_ops = 200000 * scale;
 #endif
-  for (uint64_t seed = 1; seed <= 6; seed++) {
-    run(seed, 20000, 1, 1);
-  }
-  for (uint64_t seed = 101; seed <= 104; seed++) {
-    run(seed, long_ops, 256, 4);
+  for (int mapped = 0; mapped <= 1; mapped++) {
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+      run(seed, 20000, 1, 1, mapped);
+    }
+    for (uint64_t seed = 101; seed <= 104; seed++) {
+      run(seed, long_ops, 256, 4, mapped);
+    }
   }
   return tap_done();
 }

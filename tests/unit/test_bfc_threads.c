@@ -81,7 +81,7 @@ static void *work(void *arg) {
 
 static bfc_pool_t *mk(fake_prim_t *f) {
   bfc_prim_t prim = fake_init(f, MiB);
-  bfc_options_t opts = {256 * MiB, 1};
+  bfc_options_t opts = {.limit = 256 * MiB, .allow_growth = 1};
   bfc_pool_t *p = NULL;
   bfc_create(&opts, &prim, &p);
   return p;

@@ -689,9 +689,11 @@ static void test_defaults(void) {
   TAP_EQ(load(&cfg, msg, NULL), 0, "an empty environment loads");
   tap_ok(cfg.valid && msg[0] == '\0', "an empty environment is valid and says nothing");
   TAP_EQ(cfg_device_cap(&cfg, 0, 16 * GiB) == UINT64_MAX, 1, "no variable: no cap");
-  tap_ok(cfg.pool && cfg.allow_growth && cfg.report.kind == CFG_DEST_STDERR &&
-             cfg.report_json[0] == '\0' && cfg.trace[0] == '\0' && cfg.verbose == 0,
-         "defaults: pool on, growth true, report stderr, no JSON, no trace, verbose 0");
+  tap_ok(cfg.pool == CFG_POOL_ON && cfg.release_after == 2000 && cfg.allow_growth &&
+             cfg.report.kind == CFG_DEST_STDERR && cfg.report_json[0] == '\0' &&
+             cfg.trace[0] == '\0' && cfg.verbose == 0,
+         "defaults: pool on, release after 2000 ms, growth true, report stderr, no JSON, no "
+         "trace, verbose 0");
   bool all_default = true;
   for (int i = 0; i < CFG_OPT_COUNT; i++) {
     all_default = all_default && cfg_option_source(&cfg, (cfg_opt_t)i) == CFG_SRC_DEFAULT;
@@ -936,8 +938,26 @@ static void test_environment(void) {
        "./trace.txt", "GPUCAP_VERBOSE", "3", "GPUCAP_POOL", "off", NULL);
   tap_ok(cfg.valid && cfg.report.kind == CFG_DEST_OFF &&
              strcmp(cfg.report_json, "/tmp/r.json") == 0 && strcmp(cfg.trace, "./trace.txt") == 0 &&
-             cfg.verbose == 3 && !cfg.pool,
+             cfg.verbose == 3 && cfg.pool == CFG_POOL_OFF,
          "report, JSON, trace, verbose and pool settings are read");
+  static const struct {
+    const char *text;
+    int mode;
+  } pools[] = {{"on", CFG_POOL_ON},     {"TRUE", CFG_POOL_ON},         {"0", CFG_POOL_OFF},
+               {" vmm ", CFG_POOL_VMM}, {"Regions", CFG_POOL_REGIONS}, {"no", CFG_POOL_OFF}};
+  bool pools_read = true;
+  for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+    char shown[16];
+    load(&cfg, msg, "GPUCAP_POOL", pools[i].text, NULL);
+    cfg_option_value(&cfg, CFG_OPT_POOL, shown, sizeof shown);
+    pools_read = pools_read && cfg.valid && cfg.pool == pools[i].mode &&
+                 strcmp(shown, (const char *[]){"off", "on", "vmm", "regions"}[pools[i].mode]) == 0;
+  }
+  tap_ok(pools_read, "GPUCAP_POOL: on/off and their synonyms, vmm, regions, shown canonically");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_POOL", "region", NULL), -EINVAL, "GPUCAP_POOL=region is refused");
+  tap_ok(strstr(msg, "vmm or regions") != NULL, "... saying what is accepted: %s", msg);
+  load(&cfg, msg, "GPUCAP_RELEASE_AFTER", "0", NULL);
+  tap_ok(cfg.valid && cfg.release_after == 0, "GPUCAP_RELEASE_AFTER=0 (never) is read");
 
   // The process environment, through the default lookup.
   for (int i = 0; i < CFG_OPT_COUNT; i++) {
@@ -1025,12 +1045,58 @@ static void test_errno(void) {
   TAP_EQ(errno, ERANGE, "errno survives parsers, values and listings that succeed");
 }
 
+/* ---------------------------------------------------------------- budget names */
+
+static void test_names(void) {
+  static const struct {
+    const char *in, *out;
+  } good[] = {{"workers", "workers"},
+              {" job-42.gpu0 ", "job-42.gpu0"},
+              {"A_b", "A_b"},
+              {"0", "0"},
+              {"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk",
+               "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk"}};
+  static const struct {
+    const char *in, *why;
+  } bad[] = {
+      {"", "empty name"},
+      {"   ", "empty name"},
+      {".hidden", "must start with a letter or digit"},
+      {"-x", "must start with a letter or digit"},
+      {"a/b", "invalid byte 0x2f ('/') at offset 1"},
+      {"a b", "invalid byte 0x20"},
+      {"caf\xc3\xa9", "invalid byte 0xc3"},
+      {"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijkl", "longer than 63 bytes"}};
+  char out[CFG_NAME_MAX], why[CFG_WHY_MAX];
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    int rc = cfg_parse_name(good[i].in, out, why, sizeof why);
+    tap_ok(rc == 0 && strcmp(out, good[i].out) == 0, "budget name '%s' is accepted", good[i].in);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    strcpy(out, "kept");
+    int rc = cfg_parse_name(bad[i].in, out, why, sizeof why);
+    tap_ok(rc == -EINVAL && strstr(why, bad[i].why) != NULL && strcmp(out, "kept") == 0,
+           "budget name '%s' is refused: %s", bad[i].in, why);
+  }
+  cfg_t cfg;
+  char msg[CFG_MSG_MAX];
+  setenv("GPUCAP_SHARE", "a/b", 1);
+  int rc = cfg_load(&cfg, NULL, NULL, msg, sizeof msg);
+  tap_ok(rc == -EINVAL && !cfg.valid && strstr(msg, "gpucap: error: GPUCAP_SHARE='a/b'") == msg,
+         "a bad GPUCAP_SHARE fails closed with a clear message: %s", msg);
+  setenv("GPUCAP_SHARE", "team", 1);
+  rc = cfg_load(&cfg, NULL, NULL, msg, sizeof msg);
+  tap_ok(rc == 0 && strcmp(cfg.share, "team") == 0, "GPUCAP_SHARE=team is read");
+  unsetenv("GPUCAP_SHARE");
+}
+
 /* ---------------------------------------------------------------- the option table */
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH", "GPUCAP_POOL",
-      "GPUCAP_REPORT",       "GPUCAP_REPORT_JSON",     "GPUCAP_TRACE",        "GPUCAP_VERBOSE",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",   "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",    "GPUCAP_REPORT",
+      "GPUCAP_REPORT_JSON",  "GPUCAP_TRACE",           "GPUCAP_VERBOSE", "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1044,7 +1110,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_VERBOSE == 7, "the enum follows the table");
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_VERBOSE == 10, "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");
   tap_ok(cfg_option(CFG_OPT_VERBOSE)->min == 0 && cfg_option(CFG_OPT_VERBOSE)->max == 3,
@@ -1091,7 +1157,7 @@ static void test_describe(void) {
   tap_ok(all, "help shows every option's name, doc line and accepted forms");
   TAP_EQ(count(buf, "accepted: "), CFG_OPT_COUNT, "help has one accepted line per option");
   tap_ok(has(buf, "GPUCAP_MEMORY_LIMIT  (size or per-device list; default: unset)") &&
-             has(buf, "GPUCAP_POOL  (on/off; default: on)") &&
+             has(buf, "GPUCAP_POOL  (on/off, vmm or regions; default: on)") &&
              has(buf, "TF_FORCE_GPU_ALLOW_GROWTH"),
          "help shows types, defaults and the TF fallback");
 
@@ -1236,6 +1302,7 @@ int main(void) {
   test_unknown();
   test_errno();
   test_table();
+  test_names();
   test_describe();
   test_docs();
   test_random();

@@ -325,7 +325,7 @@ static report_row_t rows[NROWS];
 
 static bfc_pool_t *mk(int k, uint64_t limit, int growth) {
   bfc_prim_t prim = fake_init(&fakes[k], MiB);
-  bfc_options_t opts = {limit, growth};
+  bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   bfc_pool_t *p = NULL;
   if (bfc_create(&opts, &prim, &p) != 0) {
     tap_ok(0, "bfc_create %d", k);
@@ -380,6 +380,12 @@ static void build_rows(void) {
   rows[1] = (report_row_t){.device = 1, .context = 0, .pooled = 1, .cap = MiB};
   bfc_stats(b, &rows[1].stats);
   rows[1].largest_request = 0;
+  rows[1].vmm = 1; /* backed by virtual memory management: its figures */
+  rows[1].address_space_bytes = 2 * MiB;
+  rows[1].mapped_bytes_total = 3 * MiB;
+  rows[1].released_bytes_total = 2 * MiB;
+  rows[1].driver_map_calls = 3;
+  rows[1].driver_unmap_calls = 2;
   rows[2] = (report_row_t){.device = 1,
                            .context = 1,
                            .pooled = 1,
@@ -566,9 +572,19 @@ static void check_json_row(int d, const report_row_t *r) {
   expect_u64(d, "num_eagain", pool ? s->num_eagain : 0);
   expect_u64(d, "num_retired", pool ? s->num_retired : 0);
   expect_u64(d, "host_metadata_bytes", s->host_metadata_bytes);
+  expect_u64(d, "address_space_bytes", r->address_space_bytes);
+  expect_u64(d, "mapped_bytes_total", r->mapped_bytes_total);
+  expect_u64(d, "released_bytes_total", r->released_bytes_total);
+  expect_u64(d, "driver_map_calls", r->driver_map_calls);
+  expect_u64(d, "driver_unmap_calls", r->driver_unmap_calls);
+  char key[48];
+  snprintf(key, sizeof key, "devices.%d.backing", d);
+  const char *backing = !r->pooled ? "null" : r->vmm ? "\"vmm\"" : "\"regions\"";
+  tap_ok(jget(key) != NULL && strcmp(jget(key), backing) == 0, "json device %d: backing %s", d,
+         backing);
   char prefix[32];
   snprintf(prefix, sizeof prefix, "devices.%d.", d);
-  TAP_EQ(jcount(prefix), 37, "json device %d: exactly 37 keys", d);
+  TAP_EQ(jcount(prefix), 43, "json device %d: exactly 43 keys", d);
 }
 
 static void python_check(const char *doc, const char *what) {
@@ -601,8 +617,8 @@ static void test_json(void) {
              strcmp(jget("gpucap_version"), "\"" GPUCAP_VERSION "\"") == 0,
          "json: gpucap_version is the build's (" GPUCAP_VERSION ")");
   tap_ok(jget("pid") != NULL && strcmp(jget("pid"), "4242") == 0, "json: pid");
-  TAP_EQ(jcount("devices."), 37 * NROWS, "json: %d devices of 37 keys, in row order", NROWS);
-  TAP_EQ(jcount(""), 7 + 37 * NROWS,
+  TAP_EQ(jcount("devices."), 43 * NROWS, "json: %d devices of 43 keys, in row order", NROWS);
+  TAP_EQ(jcount(""), 7 + 43 * NROWS,
          "json: the run's scalars (version, pid, host, times, ended_by, complete) and no more");
   tap_ok(strcmp(jget("hostname"), "null") == 0 && strcmp(jget("start_time"), "null") == 0 &&
              strcmp(jget("end_time"), "null") == 0 && strcmp(jget("ended_by"), "null") == 0 &&
