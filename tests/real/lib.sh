@@ -90,7 +90,8 @@ ${opt#known=}" ;;
   known_re=$(printf '%s\n' "$knowns" | sed -n 's/^\([a-z0-9_]*\):.*/\1/p' | paste -sd '|' -)
   known_re=${known_re:-^$}
   for kind in static shared; do
-    local bin="$REAL/${family}_$kind" d="$WORK/$family.$kind" name="$family ($kind runtime)"
+    local bin="$REAL/${family}_$kind" d="$WORK/$family.$pool.$kind" name="$family ($kind runtime)"
+    [ "$pool" = on ] || name="$family ($kind runtime, GPUCAP_POOL=$pool)"
     if [ ! -x "$bin" ]; then
       skip "$name" "$bin was not built"
       continue

@@ -18,7 +18,8 @@ row managed capfact='managed_reduces_free=0|1' \
   capfact='managed_over_total=cudaSuccess|cudaErrorMemoryAllocation'
 row host
 row arrays
-row meminfo known="malloc_what_is_free:gpucap:$gpucap_bug: free memory that gpucap reports is not one allocatable piece when pool regions are partly used"
+row meminfo
+row meminfo pool=regions known="malloc_what_is_free:gpucap:$gpucap_bug: free memory that gpucap reports is not one allocatable piece when pool regions are partly used"
 row ptrattr
 row ipc procs=2 pool=regions # legacy IPC of pooled blocks: the region pool's
 row reset teardown="cudaDeviceReset frees what the program held"
