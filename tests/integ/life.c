@@ -52,6 +52,7 @@ static struct {
 
 static CUcontext primary;
 static atomic_bool stop;
+static atomic_int allocating; /* threads whose churn has made an allocation */
 
 static void *sym(void *h, const char *name) {
   void *p = dlsym(h, name);
@@ -88,6 +89,7 @@ static void load(void) {
  * when rounds > 0), exporting every fourth block when `share`. */
 static void churn(unsigned seed, size_t mib, long rounds, bool share) {
   CUdeviceptr live[8] = {0};
+  bool counted = false;
   for (long i = 0; rounds <= 0 || i < rounds; i++) {
     if (atomic_load_explicit(&stop, memory_order_relaxed)) {
       break;
@@ -98,6 +100,9 @@ static void churn(unsigned seed, size_t mib, long rounds, bool share) {
       live[k] = 0;
     } else if (cu.alloc(&live[k], ((size_t)rand_r(&seed) % (mib << 4) + 1) << 16) != 0) {
       live[k] = 0;
+    } else if (!counted) {
+      counted = true;
+      atomic_fetch_add(&allocating, 1);
     } else if (share && i % 4 == 0) {
       CUipcMemHandle handle;
       cu.export(&handle, live[k]);
@@ -246,6 +251,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "busyexit") == 0 || strcmp(mode, "exports") == 0) {
     start(false, mode[0] == 'e');
+    /* Every thread allocating before the exit, however loaded the host (at most 10 s). */
+    for (int i = 0; i < 10000 && atomic_load(&allocating) < 4; i++) {
+      nap(1000);
+    }
     nap(20000 + (long)(getpid() % 7) * 3000);
     exit(0);
   }
