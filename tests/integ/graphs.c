@@ -46,19 +46,30 @@ static CUgraphExec captured(CUstream s, size_t bytes, bool frees, CUdeviceptr *p
   return e;
 }
 
-/* A graph built by hand: an allocation node of `bytes` on device 0 and its free node. */
-static CUgraphExec explicit_nodes(size_t bytes) {
+/* A new graph holding one allocation node of `bytes` on device 0 (in *node; its address in
+ * *dptr when dptr is not NULL). */
+static CUgraph alloc_graph(size_t bytes, CUgraphNode *node, CUdeviceptr *dptr) {
   CUgraph g;
-  CUgraphNode a, f;
-  CUgraphExec e = NULL;
   CUDA_MEM_ALLOC_NODE_PARAMS p = {0};
   p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   p.poolProps.location.id = 0;
   p.bytesize = bytes;
   CK(cuGraphCreate(&g, 0));
-  CK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &p));
-  CK(cuGraphAddMemFreeNode(&f, g, &a, 1, p.dptr));
+  CK(cuGraphAddMemAllocNode(node, g, NULL, 0, &p));
+  if (dptr) {
+    *dptr = p.dptr;
+  }
+  return g;
+}
+
+/* A graph built by hand: an allocation node of `bytes` on device 0 and its free node. */
+static CUgraphExec explicit_nodes(size_t bytes) {
+  CUgraphNode a, f;
+  CUdeviceptr dptr;
+  CUgraphExec e = NULL;
+  CUgraph g = alloc_graph(bytes, &a, &dptr);
+  CK(cuGraphAddMemFreeNode(&f, g, &a, 1, dptr));
   CK(cuGraphInstantiateWithFlags(&e, g, 0));
   CK(cuGraphDestroy(g));
   return e;
@@ -128,14 +139,8 @@ static void upload_mode(CUstream s) {
   CUgraphExec big = explicit_nodes(48 * MiB);
   CUDA_GRAPH_INSTANTIATE_PARAMS ip = {.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
                                       .hUploadStream = s};
-  CUgraph g;
   CUgraphNode a;
-  CUDA_MEM_ALLOC_NODE_PARAMS p = {0};
-  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.bytesize = 48 * MiB;
-  CK(cuGraphCreate(&g, 0));
-  CK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &p));
+  CUgraph g = alloc_graph(48 * MiB, &a, NULL);
   CUgraphExec up = NULL;
   CUresult rc = cuGraphInstantiateWithParams(&up, g, &ip);
   tap_ok(rc == CUDA_SUCCESS,
@@ -221,15 +226,9 @@ static void *launcher(void *arg) {
  * allocation node, so it cannot admit the graph's memory: the instantiation is refused with
  * the driver's error rather than let through uncharged; a readable graph then works. */
 static void unreadable_mode(CUstream s) {
-  CUgraph g;
   CUgraphNode a;
   CUgraphExec e = NULL;
-  CUDA_MEM_ALLOC_NODE_PARAMS p = {0};
-  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.bytesize = 80 * MiB;
-  CK(cuGraphCreate(&g, 0));
-  CK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &p));
+  CUgraph g = alloc_graph(80 * MiB, &a, NULL);
   CUresult rc = cuGraphInstantiateWithFlags(&e, g, 0);
   tap_ok(rc != CUDA_SUCCESS, "a graph whose allocation node cannot be read is refused (%d)", rc);
   if (rc == CUDA_SUCCESS) {
