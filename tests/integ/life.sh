@@ -59,12 +59,12 @@ is "$invalid" 0 "and it is valid, complete or saying which pools it left out"
 # The trace goes to a FIFO that nobody reads, so the program blocks in a write made with the
 # trace's lock held; once it does (the kernel says it waits in pipe_write, or in the write
 # system call), SIGALRM's handler calls exit() on that very thread. (Under TSan the fake
-# driver's destructor, which frees memory, is reported as unsafe in a signal handler: the
-# program's doing. gpucap's exit path is not excused.)
+# driver's destructors, which free memory, its VMM state included, are reported as unsafe in a
+# signal handler: the program's doing. gpucap's exit path is not excused.)
 mkfifo "$WORK/fifo"
 sleep 120 <"$WORK/fifo" >/dev/null 2>&1 &
 reader=$!
-printf 'signal:fk_mem_teardown\nsignal:fk_stream_teardown\n' >"$WORK/tsan.supp"
+printf 'signal:fk_%s_teardown\n' mem stream vmm >"$WORK/tsan.supp"
 GPUCAP_TRACE="$WORK/fifo" GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/sig.json" \
   TSAN_OPTIONS="suppressions=$WORK/tsan.supp" LD_LIBRARY_PATH="$FAKE_DIR" \
   LD_PRELOAD="$(preload)" timeout 60 "$LINKED" sigexit >/dev/null 2>"$WORK/sig.err" &
