@@ -1,7 +1,9 @@
 /* Stream capture (see shim/capture.h): the capture status of a stream, and a count of the
  * captures begun and not ended, kept by hooks on cuStreamBeginCapture (every ABI),
- * cuStreamBeginCaptureToGraph and cuStreamEndCapture. A capture counts from a successful begin
- * to an end that ends it (success, or the capture reported invalidated). Lock-free.
+ * cuStreamBeginCaptureToGraph and cuStreamEndCapture. A capture counts from just before its
+ * begin (dropped again if the begin fails) to an end that ends it (success, or the capture
+ * reported invalidated), and a begin waits for gpucap's own synchronisations under way
+ * (capture_sync_enter). Lock-free.
  */
 #include "shim/capture.h"
 
@@ -10,12 +12,38 @@
 #include "shim/init.h"
 #include "shim/real.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 
-static atomic_long active;
+static atomic_long active;  /* captures announced (about to begin) or begun, not ended */
+static atomic_long syncing; /* gpucap's own context synchronisations under way */
 
 bool capture_any(void) {
   return atomic_load_explicit(&active, memory_order_acquire) > 0;
+}
+
+/* The two sides order themselves through `active` and `syncing` (sequentially consistent): a
+ * synchroniser that counts itself and then sees no capture knows that any capture announced
+ * later waits for it; a capture announced first makes the synchroniser give up. */
+bool capture_sync_enter(void) {
+  atomic_fetch_add(&syncing, 1);
+  if (atomic_load(&active) > 0) {
+    atomic_fetch_sub(&syncing, 1);
+    return false;
+  }
+  return true;
+}
+
+void capture_sync_leave(void) {
+  atomic_fetch_sub(&syncing, 1);
+}
+
+/* Before a capture begins: counts it, then waits for gpucap's synchronisations under way. */
+static void announce(void) {
+  atomic_fetch_add(&active, 1);
+  while (atomic_load(&syncing) > 0) {
+    sched_yield();
+  }
 }
 
 bool capture_stream(CUstream stream, bool ptsz) {
@@ -31,22 +59,29 @@ bool capture_stream(CUstream stream, bool ptsz) {
 /* In a fork child: no capture. */
 static void fork_child(void) {
   atomic_store_explicit(&active, 0, memory_order_relaxed);
+  atomic_store_explicit(&syncing, 0, memory_order_relaxed);
 }
 FORK_CHILD(fork_child)
 
+/* One capture fewer (never below zero: a fork child restarts the count at zero). */
+static void drop(void) {
+  long n = atomic_load_explicit(&active, memory_order_relaxed);
+  while (n > 0 && !atomic_compare_exchange_weak_explicit(&active, &n, n - 1, memory_order_acq_rel,
+                                                         memory_order_relaxed)) {
+  }
+}
+
+/* After the driver's answer to a begin that announce() counted. */
 static CUresult began(CUresult rc) {
-  if (rc == CUDA_SUCCESS) {
-    atomic_fetch_add_explicit(&active, 1, memory_order_acq_rel);
+  if (rc != CUDA_SUCCESS) {
+    drop();
   }
   return rc;
 }
 
 static CUresult ended(CUresult rc) {
   if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
-    long n = atomic_load_explicit(&active, memory_order_relaxed);
-    while (n > 0 && !atomic_compare_exchange_weak_explicit(&active, &n, n - 1, memory_order_acq_rel,
-                                                           memory_order_relaxed)) {
-    }
+    drop();
   }
   return rc;
 }
@@ -55,6 +90,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCapture(CUstream hStream) {
   if (!init_ready(NULL) || !real.cuStreamBeginCapture) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  announce();
   return began(real.cuStreamBeginCapture(hStream));
 }
 
@@ -62,6 +98,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
   if (!init_ready(NULL) || !real.cuStreamBeginCapture_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  announce();
   return began(real.cuStreamBeginCapture_ptsz(hStream));
 }
 
@@ -69,6 +106,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCapture
   if (!init_ready(NULL) || !real.cuStreamBeginCapture_v2) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  announce();
   return began(real.cuStreamBeginCapture_v2(hStream, mode));
 }
 
@@ -76,6 +114,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCa
   if (!init_ready(NULL) || !real.cuStreamBeginCapture_v2_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  announce();
   return began(real.cuStreamBeginCapture_v2_ptsz(hStream, mode));
 }
 
@@ -87,6 +126,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGr
   if (!init_ready(NULL) || !real.cuStreamBeginCaptureToGraph) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  announce();
   return began(real.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
                                                 numDependencies, mode));
 }
@@ -99,6 +139,7 @@ GPUCAP_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgrap
   if (!init_ready(NULL) || !real.cuStreamBeginCaptureToGraph_ptsz) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  announce();
   return began(real.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies, dependencyData,
                                                      numDependencies, mode));
 }

@@ -23,4 +23,11 @@ bool capture_stream(CUstream stream, bool ptsz);
  * counts until the process ends): gpucap must not synchronise a context then. */
 bool capture_any(void);
 
+/* Brackets a context synchronisation gpucap makes on its own: enter returns false (and the
+ * synchronisation must not be made) while a capture is counted; while entered, a capture
+ * about to begin waits for capture_sync_leave. Checking capture_any and then synchronising
+ * would let a capture begin in between, and the synchronisation invalidate it. */
+bool capture_sync_enter(void);
+void capture_sync_leave(void);
+
 #endif

@@ -30,7 +30,7 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   uint64_t in_use, deferred, free_b, reserved;
   bfc_usage(o->pool.bfc, &in_use, &deferred, &free_b, &reserved);
   CUcontext handle = atomic_load_explicit(&o->handle, memory_order_acquire);
-  if (deferred == 0 || !handle || capture_any()) {
+  if (deferred == 0 || !handle || !capture_sync_enter()) {
     return; /* a synchronisation would invalidate a capture going on (shim/capture.h) */
   }
   uint64_t mark = bfc_defer_mark(o->pool.bfc);
@@ -43,6 +43,7 @@ static void settle_other(struct ctx *o, CUcontext mine) {
       real.cuCtxSetCurrent(mine); /* never leave the program in another context */
     }
   }
+  capture_sync_leave();
   pthread_mutex_lock(&o->lock);
   if (synced && o->pool.bfc) {
     bfc_retire_upto(o->pool.bfc, mark);
@@ -252,9 +253,13 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     }
     /* Wait for the device work issued before the deferred frees, without holding the pool,
      * then make reusable exactly the blocks this synchronize covered. */
+    if (!capture_sync_enter()) {
+      continue; /* a capture began meanwhile: no synchronisation (can_sync is now false) */
+    }
     uint64_t mark = bfc_defer_mark(c->pool.bfc);
     pthread_mutex_unlock(&c->lock);
     CUresult sync = real.cuCtxSynchronize();
+    capture_sync_leave();
     pthread_mutex_lock(&c->lock);
     if (sync != CUDA_SUCCESS) {
       pthread_mutex_unlock(&c->lock);
