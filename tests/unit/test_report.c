@@ -577,11 +577,9 @@ static void check_json_row(int d, const report_row_t *r) {
   expect_u64(d, "released_bytes_total", r->released_bytes_total);
   expect_u64(d, "driver_map_calls", r->driver_map_calls);
   expect_u64(d, "driver_unmap_calls", r->driver_unmap_calls);
-  char key[48];
-  snprintf(key, sizeof key, "devices.%d.backing", d);
   const char *backing = !r->pooled ? "null" : r->vmm ? "\"vmm\"" : "\"regions\"";
-  tap_ok(jget(key) != NULL && strcmp(jget(key), backing) == 0, "json device %d: backing %s", d,
-         backing);
+  const char *got = jget("devices.%d.backing", d);
+  tap_ok(got != NULL && strcmp(got, backing) == 0, "json device %d: backing %s", d, backing);
   char prefix[32];
   snprintf(prefix, sizeof prefix, "devices.%d.", d);
   TAP_EQ(jcount(prefix), 43, "json device %d: exactly 43 keys", d);
