@@ -259,7 +259,7 @@ static void matrix(const char *phase) {
 static void pooled(void) {
   CUdeviceptr base = 0, v = 0;
   size_t size = 0;
-  CUipcMemHandle h;
+  CUipcMemHandle h = {0}; /* defined even where the export is refused */
   show("~addrrange(block+300)", cuMemGetAddressRange_v2(&base, &size, block + 300));
   printf("~addrrange_base_ok %d\n", base == block && size == 4096);
   show("~addrrange(block+8192)", cuMemGetAddressRange_v2(&base, &size, block + 8192));

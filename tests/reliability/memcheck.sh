@@ -72,21 +72,24 @@ for mode in many reuse pitch errors; do
   case_ "pooltest $mode" GPUCAP_TRACE="$WORK/trace.csv" GPUCAP_REPORT_JSON="$WORK/r.json" -- \
     "$T/pooltest" $mode 500
 done
-case_ "threads, pooled" GPUCAP_MEMORY_LIMIT=256MiB -- "$T/threads" 3 300
+# Legacy IPC exports need the region pool; the VMM-backed pool (the default) runs without.
+case_ "threads, pooled (regions)" GPUCAP_POOL=regions GPUCAP_MEMORY_LIMIT=256MiB -- \
+  "$T/threads" 3 300
+case_ "threads, pooled (vmm)" GPUCAP_MEMORY_LIMIT=256MiB -- "$T/threads" 3 300 noipc
 case_ "threads, GPUCAP_POOL=off" GPUCAP_POOL=off GPUCAP_MEMORY_LIMIT=256MiB -- "$T/threads" 3 300
 for mode in async managed vmm pointers contexts fork; do
   case_ "fidelity $mode" GPUCAP_MEMORY_LIMIT=64MiB -- "$T/fidelity" $mode
 done
-# IPC: each side of a pooled-block exchange under valgrind, the other side running beside it.
+# IPC: each side of a pooled-block exchange (legacy IPC: the region pool) under valgrind, the other side running beside it.
 for side in export import; do
   d="$WORK/ipc-$side"
   mkdir -p "$d"
   other=import
   [ "$side" = import ] && other=export
-  FAKECUDA_BACKING=1 IPCPEER_EXPECT_WRITE=1 IPCPEER_STALE_FAILS=1 with_shim "$T/ipcpeer" \
-    "$other" "$d" > "$d/peer.out" 2>&1 &
-  case_ "ipc, the ${side}er" FAKECUDA_BACKING=1 IPCPEER_EXPECT_WRITE=1 IPCPEER_STALE_FAILS=1 -- \
-    "$T/ipcpeer" "$side" "$d"
+  GPUCAP_POOL=regions FAKECUDA_BACKING=1 IPCPEER_EXPECT_WRITE=1 IPCPEER_STALE_FAILS=1 \
+    with_shim "$T/ipcpeer" "$other" "$d" > "$d/peer.out" 2>&1 &
+  case_ "ipc, the ${side}er" GPUCAP_POOL=regions FAKECUDA_BACKING=1 IPCPEER_EXPECT_WRITE=1 \
+    IPCPEER_STALE_FAILS=1 -- "$T/ipcpeer" "$side" "$d"
   touch "$d/exported" "$d/imported" "$d/freed" "$d/done"
   wait $!
 done
