@@ -39,6 +39,18 @@ like() {
   fi
 }
 
+# unlike GOT REGEX DESCRIPTION: pass when GOT does not match the extended regex.
+unlike() {
+  tap_n=$((tap_n + 1))
+  if printf '%s' "$1" | grep -Eq -- "$2"; then
+    echo "not ok $tap_n - $3"
+    printf '#   got:  %s\n#   want no match: %s\n' "$1" "$2" | head -40
+    tap_bad=$((tap_bad + 1))
+  else
+    echo "ok $tap_n - $3"
+  fi
+}
+
 # skip DESCRIPTION REASON
 skip() {
   tap_n=$((tap_n + 1))
