@@ -66,8 +66,27 @@ uint64_t budget_pidns(void) {
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
+/* One wait for the lock lasts at most this long before it is tried again (see budget_lock). */
+#define LOCK_SLICE_NS 50000000
+
 int budget_lock(struct budget *l) {
-  int rc = pthread_mutex_lock(&l->lock);
+  /* A holder killed between its release's store and the wake that follows can leave waiters
+   * asleep on a free lock: the kernel's robust-list cleanup wakes one only while the lock word
+   * still reads free, and a process that took and released the lock in between has cleared the
+   * waiters flag. So each wait is bounded and retried; an ordinary release still wakes a waiter
+   * at once. (The deadline is on the realtime clock, the one the timed lock takes; a clock set
+   * back only lengthens a wait that was lost anyway.) */
+  int rc;
+  do {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += LOCK_SLICE_NS;
+    if (until.tv_nsec >= 1000000000) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000;
+    }
+    rc = pthread_mutex_timedlock(&l->lock, &until);
+  } while (rc == ETIMEDOUT);
   if (rc == EOWNERDEAD) {
     /* The holder died inside: at most its own slot is half-written, and it is dead, so the
      * next reclaim frees that slot. */

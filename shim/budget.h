@@ -91,7 +91,8 @@ int budget_open(const char *name, bool create, const char *settings, struct budg
 void budget_close(struct budget *l);
 
 /* Takes the ledger's lock. A holder that died leaves it to the caller, who counts a recovery
- * and makes it consistent. Returns 0, or -ENOTRECOVERABLE. */
+ * and makes it consistent; a wake lost to a holder's death costs a waiter at most 50 ms.
+ * Returns 0, or -ENOTRECOVERABLE. */
 int budget_lock(struct budget *l);
 void budget_unlock(struct budget *l);
 

@@ -80,6 +80,8 @@ OLD(int, dladdr, (const void *addr, Dl_info *info), (addr, info))
 OLD(char *, dlerror, (void), ())
 OLD(int, pthread_once, (pthread_once_t * once, void (*init)(void)), (once, init))
 OLD(int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))
+OLD(int, pthread_mutex_timedlock, (pthread_mutex_t *restrict m, const struct timespec *restrict t),
+    (m, t))
 OLD(int, pthread_key_create, (pthread_key_t * key, void (*dtor)(void *)), (key, dtor))
 OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/fakecuda/fk_machine.h"
@@ -71,8 +72,21 @@ static uint32_t slots_seen(const struct fk_ledger *l) {
   return l->hi < FK_MACHINE_SLOTS ? l->hi : FK_MACHINE_SLOTS;
 }
 
+/* Takes the ledger's lock, each wait bounded and retried: a holder killed between its release's
+ * store and the wake that follows, with another process taking and releasing the lock in
+ * between, leaves waiters asleep on a free lock (the kernel's robust-list cleanup wakes one only
+ * while the word still reads free). The real driver keeps these figures in the kernel. */
 static void lock(struct fk_machine *m) {
-  if (pthread_mutex_lock(&m->l->lock) == EOWNERDEAD) {
+  int rc;
+  do {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += 50000000; /* 50 ms */
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    rc = pthread_mutex_clocklock(&m->l->lock, CLOCK_MONOTONIC, &until);
+  } while (rc == ETIMEDOUT);
+  if (rc == EOWNERDEAD) {
     /* Its holder died inside. Nothing it may have half-done outlives it: the figures are sums
      * over slots, and its own slot is reclaimed below as a dead process's. */
     m->l->recoveries++;

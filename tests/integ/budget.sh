@@ -162,6 +162,40 @@ exec 3>&-
 wait "$a"
 is $? 0 "A went on past the dead holder and exited normally"
 
+# ---- A wake lost to a holder's death: a waiter asleep on a free lock goes on. ----
+# (A holder killed between its release's store and its wake, with another process taking and
+# releasing the lock in between, leaves the waiters asleep on a free lock; budgetlock's "lose"
+# mode leaves that state directly.)
+export GPUCAP_SHARE=$name-lost
+with_shim "$probe" init ctx info >/dev/null 2>&1 # makes the budget's ledger
+mkfifo "$WORK/fl"
+rm -f "$WORK/lock.out"
+"$TESTBIN/budgetlock" "$name-lost" lose <"$WORK/fl" >"$WORK/lock.out" 2>&1 &
+locker=$!
+exec 5>"$WORK/fl"
+await "$WORK/lock.out" locked
+# timeout: a bound for a lost wake (a hang fails the test), not a timing.
+bg timeout 60 "$probe" init ctx alloc:$((100 * MiB)) >"$WORK/w.out" 2>&1 &
+waiter=$!
+asleep=1
+for i in $(seq 1 400); do
+  p=$(pgrep -P "$waiter")
+  if [ -n "$p" ] && grep -q futex "/proc/$p/wchan" 2>/dev/null; then
+    asleep=0
+    break
+  fi
+  sleep 0.05
+done
+ok $asleep "a process of the budget waits asleep on the held ledger lock"
+echo go >&5
+await "$WORK/lock.out" lost
+kill -9 "$locker"
+wait "$locker" 2>/dev/null
+exec 5>&-
+wait "$waiter"
+is $? 0 "the lock freed without a wake, its holder killed: the waiter takes it and goes on"
+like "$(flat "$(cat "$WORK/w.out")")" "alloc 0" "... and gets its 100 MiB"
+
 # ---- A ledger gpucap cannot use is refused with a clear line, never ignored. ----
 bad=/dev/shm/gpucap-budget.$uid.$name-bad
 export GPUCAP_SHARE=$name-bad
