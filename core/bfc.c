@@ -1543,3 +1543,26 @@ int bfc_check(const bfc_pool_t *pool) {
   expect(&k, p->unit != 0 || p->st.driver_alloc_calls >= p->nregions); /* a trim splits runs */
   return k.bad;
 }
+
+/* bfc_alloc_fit: step 1 of bfc_alloc_tagged alone (kept apart from it so that the policy of the
+ * full call stays in one place: the fronts of core/front.h use this one). */
+int bfc_alloc_fit(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr, uint64_t *held) {
+  uint64_t rounded = pool != NULL && addr != NULL ? bfc_round(bytes) : 0;
+  if (rounded == 0) {
+    return -EINVAL;
+  }
+  if ((pool->nspare < 2 || 2 * (pool->map.count + 1) > pool->map.mask + 1) &&
+      reserve_meta(pool) != 0) {
+    return -ENOMEM;
+  }
+  chunk_t *c = take_best(pool, rounded);
+  if (c == NULL) {
+    return -ENOSPC;
+  }
+  use_chunk(pool, c, rounded, bytes);
+  c->tag = tag;
+  *addr = c->addr;
+  *held = c->size;
+  DEBUG_CHECK(pool);
+  return 0;
+}

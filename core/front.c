@@ -1,0 +1,94 @@
+/* front: a per-thread cache of freed blocks by size class (see core/front.h). */
+#include "core/front.h"
+
+#include <string.h>
+
+void front_init(front_t *f, uint64_t budget) {
+  memset(f, 0, sizeof(*f));
+  f->budget = budget;
+}
+
+int front_class(uint64_t size) {
+  if (size == 0 || size > FRONT_MAX_BLOCK) {
+    return -1;
+  }
+  uint64_t u = (size + 255) / 256; /* 256-byte units, 1 .. 2^18 */
+  if (u <= FRONT_SUBCLASSES) {
+    return (int)(u - 1); /* exact below 2 KiB */
+  }
+  uint64_t v = u - 1; /* >= 8: 8 classes per power of two, each 1/8 to 1/16 wide */
+  int e = 63 - __builtin_clzll(v);
+  return (int)(FRONT_SUBCLASSES + (uint64_t)(e - 3) * FRONT_SUBCLASSES + ((v >> (e - 3)) & 7));
+}
+
+/* Removes block i of class k, keeping the others in age order. */
+static front_block_t take_at(front_t *f, int k, unsigned i) {
+  front_block_t b = f->block[k][i];
+  unsigned n = f->count[k];
+  memmove(&f->block[k][i], &f->block[k][i + 1], (n - i - 1) * sizeof(front_block_t));
+  f->count[k] = (uint8_t)(n - 1);
+  f->bytes -= b.size;
+  return b;
+}
+
+int front_take(front_t *f, uint64_t bytes, uint64_t safe, front_block_t *out) {
+  int k = front_class(bytes);
+  if (k >= 0) {
+    uint64_t need = (bytes + 255) / 256 * 256;
+    uint64_t slack = need / 128 > 256 ? need / 128 : 256; /* what the pool's own split leaves */
+    for (unsigned i = f->count[k]; i-- > 0;) {            /* newest first: the warmest */
+      const front_block_t *b = &f->block[k][i];
+      if (b->size >= need && b->size - need < slack && b->stamp < safe) {
+        *out = take_at(f, k, i);
+        f->hits++;
+        return 1;
+      }
+    }
+  }
+  f->misses++;
+  return 0;
+}
+
+/* The largest class holding a block, or -1. */
+static int largest(const front_t *f) {
+  for (int k = (int)FRONT_CLASSES - 1; k >= 0; k--) {
+    if (f->count[k] > 0) {
+      return k;
+    }
+  }
+  return -1;
+}
+
+size_t front_put(front_t *f, const front_block_t *b, front_block_t *out) {
+  int k = front_class(b->size);
+  size_t n = 0;
+  f->puts++;
+  if (k < 0 || b->size > f->budget) {
+    out[n++] = *b;
+    return n;
+  }
+  if (f->count[k] == FRONT_DEPTH) {
+    out[n++] = take_at(f, k, 0);
+  }
+  int big;
+  while (f->bytes + b->size > f->budget && n < FRONT_PUT_ROOM - 1 && (big = largest(f)) >= 0) {
+    out[n++] = take_at(f, big, 0);
+  }
+  f->evictions += n;
+  if (f->bytes + b->size > f->budget) {
+    out[n++] = *b;
+    return n;
+  }
+  f->block[k][f->count[k]++] = *b;
+  f->bytes += b->size;
+  return n;
+}
+
+size_t front_drain(front_t *f, front_block_t *out, size_t room) {
+  size_t n = 0;
+  int k;
+  while (n < room && (k = largest(f)) >= 0) {
+    out[n++] = take_at(f, k, 0);
+  }
+  return n;
+}
