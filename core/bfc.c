@@ -1547,9 +1547,12 @@ int bfc_check(const bfc_pool_t *pool) {
 /* bfc_alloc_fit: step 1 of bfc_alloc_tagged alone (kept apart from it so that the policy of the
  * full call stays in one place: the fronts of core/front.h use this one). */
 int bfc_alloc_fit(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr, uint64_t *held) {
-  uint64_t rounded = pool != NULL && addr != NULL ? bfc_round(bytes) : 0;
-  if (rounded == 0) {
+  if (pool == NULL || addr == NULL || held == NULL || bytes == 0) {
     return -EINVAL;
+  }
+  uint64_t rounded = bfc_round(bytes);
+  if (rounded == 0) {
+    return -ENOSPC; /* too large to round: the full call refuses it */
   }
   if ((pool->nspare < 2 || 2 * (pool->map.count + 1) > pool->map.mask + 1) &&
       reserve_meta(pool) != 0) {

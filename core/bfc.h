@@ -131,8 +131,9 @@ int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *ad
 /* bfc_alloc_tagged's step 1 alone: best fit among the free chunks, with no retire, growth or
  * garbage collection; -ENOSPC (not counted as an out-of-memory) when no free chunk fits. A
  * front (core/front.h) asks this first and flushes before the full call, so the pool grows and
- * refuses only as it would with no front. *held must not be NULL. Other errors as
- * bfc_alloc_tagged (-EINVAL for bytes == 0 or too large to round). Not thread-safe. */
+ * refuses only as it would with no front (a request too large to round is -ENOSPC too). Fails
+ * with -EINVAL iff pool, addr or held is NULL or bytes == 0; -ENOMEM iff host memory for
+ * metadata runs out. Not thread-safe. */
 int bfc_alloc_fit(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr, uint64_t *held);
 
 /* Frees the in-use block starting at addr for immediate reuse, coalescing it with free

@@ -31,14 +31,12 @@ static front_block_t take_at(front_t *f, int k, unsigned i) {
   return b;
 }
 
-int front_take(front_t *f, uint64_t bytes, uint64_t safe, front_block_t *out) {
+int front_take(front_t *f, uint64_t bytes, uint8_t tag, uint64_t safe, front_block_t *out) {
   int k = front_class(bytes);
   if (k >= 0) {
-    uint64_t need = (bytes + 255) / 256 * 256;
-    uint64_t slack = need / 128 > 256 ? need / 128 : 256; /* what the pool's own split leaves */
-    for (unsigned i = f->count[k]; i-- > 0;) {            /* newest first: the warmest */
+    for (unsigned i = f->count[k]; i-- > 0;) { /* newest first: the warmest */
       const front_block_t *b = &f->block[k][i];
-      if (b->size >= need && b->size - need < slack && b->stamp < safe) {
+      if (b->requested == bytes && b->tag == tag && b->stamp < safe) {
         *out = take_at(f, k, i);
         f->hits++;
         return 1;

@@ -17,9 +17,9 @@
 #include <stdint.h>
 
 /* Size classes: 8 per power of two from 256 bytes up to FRONT_MAX_BLOCK; larger blocks are never
- * kept. A request takes a block of its own class that is at least the request (rounded up to
- * 256) and less than max(256 bytes, 1/128 of it) larger: what the pool's own split would leave
- * with the block, so a front never makes the blocks in use larger than the pool would. */
+ * kept. A request takes only a block first asked for with exactly its size and tag, so the
+ * pool's record of the block (its size asked for, its tag) stays true when the front hands it
+ * out again, and a front never makes the blocks in use larger than the pool would. */
 #define FRONT_SUBCLASSES 8u
 #define FRONT_MAX_BLOCK ((uint64_t)16 << 20)
 #define FRONT_CLASSES 112u /* front_class(FRONT_MAX_BLOCK) + 1 */
@@ -27,10 +27,11 @@
 #define FRONT_DEPTH 8u
 
 typedef struct front_block {
-  uint64_t addr;  /* the block's base in its pool */
-  uint64_t size;  /* its chunk size (what the pool holds for it), a multiple of 256 */
-  uint64_t stamp; /* the caller's: the block may be handed out once stamp < safe */
-  uint8_t tag;    /* the caller's (the shim: the library that asked for it) */
+  uint64_t addr;      /* the block's base in its pool */
+  uint64_t size;      /* its chunk size (what the pool holds for it), a multiple of 256 */
+  uint64_t requested; /* the size it was asked for (the pool's record) */
+  uint64_t stamp;     /* the caller's: the block may be handed out once stamp < safe */
+  uint8_t tag;        /* the caller's (the shim: the library that asked for it) */
 } front_block_t;
 
 typedef struct front {
@@ -48,10 +49,10 @@ void front_init(front_t *f, uint64_t budget);
  * FRONT_MAX_BLOCK or 0. O(1), pure. */
 int front_class(uint64_t size);
 
-/* Takes a kept block for a request of `bytes` (> 0): the newest block of the request's class
- * that fits it as above and whose stamp is below `safe`. Returns 1 with *out
- * filled and the block forgotten, else 0 (counted as a miss). O(FRONT_DEPTH). */
-int front_take(front_t *f, uint64_t bytes, uint64_t safe, front_block_t *out);
+/* Takes a kept block for a request of `bytes` (> 0) with `tag`: the newest block of the
+ * request's class asked for with exactly that size and tag, whose stamp is below `safe`. Returns
+ * 1 with *out filled and the block forgotten, else 0 (counted as a miss). O(FRONT_DEPTH). */
+int front_take(front_t *f, uint64_t bytes, uint8_t tag, uint64_t safe, front_block_t *out);
 
 /* The most blocks one front_put gives up: the size of its out[] array. */
 #define FRONT_PUT_ROOM 16u

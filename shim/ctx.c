@@ -39,6 +39,12 @@ ctx_t *ctx_slot(int i) {
   return &slots[i];
 }
 
+/* A thread's front of a pool of `limit` bytes keeps at most 1/64 of it, and 256 MiB. */
+static uint64_t front_budget(uint64_t limit) {
+  uint64_t most = (uint64_t)256 << 20;
+  return limit / 64 < most ? limit / 64 : most;
+}
+
 static struct ctx *create(CUcontext handle, int dev) {
   pthread_mutex_lock(&registry);
   int n = atomic_load_explicit(&nslots, memory_order_relaxed);
@@ -71,6 +77,10 @@ static struct ctx *create(CUcontext handle, int dev) {
     c->index = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
     atomic_store_explicit(&c->dying, false, memory_order_relaxed);
     int made = pool_open(&c->pool, dev, &setup);
+    atomic_fetch_add_explicit(&c->epoch, 1, memory_order_acq_rel); /* fronts of a former life */
+    c->front_budget = front_budget(setup.limit);
+    atomic_store_explicit(&c->front_allocs, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->pressure, 0, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
     if (made != 0) {
       c = NULL;
@@ -117,6 +127,10 @@ ctx_t *ctx_current(CUresult *rc) {
 }
 
 ctx_t *ctx_owning(uint64_t addr) {
+  struct ctx *known = ctx_front_owner(addr); /* the thread's own blocks: no context lock */
+  if (known) {
+    return known;
+  }
   int n = ctx_count();
   for (int i = 0; i < n; i++) {
     if (atomic_load_explicit(&slots[i].dying, memory_order_acquire)) {
@@ -139,7 +153,8 @@ enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {
     pthread_mutex_lock(&c->lock);
     if (c->pool.bfc && bfc_owns(c->pool.bfc, addr)) {
       /* The block is what the program asked for: the chunk's rounding is not part of it. */
-      where = bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size
+      where = bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size &&
+                      !ctx_fronts_cached(c, *base, false) /* freed into a front */
                   ? CTX_BLOCK
                   : CTX_NOT_HELD;
     }
@@ -169,6 +184,7 @@ uint64_t ctx_idle_bytes(int dev) {
     uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
     pthread_mutex_lock(&slots[i].lock);
     if (slots[i].pool.bfc && slots[i].dev == dev) {
+      ctx_fronts_flush(&slots[i], false); /* cached blocks are idle memory of the pool */
       bfc_usage(slots[i].pool.bfc, &in_use, &deferred, &free_b, &reserved);
     }
     pthread_mutex_unlock(&slots[i].lock);
@@ -201,7 +217,9 @@ static void drop(struct ctx *c) {
   pthread_mutex_lock(&c->lock);
   if (c->pool.bfc) {
     struct ctx_report r = {.dev = c->dev, .index = c->index, .destroyed = true};
+    ctx_fronts_unbind(c); /* cached blocks back into the pool, which goes */
     pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
+    r.stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
     if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
       ended[nended++] = r;
     }
@@ -210,6 +228,7 @@ static void drop(struct ctx *c) {
     log_msg(LOG_DEBUG, "device %d: context destroyed, its pool dropped", c->dev);
   }
   atomic_store_explicit(&c->handle, NULL, memory_order_release);
+  atomic_fetch_add_explicit(&c->epoch, 1, memory_order_acq_rel);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -255,9 +274,13 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
       continue;
     }
     if (c->pool.bfc) {
-      /* No block will be handed out again: settle the deferred frees (bookkeeping only). */
+      /* No block will be handed out again: the fronts' cached blocks back into the pool (a
+       * front whose lock stays busy keeps its own), and the deferred frees settled
+       * (bookkeeping only). */
+      ctx_fronts_flush(c, true);
       bfc_retire(c->pool.bfc);
       pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
+      r.stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
     }
     r.dev = c->dev;
     r.index = c->index;

@@ -33,7 +33,7 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   if (deferred == 0 || !handle || !capture_sync_enter()) {
     return; /* a synchronisation would invalidate a capture going on (shim/capture.h) */
   }
-  uint64_t mark = bfc_defer_mark(o->pool.bfc);
+  uint64_t mark = bfc_defer_mark(o->pool.bfc), ticket = ctx_sync_begin(o);
   pthread_mutex_unlock(&o->lock);
   CUcontext popped;
   bool synced = real.cuCtxPushCurrent_v2(handle) == CUDA_SUCCESS;
@@ -44,6 +44,9 @@ static void settle_other(struct ctx *o, CUcontext mine) {
     }
   }
   capture_sync_leave();
+  if (synced) {
+    ctx_sync_end(o, ticket);
+  }
   pthread_mutex_lock(&o->lock);
   if (synced && o->pool.bfc) {
     bfc_retire_upto(o->pool.bfc, mark);
@@ -61,6 +64,7 @@ static void release_idle(struct ctx *c) {
     return;
   }
   CUcontext mine = NULL;
+  ctx_fronts_flush(c, false); /* before the pool shrinks */
   if (real.cuCtxGetCurrent && real.cuCtxGetCurrent(&mine) == CUDA_SUCCESS) {
     settle_other(c, mine);
   }
@@ -97,6 +101,7 @@ static uint64_t trim_device(int dev, const struct ctx *skip, CUcontext mine) {
     pthread_mutex_lock(&o->lock);
     bool same_device = o->dev == dev;
     if (o->pool.bfc && same_device) {
+      ctx_fronts_flush(o, false); /* cached blocks may free whole regions */
       settle_other(o, mine);
     }
     if (o->pool.bfc && same_device) {
@@ -211,6 +216,11 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   int lib = ledger_caller();
   measure_driver(c->dev);
   uint64_t addr = 0, held = 0;
+  if (ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
+    *dptr = addr;
+    return CUDA_SUCCESS;
+  }
+  bool fronts = ctx_fronts_on(), pressed = false;
   int err;
   pthread_mutex_lock(&c->lock);
   c->pool.driver_full = false;
@@ -219,6 +229,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   for (int tries = 0;; tries++) {
     uint64_t in_use, deferred, free_b, reserved;
     if (!c->pool.bfc) { /* its context was destroyed while the lock was dropped */
+      if (pressed) {
+        atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
+      }
       pthread_mutex_unlock(&c->lock);
       return real.cuMemAlloc_v2(dptr, bytes);
     }
@@ -233,7 +246,18 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
                (deferred >= free_b / 4 || (c->pool.vmm && free_b < bytes));
     if (!due) {
       c->pool.last_driver_rc = CUDA_SUCCESS;
-      err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
+      err = fronts ? bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held) : -ENOSPC;
+      if (err == -ENOSPC) {
+        /* The pool would retire, grow or refuse: first every front's cached blocks come
+         * back, and until this call ends frees bypass the fronts, so it grows and refuses as
+         * it would with no front (docs/design.md, "Per-thread fronts"). */
+        if (fronts && !pressed) {
+          pressed = true;
+          atomic_fetch_add_explicit(&c->pressure, 1, memory_order_acq_rel);
+        }
+        ctx_fronts_flush(c, false);
+        err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
+      }
       if (err == -ENOMEM && !trimmed_others) {
         /* Other contexts' pools on this device may hold fully free regions under the same
          * cap, and stream-ordered frees not yet reached by their streams hold charges they are
@@ -256,12 +280,18 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     if (!capture_sync_enter()) {
       continue; /* a capture began meanwhile: no synchronisation (can_sync is now false) */
     }
-    uint64_t mark = bfc_defer_mark(c->pool.bfc);
+    uint64_t mark = bfc_defer_mark(c->pool.bfc), ticket = ctx_sync_begin(c);
     pthread_mutex_unlock(&c->lock);
     CUresult sync = real.cuCtxSynchronize();
     capture_sync_leave();
+    if (sync == CUDA_SUCCESS) {
+      ctx_sync_end(c, ticket);
+    }
     pthread_mutex_lock(&c->lock);
     if (sync != CUDA_SUCCESS) {
+      if (pressed) {
+        atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
+      }
       pthread_mutex_unlock(&c->lock);
       return sync;
     }
@@ -300,9 +330,13 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   if (c->pool.bfc) {
     release_idle(c);
   }
+  if (pressed) {
+    atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
+  }
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
+    ctx_front_track(c, addr, held, bytes, lib);
     return CUDA_SUCCESS;
   }
   if (refused) {
@@ -338,6 +372,9 @@ CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t 
 
 bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   uint64_t requested = 0;
+  if (ctx_front_free(c, ptr, rc)) { /* a block the thread knows, into its front: no lock */
+    return true;
+  }
   pthread_mutex_lock(&c->lock);
   if (!c->pool.bfc) {
     pthread_mutex_unlock(&c->lock);
@@ -346,7 +383,9 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   uint64_t held = 0;
   uint8_t lib = 0;
   bfc_lookup_tagged(c->pool.bfc, ptr, NULL, &held, &requested, &lib);
-  int err = bfc_free_deferred(c->pool.bfc, ptr);
+  /* A block some front caches was freed already (a double free); one a front knows as live is
+   * forgotten there, since it is freed through the pool now. */
+  int err = ctx_fronts_cached(c, ptr, true) ? -EALREADY : bfc_free_deferred(c->pool.bfc, ptr);
   int dev = c->dev;
   if (err == 0) {
     trace_note(TRACE_FREE, dev, ptr, requested, held);

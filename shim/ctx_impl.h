@@ -20,7 +20,56 @@ struct ctx {
    * out again before gpucap learns the outcome, so other threads leave this object alone. */
   atomic_bool dying;
   pool_t pool;
+  /* Per-thread fronts (shim/ctx_front.c). epoch: bumped (lock held) when the object is made or
+   * dropped, so a front bound to an earlier life of this slot is known stale. The two sync
+   * counters stamp cached blocks: a synchronisation gpucap makes of the context takes a ticket
+   * from sync_started before it begins and raises sync_done to it once it succeeded, so a block
+   * freed while sync_started was S is safe to hand out again once sync_done > S. pressure:
+   * threads in the pool's slow path (growth or refusal); frees then bypass the fronts. */
+  atomic_uint_least64_t epoch;
+  uint64_t front_budget; /* bytes one thread's front may keep for this context */
+  atomic_uint_least64_t sync_started, sync_done;
+  atomic_uint_least64_t front_allocs; /* allocations the fronts served (the report's) */
+  atomic_int pressure;
 };
+
+/* ---- per-thread fronts (shim/ctx_front.c) --------------------------------------------------
+ * Lock order: a context's lock, then the fronts' registry, then one front's own lock; a front's
+ * lock is never held while a context's lock is taken. */
+
+/* True iff GPUCAP_FRONTS is on (read once). */
+bool ctx_fronts_on(void);
+
+/* The per-thread fast paths, no context lock taken: an allocation of `bytes` for library lib
+ * served from the calling thread's front (true, with *addr and *held; its trace row and ledger
+ * entry made), and the free of ptr into it (true with *rc set; false: the caller takes the
+ * context's lock and frees through the pool, calling ctx_fronts_claim first). */
+bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint64_t *held);
+bool ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc);
+
+/* Notes a block the pool just handed this thread (no lock held), so that its free can take the
+ * fast path. */
+void ctx_front_track(struct ctx *c, uint64_t addr, uint64_t held, uint64_t requested, int lib);
+
+/* The context whose block the calling thread's front knows addr to be (live or cached), or
+ * NULL. Takes the thread's own front lock only. */
+struct ctx *ctx_front_owner(uint64_t addr);
+
+/* c's lock held. Whether a front keeps addr as a cached block (freed by the program); with
+ * `claim`, a front that tracks it as live forgets it (the free goes through the pool). */
+bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim);
+
+/* c's lock held: every front's cached blocks of c go back into c's pool (deferred frees, safe
+ * once the next synchronisation retires them). `bounded`: the exit path's, each lock taken with
+ * exit_lock; false when one stayed busy. */
+bool ctx_fronts_flush(struct ctx *c, bool bounded);
+
+/* c's lock held, its pool about to go: flushes c's fronts and unbinds them. */
+void ctx_fronts_unbind(struct ctx *c);
+
+/* A synchronisation of c's context that gpucap makes: a ticket before, its end after. */
+uint64_t ctx_sync_begin(struct ctx *c);
+void ctx_sync_end(struct ctx *c, uint64_t ticket);
 
 /* The current context's object; or NULL with *rc = CUDA_SUCCESS when there is no usable
  * current context (the driver must answer the call itself), *rc = CUDA_ERROR_OUT_OF_MEMORY

@@ -83,6 +83,22 @@ OLD(int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))
 OLD(int, pthread_mutex_timedlock, (pthread_mutex_t *restrict m, const struct timespec *restrict t),
     (m, t))
 OLD(int, pthread_key_create, (pthread_key_t * key, void (*dtor)(void *)), (key, dtor))
+OLD(int, pthread_key_delete, (pthread_key_t key), (key))
+/* glibc declares the value never read through (access none), which GCC turns into a false
+ * "may be used uninitialized" here. */
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+int old_pthread_setspecific(pthread_key_t key, const void *value);
+__asm__(".symver old_pthread_setspecific, pthread_setspecific@" GLIBC_BASE);
+int pthread_setspecific(pthread_key_t key, const void *value) HIDDEN;
+int pthread_setspecific(pthread_key_t key, const void *value) {
+  return old_pthread_setspecific(key, value);
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 OLD(int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))
 OLD(int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))

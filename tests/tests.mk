@@ -52,7 +52,8 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/early $(BUILD)/tests/arrays \
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
                   $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest \
-                  $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock
+                  $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock \
+                  $(BUILD)/tests/fronts
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
@@ -60,9 +61,10 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/threads.sh tests/integ/pool.sh tests/integ/report.sh \
                 tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/share.sh \
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
-                tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh
+                tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
+                tests/integ/fronts.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh \
-                tests/integ/ledger.sh tests/integ/budget.sh
+                tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh
 
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 	$(call say,LD,$@)
@@ -110,6 +112,11 @@ $(BUILD)/tests/lifelinked: $(BUILD)/obj/tests/integ/life.o $(FAKECUDA_LIB)
 	  -lpthread
 
 $(BUILD)/tests/threads: $(BUILD)/obj/tests/integ/threads.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+
+$(BUILD)/tests/fronts: $(BUILD)/obj/tests/integ/fronts.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread

@@ -17,7 +17,8 @@
 static front_t f; /* 32 KiB: not on the stack */
 
 /* A block to put: at addr, of size bytes, stamped (tag 3). */
-#define BLK(a, s, st) (&(front_block_t){.addr = (a), .size = (s), .stamp = (st), .tag = 3})
+#define BLK(a, s, st)                                                                              \
+  (&(front_block_t){.addr = (a), .size = (s), .requested = (s), .stamp = (st), .tag = 3})
 
 static void test_classes(void) {
   int ok = front_class(0) == -1 && front_class(1) == 0 && front_class(256) == 0 &&
@@ -42,30 +43,33 @@ static void test_classes(void) {
 static void test_take_put(void) {
   front_block_t out[FRONT_PUT_ROOM], got;
   front_init(&f, 1 * MiB);
-  tap_ok(front_take(&f, 1000, 1, &got) == 0 && f.misses == 1, "an empty front misses");
+  tap_ok(front_take(&f, 1000, 3, 1, &got) == 0 && f.misses == 1, "an empty front misses");
   tap_ok(front_put(&f, BLK(0x10000, 1024, 0), out) == 0 && f.bytes == 1024,
          "a put keeps the block and counts its bytes");
-  tap_ok(front_take(&f, 2048, 1, &got) == 0, "a larger request of another class misses");
-  tap_ok(front_take(&f, 1000, 1, &got) == 1 && got.addr == 0x10000 && f.bytes == 0,
-         "a request of its class takes it back");
-  /* Within one class a block smaller than the request is not handed out. */
+  tap_ok(front_take(&f, 2048, 3, 1, &got) == 0, "a larger request of another class misses");
+  tap_ok(front_take(&f, 1000, 3, 1, &got) == 0, "a request of another size of its class misses");
+  tap_ok(front_take(&f, 1024, 3, 1, &got) == 1 && got.addr == 0x10000 && f.bytes == 0,
+         "a request of its size takes it back");
+  /* Only the size first asked for, and the tag, are matched. */
   front_put(&f, BLK(0x20000, 38 * KiB, 0), out);
-  tap_ok(front_class(38 * KiB) == front_class(39 * KiB) && front_take(&f, 39 * KiB, 1, &got) == 0,
-         "a block smaller than the request in its class is not handed out");
-  tap_ok(front_take(&f, 37 * KiB + 1, 1, &got) == 0,
-         "a request more than max(256, 1/128) smaller does not take it");
-  tap_ok(front_take(&f, 38 * KiB - 300, 1, &got) == 1 && got.size == 38 * KiB,
-         "a request less than 1/128 smaller takes it");
+  tap_ok(front_class(38 * KiB) == front_class(39 * KiB) &&
+             front_take(&f, 39 * KiB, 3, 1, &got) == 0,
+         "a larger request of its class misses");
+  tap_ok(front_take(&f, 38 * KiB - 300, 3, 1, &got) == 0, "a smaller request of its class misses");
+  tap_ok(front_take(&f, 38 * KiB, 4, 1, &got) == 0, "its size with another tag misses");
+  tap_ok(front_take(&f, 38 * KiB, 3, 1, &got) == 1 && got.size == 38 * KiB &&
+             got.requested == 38 * KiB,
+         "its size and tag take it");
   /* The stamp: only blocks below `safe`. */
   front_put(&f, BLK(0x30000, 4096, 5), out);
-  tap_ok(front_take(&f, 4096, 5, &got) == 0, "a block stamped 5 is not handed out below safe 6");
-  tap_ok(front_take(&f, 4096, 6, &got) == 1 && got.stamp == 5 && got.tag == 3,
+  tap_ok(front_take(&f, 4096, 3, 5, &got) == 0, "a block stamped 5 is not handed out below safe 6");
+  tap_ok(front_take(&f, 4096, 3, 6, &got) == 1 && got.stamp == 5 && got.tag == 3,
          "... and is at safe 6, tag kept");
   /* Newest first. */
   front_put(&f, BLK(0x40000, 4096, 0), out);
   front_put(&f, BLK(0x50000, 4096, 0), out);
-  tap_ok(front_take(&f, 4096, 1, &got) == 1 && got.addr == 0x50000, "the newest block first");
-  front_take(&f, 4096, 1, &got);
+  tap_ok(front_take(&f, 4096, 3, 1, &got) == 1 && got.addr == 0x50000, "the newest block first");
+  front_take(&f, 4096, 3, 1, &got);
   tap_ok(f.bytes == 0, "empty again");
 }
 
@@ -97,7 +101,7 @@ static void test_limits(void) {
   tap_ok(f.bytes <= f.budget, "bytes kept stay within the budget");
   size_t d = front_drain(&f, out, FRONT_PUT_ROOM);
   tap_ok(d == 3 && f.bytes == 0 && front_drain(&f, out, FRONT_PUT_ROOM) == 0 &&
-             front_take(&f, 64 * KiB, 1, &got) == 0,
+             front_take(&f, 64 * KiB, 3, 1, &got) == 0,
          "a drain gives up every block, and the front is empty after");
   front_init(&f, 0);
   tap_ok(front_put(&f, BLK(0xe00000, 256, 0), out) == 1, "a budget of 0 keeps nothing");
@@ -142,10 +146,9 @@ static void test_model(void) {
     } else if (where[i] == 2) {
       where[i] = 0; /* the pool hands it out again */
     } else {
-      if (front_take(&f, size[i], 1, &got)) {
+      if (front_take(&f, size[i], 3, 1, &got)) {
         int j = (int)(got.addr / MiB);
-        bad |= where[j] != 1 || size[j] < size[i] ||
-               size[j] - size[i] >= (size[i] / 128 > 256 ? size[i] / 128 : 256);
+        bad |= where[j] != 1 || size[j] != size[i];
         where[j] = 0;
         kept -= size[j];
       }
@@ -178,6 +181,8 @@ static void test_alloc_fit(void) {
   tap_ok(st.num_regions == 1 && st.num_ooms == 0 && bfc_check(p) == 0,
          "... the pool neither grew nor counted a refusal, and is intact");
   tap_ok(bfc_alloc_fit(p, 0, 0, &a, &held) == -EINVAL, "0 bytes: -EINVAL");
+  tap_ok(bfc_alloc_fit(p, UINT64_MAX, 0, &a, &held) == -ENOSPC,
+         "too large to round: -ENOSPC (the full call refuses it)");
   bfc_destroy(p);
   fake_fini(&fp);
 }

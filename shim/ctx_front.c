@@ -1,0 +1,449 @@
+/* Per-thread fronts (docs/design.md, "Per-thread fronts"): each thread that frees pool blocks
+ * keeps a core/front cache of them for one context at a time, behind a lock of its own that
+ * only a flush from another thread ever contends, so that the common free-then-allocate pair of
+ * one size takes no context lock. Beside the cache, a thread keeps a map of the blocks it knows:
+ * those the pool handed it (live) and those in its cache (cached), so a free can be checked
+ * without the pool. The map is advice for live blocks (a block the thread does not know goes
+ * through the pool as before, after every front has been asked whether it caches it: a double
+ * free) and exact for cached ones.
+ *
+ * A cached block is an in-use block of its pool: it is charged, counts as in use in the pool's
+ * figures, and is flushed back into the pool (a deferred free) before the pool grows, trims,
+ * refuses or reports, when its context is destroyed, and when the thread exits (a pthread key
+ * destructor). A block is handed out again only once a synchronisation gpucap made of its
+ * context began after its free (the stamp), exactly the rule of the pool's deferred frees.
+ */
+#include "shim/ctx_impl.h"
+
+#include "core/addrmap.h"
+#include "core/front.h"
+#include "shim/check.h"
+#include "shim/exit.h"
+#include "shim/fork.h"
+#include "shim/ledger.h"
+#include "shim/log.h"
+#include "shim/settings.h"
+#include "shim/trace.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A block the thread knows: its chunk size, the size asked for, the library (tag), and whether
+ * it sits in the cache. Free records are chained through `held`. */
+struct rec {
+  uint64_t held, requested;
+  uint8_t tag, cached;
+};
+
+struct tfront {
+  pthread_mutex_t mu; /* guards everything below but next/prev (the registry's) */
+  struct ctx *c;      /* the context it serves, NULL when unbound */
+  uint64_t epoch;     /* c's epoch when bound */
+  addrmap_t map;      /* block address -> record index + 1 */
+  struct rec *recs;
+  uint64_t nrecs, caprecs, free_rec; /* free_rec: first free record + 1, 0: none */
+  struct tfront *next, *prev;
+  front_t f;
+};
+
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER; /* the list of fronts */
+static struct tfront *fronts;
+static pthread_key_t key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static atomic_bool key_made;
+static _Thread_local struct tfront *mine;
+
+bool ctx_fronts_on(void) {
+  static atomic_int on = -1; /* read once */
+  int v = atomic_load_explicit(&on, memory_order_relaxed);
+  if (v < 0) {
+    v = settings_get()->fronts;
+    atomic_store_explicit(&on, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+uint64_t ctx_sync_begin(struct ctx *c) {
+  return atomic_fetch_add_explicit(&c->sync_started, 1, memory_order_acq_rel) + 1;
+}
+
+void ctx_sync_end(struct ctx *c, uint64_t ticket) {
+  uint64_t done = atomic_load_explicit(&c->sync_done, memory_order_acquire);
+  while (done < ticket &&
+         !atomic_compare_exchange_weak_explicit(&c->sync_done, &done, ticket, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+  }
+}
+
+/* ---- the thread's map of known blocks (its lock held) ------------------------------------- */
+
+static struct rec *find(struct tfront *t, uint64_t addr) {
+  void *v = t->map.slots ? addrmap_get(&t->map, addr) : NULL;
+  return v ? &t->recs[(uintptr_t)v - 1] : NULL;
+}
+
+static void forget(struct tfront *t, uint64_t addr) {
+  void *v = t->map.slots ? addrmap_take(&t->map, addr) : NULL;
+  if (v) {
+    uint64_t i = (uintptr_t)v - 1;
+    t->recs[i].held = t->free_rec;
+    t->free_rec = i + 1;
+  }
+}
+
+/* Records addr; false when host memory runs out (the block is then simply not known). */
+static bool remember(struct tfront *t, uint64_t addr, const struct rec *r) {
+  if (!t->map.slots && addrmap_init(&t->map, 64) != 0) {
+    return false;
+  }
+  if (t->free_rec == 0 && t->nrecs == t->caprecs) {
+    uint64_t cap = t->caprecs ? 2 * t->caprecs : 64;
+    struct rec *grown = realloc(t->recs, cap * sizeof(*grown));
+    if (!grown) {
+      return false;
+    }
+    t->recs = grown;
+    t->caprecs = cap;
+  }
+  if (addrmap_reserve(&t->map, 1) != 0) {
+    return false;
+  }
+  uint64_t i;
+  if (t->free_rec) {
+    i = t->free_rec - 1;
+    t->free_rec = t->recs[i].held;
+  } else {
+    i = t->nrecs++;
+  }
+  t->recs[i] = *r;
+  addrmap_put(&t->map, addr, (void *)(uintptr_t)(i + 1));
+  return true;
+}
+
+/* Forgets every block (the front's context is gone or changes). */
+static void forget_all(struct tfront *t) {
+  addrmap_fini(&t->map);
+  memset(&t->map, 0, sizeof t->map);
+  t->nrecs = t->free_rec = 0;
+}
+
+/* Takes up to `room` cached blocks out of t (its lock held), forgetting them. */
+static size_t drain(struct tfront *t, front_block_t *out, size_t room) {
+  size_t n = front_drain(&t->f, out, room);
+  for (size_t i = 0; i < n; i++) {
+    forget(t, out[i].addr);
+  }
+  return n;
+}
+
+/* Cached blocks go back into c's pool (c's lock held; the program freed them: deferred). */
+static void give_back(struct ctx *c, const front_block_t *b, size_t n) {
+  for (size_t i = 0; i < n && c->pool.bfc; i++) {
+    bfc_free_deferred(c->pool.bfc, b[i].addr);
+  }
+}
+
+/* Empties t into its context's pool, its lock not held, the context's taken for each batch;
+ * the blocks are dropped when that context is gone. Leaves t unbound. Returns the bytes given
+ * back and stores the blocks' number in *blocks. */
+static uint64_t unload(struct tfront *t, uint64_t *blocks) {
+  front_block_t out[64];
+  uint64_t bytes = 0;
+  *blocks = 0;
+  pthread_mutex_lock(&t->mu);
+  struct ctx *c = t->c;
+  uint64_t epoch = t->epoch;
+  pthread_mutex_unlock(&t->mu);
+  for (;;) {
+    pthread_mutex_lock(&t->mu);
+    size_t n = t->c == c ? drain(t, out, 64) : 0;
+    pthread_mutex_unlock(&t->mu);
+    if (n == 0 || !c) {
+      break;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (atomic_load_explicit(&c->epoch, memory_order_relaxed) == epoch && c->pool.bfc) {
+      give_back(c, out, n);
+      for (size_t i = 0; i < n; i++) {
+        bytes += out[i].size;
+      }
+      *blocks += n;
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  pthread_mutex_lock(&t->mu);
+  forget_all(t);
+  t->c = NULL;
+  pthread_mutex_unlock(&t->mu);
+  return bytes;
+}
+
+/* ---- the thread's front: made on first use, gone with the thread ------------------------- */
+
+/* Thread exit (a pthread key destructor, so it runs while gpucap is loaded: the key is deleted
+ * before the library could go): out of the registry, cached blocks back to the pool. */
+static void thread_gone(void *arg) {
+  struct tfront *t = arg;
+  pthread_mutex_lock(&registry);
+  if (t->prev) {
+    t->prev->next = t->next;
+  } else if (fronts == t) {
+    fronts = t->next;
+  }
+  if (t->next) {
+    t->next->prev = t->prev;
+  }
+  pthread_mutex_unlock(&registry);
+  uint64_t blocks, bytes = unload(t, &blocks);
+  if (blocks > 0) {
+    log_msg(LOG_DEBUG, "a thread exited: its front gave %llu cached blocks (%llu bytes) back",
+            (unsigned long long)blocks, (unsigned long long)bytes);
+  }
+  pthread_mutex_destroy(&t->mu);
+  free(t->recs);
+  free(t);
+  mine = NULL;
+}
+
+static void make_key(void) {
+  atomic_store_explicit(&key_made, pthread_key_create(&key, thread_gone) == 0,
+                        memory_order_release);
+}
+
+/* Should gpucap ever be unloaded, no destructor of a thread still running may point into it. */
+__attribute__((destructor)) static void delete_key(void) {
+  if (atomic_load_explicit(&key_made, memory_order_acquire)) {
+    pthread_key_delete(key);
+  }
+}
+
+/* The calling thread's front bound to c (made or rebound as needed); NULL when none can be
+ * made. */
+static struct tfront *front_for(struct ctx *c) {
+  struct tfront *t = mine;
+  if (!t) {
+    pthread_once(&key_once, make_key);
+    if (!atomic_load_explicit(&key_made, memory_order_acquire) || !(t = calloc(1, sizeof(*t)))) {
+      return NULL;
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    if (pthread_setspecific(key, t) != 0) {
+      pthread_mutex_destroy(&t->mu);
+      free(t);
+      return NULL;
+    }
+    pthread_mutex_lock(&registry);
+    t->next = fronts;
+    if (fronts) {
+      fronts->prev = t;
+    }
+    fronts = t;
+    pthread_mutex_unlock(&registry);
+    mine = t;
+  }
+  pthread_mutex_lock(&t->mu);
+  bool bound = t->c == c && t->epoch == atomic_load_explicit(&c->epoch, memory_order_acquire);
+  pthread_mutex_unlock(&t->mu);
+  if (!bound) {
+    uint64_t blocks;
+    unload(t, &blocks); /* its blocks to their own context's pool (or dropped with it) */
+    pthread_mutex_lock(&t->mu);
+    t->c = c;
+    t->epoch = atomic_load_explicit(&c->epoch, memory_order_acquire);
+    front_init(&t->f, c->front_budget);
+    pthread_mutex_unlock(&t->mu);
+  }
+  return t;
+}
+
+/* ---- the fast paths ----------------------------------------------------------------------- */
+
+bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint64_t *held) {
+  struct tfront *t = mine;
+  if (!t) {
+    return false;
+  }
+  front_block_t b;
+  uint64_t safe = atomic_load_explicit(&c->sync_done, memory_order_acquire);
+  uint64_t epoch = atomic_load_explicit(&c->epoch, memory_order_acquire);
+  pthread_mutex_lock(&t->mu);
+  bool hit = t->c == c && t->epoch == epoch && front_take(&t->f, bytes, (uint8_t)lib, safe, &b);
+  if (hit) {
+    struct rec *r = find(t, b.addr);
+    if (r) {
+      r->cached = 0;
+    }
+    trace_note(TRACE_ALLOC, c->dev, b.addr, bytes, b.size); /* ordered by t's lock */
+  }
+  pthread_mutex_unlock(&t->mu);
+  if (hit) {
+    ledger_add(c->dev, lib, b.size);
+    atomic_fetch_add_explicit(&c->front_allocs, 1, memory_order_relaxed);
+    *addr = b.addr;
+    *held = b.size;
+    trace_poll();
+  }
+  return hit;
+}
+
+void ctx_front_track(struct ctx *c, uint64_t addr, uint64_t held, uint64_t requested, int lib) {
+  if (!ctx_fronts_on()) {
+    return;
+  }
+  struct tfront *t = front_for(c);
+  if (t) {
+    pthread_mutex_lock(&t->mu);
+    if (t->c == c) {
+      forget(t, addr); /* a stale entry of a block freed through the pool meanwhile */
+      remember(t, addr, &(struct rec){held, requested, (uint8_t)lib, 0});
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+}
+
+bool ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
+  struct tfront *t = mine;
+  front_block_t out[FRONT_PUT_ROOM];
+  size_t n = 0;
+  if (!t) {
+    return false;
+  }
+  pthread_mutex_lock(&t->mu);
+  uint64_t epoch = t->epoch;
+  bool bound = t->c == c && epoch == atomic_load_explicit(&c->epoch, memory_order_acquire);
+  struct rec *r = bound ? find(t, ptr) : NULL;
+  if (!r) {
+    pthread_mutex_unlock(&t->mu);
+    return false;
+  }
+  if (r->cached) { /* freed already: as the pool answers a double free */
+    pthread_mutex_unlock(&t->mu);
+    *rc = CUDA_ERROR_INVALID_VALUE;
+    return true;
+  }
+  struct rec k = *r;
+  if (atomic_load_explicit(&c->pressure, memory_order_acquire) > 0) {
+    forget(t, ptr); /* the pool needs its memory now: through the pool */
+    pthread_mutex_unlock(&t->mu);
+    return false;
+  }
+  trace_note(TRACE_FREE, c->dev, ptr, k.requested, k.held); /* ordered by t's lock */
+  front_block_t b = {.addr = ptr,
+                     .size = k.held,
+                     .requested = k.requested,
+                     .stamp = atomic_load_explicit(&c->sync_started, memory_order_acquire),
+                     .tag = k.tag};
+  n = front_put(&t->f, &b, out);
+  bool kept = true;
+  for (size_t i = 0; i < n; i++) {
+    kept &= out[i].addr != ptr;
+    forget(t, out[i].addr);
+  }
+  if (kept) {
+    r = find(t, ptr);
+    r->cached = 1;
+  }
+  pthread_mutex_unlock(&t->mu);
+  ledger_sub(c->dev, k.tag, k.held);
+  if (n > 0) {
+    pthread_mutex_lock(&c->lock);
+    if (atomic_load_explicit(&c->epoch, memory_order_relaxed) == epoch) {
+      give_back(c, out, n);
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  trace_poll();
+  *rc = CUDA_SUCCESS;
+  return true;
+}
+
+struct ctx *ctx_front_owner(uint64_t addr) {
+  struct tfront *t = mine;
+  struct ctx *c = NULL;
+  if (t) {
+    pthread_mutex_lock(&t->mu);
+    if (t->c && !atomic_load_explicit(&t->c->dying, memory_order_acquire) && find(t, addr)) {
+      c = t->c;
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  return c;
+}
+
+/* ---- what other threads do to the fronts (the context's lock held) ------------------------ */
+
+bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim) {
+  CHECK_HELD(&c->lock);
+  bool cached = false;
+  pthread_mutex_lock(&registry);
+  for (struct tfront *t = fronts; t && !cached; t = t->next) {
+    pthread_mutex_lock(&t->mu);
+    struct rec *r = t->c == c ? find(t, addr) : NULL;
+    if (r) {
+      cached = r->cached;
+      if (claim && !cached) {
+        forget(t, addr);
+      }
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  pthread_mutex_unlock(&registry);
+  return cached;
+}
+
+bool ctx_fronts_flush(struct ctx *c, bool bounded) {
+  CHECK_HELD(&c->lock);
+  front_block_t out[64];
+  bool whole = true;
+  if (bounded ? !exit_lock(&registry) : pthread_mutex_lock(&registry) != 0) {
+    return false;
+  }
+  for (struct tfront *t = fronts; t; t = t->next) {
+    if (bounded ? !exit_lock(&t->mu) : pthread_mutex_lock(&t->mu) != 0) {
+      whole = false;
+      continue;
+    }
+    if (t->c == c) {
+      size_t n;
+      while ((n = drain(t, out, 64)) > 0) {
+        give_back(c, out, n);
+      }
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  pthread_mutex_unlock(&registry);
+  return whole;
+}
+
+void ctx_fronts_unbind(struct ctx *c) {
+  CHECK_HELD(&c->lock);
+  ctx_fronts_flush(c, false);
+  pthread_mutex_lock(&registry);
+  for (struct tfront *t = fronts; t; t = t->next) {
+    pthread_mutex_lock(&t->mu);
+    if (t->c == c) {
+      forget_all(t);
+      t->c = NULL;
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  pthread_mutex_unlock(&registry);
+}
+
+/* A fork child has one thread and no context: the fronts (the parent's threads', and this
+ * thread's) are abandoned unread, as the contexts are (shim/fork.h); kept reachable. */
+static struct tfront *volatile inherited;
+
+static void fork_child(void) {
+  inherited = fronts;
+  fronts = NULL;
+  pthread_mutex_init(&registry, NULL);
+  if (mine) {
+    mine = NULL;
+    if (atomic_load_explicit(&key_made, memory_order_acquire)) {
+      pthread_setspecific(key, NULL);
+    }
+  }
+}
+FORK_CHILD(fork_child)

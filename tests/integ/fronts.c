@@ -1,0 +1,181 @@
+/* fronts: the per-thread fronts of the pool seen from a program (docs/design.md, "Per-thread
+ * fronts"). Linked with -lcuda (the fake driver). Prints TAP. usage: fronts MODE [ARGS]
+ *   churn N ITER   N threads allocate and free blocks of a few sizes (so fronts cache and hand
+ *                  them out again) under the cap; every call answers success or out-of-memory
+ *   room N BIG     N threads each allocate and free 1 MiB in 256 KiB blocks, which their fronts
+ *                  keep, and stay alive; then the main thread asks for BIG bytes, which fit the
+ *                  cap only with the room the others cache
+ *   exit           a thread frees blocks into its front and exits (its front goes back)
+ *   fork           a thread frees a block into its front, keeps another, and forks: the child
+ *                  (no CUDA context) gets the driver's answer for the block, not the parent's
+ * The script checks from the driver's side (FAKECUDA_STATS) that its peak never passed the cap.
+ */
+#include "shim/cudadefs.h"
+#include "tests/tap.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define LIVE 4
+
+static CUcontext ctx;
+static int iterations;
+static pthread_barrier_t cached, done;
+
+struct result {
+  int ok, oom, other;
+};
+
+/* churn: sizes from a small set, so a freed block's size comes back soon. */
+static void *churn(void *arg) {
+  struct result *r = arg;
+  static const size_t sizes[] = {256 * KiB, 1 * MiB, 3 * MiB + 512, 4 * MiB};
+  unsigned seed = (unsigned)(size_t)arg;
+  CUdeviceptr live[LIVE] = {0};
+  cuCtxSetCurrent(ctx);
+  for (int i = 0; i < iterations; i++) {
+    int k = rand_r(&seed) % LIVE;
+    if (live[k]) {
+      r->other += cuMemFree_v2(live[k]) != CUDA_SUCCESS;
+      live[k] = 0;
+      continue;
+    }
+    CUresult rc = cuMemAlloc_v2(&live[k], sizes[rand_r(&seed) % 4]);
+    if (rc != CUDA_SUCCESS) {
+      live[k] = 0;
+    }
+    r->ok += rc == CUDA_SUCCESS;
+    r->oom += rc == CUDA_ERROR_OUT_OF_MEMORY;
+    r->other += rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (int k = 0; k < LIVE; k++) {
+    if (live[k]) {
+      r->other += cuMemFree_v2(live[k]) != CUDA_SUCCESS;
+    }
+  }
+  return NULL;
+}
+
+/* Allocates and frees 1 MiB as four 256 KiB blocks, which the thread's front keeps. */
+static int cache_some(void) {
+  CUdeviceptr p[4] = {0};
+  int bad = 0;
+  for (int k = 0; k < 4; k++) {
+    bad += cuMemAlloc_v2(&p[k], 256 * KiB) != CUDA_SUCCESS;
+  }
+  for (int k = 0; k < 4; k++) {
+    bad += p[k] && cuMemFree_v2(p[k]) != CUDA_SUCCESS;
+  }
+  return bad;
+}
+
+/* room: cache, then stay alive (with the cached blocks) until the main thread is done. */
+static void *holder(void *arg) {
+  struct result *r = arg;
+  cuCtxSetCurrent(ctx);
+  r->other += cache_some();
+  pthread_barrier_wait(&cached);
+  pthread_barrier_wait(&done);
+  return NULL;
+}
+
+static void *leaver(void *arg) {
+  struct result *r = arg;
+  cuCtxSetCurrent(ctx);
+  r->other += cache_some();
+  return NULL;
+}
+
+/* fork: this thread knows one block as cached and one as live when it forks. */
+static void *forker(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr freed = 0, kept = 0;
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(&freed, 1 * MiB) != CUDA_SUCCESS;
+  r->other += cuMemAlloc_v2(&kept, 1 * MiB) != CUDA_SUCCESS;
+  r->other += cuMemFree_v2(freed) != CUDA_SUCCESS;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The child has no CUDA context: the driver answers for both blocks and for a new one. */
+    CUdeviceptr p = 0;
+    int bad = (cuMemFree_v2(kept) == CUDA_SUCCESS) + (cuMemFree_v2(freed) == CUDA_SUCCESS) +
+              (cuMemAlloc_v2(&p, 1 * MiB) == CUDA_SUCCESS);
+    _exit(bad);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  r->ok = WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+  r->other += cuMemFree_v2(kept) != CUDA_SUCCESS;
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  int n = argc > 2 ? atoi(argv[2]) : 4;
+  CUdevice dev;
+  pthread_t tid[64];
+  struct result res[64];
+  memset(res, 0, sizeof res);
+  n = n < 1 ? 1 : n > 64 ? 64 : n;
+  TAP_EQ(cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev), 0, "setup");
+  cuCtxSetCurrent(ctx);
+  int ok = 0, oom = 0, other = 0;
+  if (strcmp(mode, "churn") == 0) {
+    iterations = argc > 3 ? atoi(argv[3]) : 2000;
+    for (int t = 0; t < n; t++) {
+      pthread_create(&tid[t], NULL, churn, &res[t]);
+    }
+    for (int t = 0; t < n; t++) {
+      pthread_join(tid[t], NULL);
+      ok += res[t].ok;
+      oom += res[t].oom;
+      other += res[t].other;
+    }
+    tap_ok(ok > 0, "%d threads: %d allocations, %d refused at the cap", n, ok, oom);
+    TAP_EQ(other, 0, "no call answered anything but success or out-of-memory");
+  } else if (strcmp(mode, "room") == 0) {
+    size_t big = argc > 3 ? strtoull(argv[3], NULL, 10) : 60 * MiB;
+    pthread_barrier_init(&cached, NULL, (unsigned)n + 1);
+    pthread_barrier_init(&done, NULL, (unsigned)n + 1);
+    for (int t = 0; t < n; t++) {
+      pthread_create(&tid[t], NULL, holder, &res[t]);
+    }
+    pthread_barrier_wait(&cached);
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAlloc_v2(&p, big);
+    TAP_EQ(rc, CUDA_SUCCESS, "%zu bytes while %d threads cache 1 MiB each: served", big, n);
+    if (rc == CUDA_SUCCESS) {
+      TAP_EQ(cuMemFree_v2(p), CUDA_SUCCESS, "and freed");
+    }
+    pthread_barrier_wait(&done);
+    for (int t = 0; t < n; t++) {
+      pthread_join(tid[t], NULL);
+      other += res[t].other;
+    }
+    TAP_EQ(other, 0, "the threads' allocations and frees all succeeded");
+  } else if (strcmp(mode, "exit") == 0) {
+    for (int t = 0; t < n; t++) {
+      pthread_create(&tid[t], NULL, leaver, &res[t]);
+      pthread_join(tid[t], NULL);
+      other += res[t].other;
+    }
+    TAP_EQ(other, 0, "%d threads cached blocks and exited", n);
+  } else if (strcmp(mode, "fork") == 0) {
+    pthread_create(&tid[0], NULL, forker, &res[0]);
+    pthread_join(tid[0], NULL);
+    TAP_EQ(res[0].ok, 0, "the fork child got the driver's answers, not the parent's front's");
+    TAP_EQ(res[0].other, 0, "the parent's allocations and frees all succeeded");
+  } else {
+    fprintf(stderr, "usage: fronts churn|room|exit|fork [N [ITER|BIG]]\n");
+    return 2;
+  }
+  size_t f = 0, t = 0;
+  TAP_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS, "get-info answers");
+  return tap_done();
+}

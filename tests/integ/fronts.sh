@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Per-thread fronts (docs/design.md, "Per-thread fronts") seen from outside: the driver's own
+# record (FAKECUDA_STATS) shows its peak never passed the cap while many threads allocated and
+# freed through their fronts; a thread that needs the room other threads'
+# fronts cache gets it (the fronts are flushed before a refusal); an exiting thread's front goes
+# back to the pool; a fork child never answers from the parent's fronts. Also run under TSan by
+# `make test`.
+. "$TOP/tests/integ/lib.sh"
+
+for pool in vmm regions; do
+  for fronts in true false; do
+    stats="$WORK/churn-$pool-$fronts.json"
+    GPUCAP_POOL=$pool GPUCAP_FRONTS=$fronts GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+      FAKECUDA_STATS="$stats" tap_program "8 threads churn under a 64 MiB cap ($pool, fronts $fronts)" \
+      with_shim "$TESTBIN/fronts" churn 8 3000
+    peak=$(json_num "$stats" peak_bytes)
+    [ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+    ok $? "  the driver's peak ($peak bytes) never passed the cap"
+  done
+
+  # Seven threads each cache 1 MiB (a front keeps 1/64 of the 64 MiB pool); 60 MiB more fit the
+  # cap only once those blocks are back in the pool and its regions or units given back.
+  stats="$WORK/room-$pool.json"
+  GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off FAKECUDA_STATS="$stats" \
+    tap_program "one thread gets the room seven others' fronts cache ($pool)" \
+    with_shim "$TESTBIN/fronts" room 7 $((60 << 20))
+  peak=$(json_num "$stats" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+  ok $? "  the driver's peak ($peak bytes) never passed the cap"
+done
+
+# Threads that cached blocks and exited: each front's blocks went back to the pool.
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off GPUCAP_VERBOSE=1 FAKECUDA_STATS="$WORK/exit.json" \
+  with_shim "$TESTBIN/fronts" exit 3 > "$WORK/exit.out" 2> "$WORK/exit.err"
+ok $? "three threads cached blocks and exited"
+is "$(grep -c 'a thread exited: its front gave 4 cached blocks (1048576 bytes) back' \
+  "$WORK/exit.err")" 3 "  each one's front gave its 4 blocks back to the pool"
+
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off tap_program \
+  "a fork child answers as the driver does, not from its parent's front" \
+  with_shim "$TESTBIN/fronts" fork
+done_testing
