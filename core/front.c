@@ -27,6 +27,9 @@ static front_block_t take_at(front_t *f, int k, unsigned i) {
   unsigned n = f->count[k];
   memmove(&f->block[k][i], &f->block[k][i + 1], (n - i - 1) * sizeof(front_block_t));
   f->count[k] = (uint8_t)(n - 1);
+  if (n == 1) {
+    f->nonempty[k / 64] &= ~((uint64_t)1 << (k % 64));
+  }
   f->bytes -= b.size;
   return b;
 }
@@ -49,9 +52,9 @@ int front_take(front_t *f, uint64_t bytes, uint8_t tag, uint64_t safe, front_blo
 
 /* The largest class holding a block, or -1. */
 static int largest(const front_t *f) {
-  for (int k = (int)FRONT_CLASSES - 1; k >= 0; k--) {
-    if (f->count[k] > 0) {
-      return k;
+  for (int w = (int)(sizeof f->nonempty / sizeof f->nonempty[0]) - 1; w >= 0; w--) {
+    if (f->nonempty[w]) {
+      return w * 64 + 63 - __builtin_clzll(f->nonempty[w]);
     }
   }
   return -1;
@@ -65,8 +68,10 @@ size_t front_put(front_t *f, const front_block_t *b, front_block_t *out) {
     out[n++] = *b;
     return n;
   }
-  if (f->count[k] == FRONT_DEPTH) {
-    out[n++] = take_at(f, k, 0);
+  if (f->count[k] == FRONT_DEPTH) { /* half the class at once: one trip to the pool's lock */
+    for (unsigned i = 0; i < FRONT_DEPTH / 2; i++) {
+      out[n++] = take_at(f, k, 0);
+    }
   }
   int big;
   while (f->bytes + b->size > f->budget && n < FRONT_PUT_ROOM - 1 && (big = largest(f)) >= 0) {
@@ -78,6 +83,7 @@ size_t front_put(front_t *f, const front_block_t *b, front_block_t *out) {
     return n;
   }
   f->block[k][f->count[k]++] = *b;
+  f->nonempty[k / 64] |= (uint64_t)1 << (k % 64);
   f->bytes += b->size;
   return n;
 }

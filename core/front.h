@@ -23,7 +23,7 @@
 #define FRONT_SUBCLASSES 8u
 #define FRONT_MAX_BLOCK ((uint64_t)16 << 20)
 #define FRONT_CLASSES 112u /* front_class(FRONT_MAX_BLOCK) + 1 */
-/* Blocks kept per class: a put into a full class evicts that class's oldest. */
+/* Blocks kept per class: a put into a full class gives up that class's older half. */
 #define FRONT_DEPTH 8u
 
 typedef struct front_block {
@@ -38,6 +38,7 @@ typedef struct front {
   uint64_t bytes;  /* chunk bytes kept now */
   uint64_t budget; /* most chunk bytes kept at once */
   uint64_t hits, misses, puts, evictions;
+  uint64_t nonempty[(FRONT_CLASSES + 63) / 64];    /* bit k: class k keeps a block */
   uint8_t count[FRONT_CLASSES];                    /* blocks kept per class */
   front_block_t block[FRONT_CLASSES][FRONT_DEPTH]; /* per class, oldest first */
 } front_t;
@@ -58,7 +59,7 @@ int front_take(front_t *f, uint64_t bytes, uint8_t tag, uint64_t safe, front_blo
 #define FRONT_PUT_ROOM 16u
 
 /* Keeps block b (b->size a multiple of 256). The blocks the front gives up to make room (the
- * oldest of b's class when it is full, then the oldest of the largest classes while over
+ * older half of b's class when it is full, then the oldest of the largest classes while over
  * budget, at most FRONT_PUT_ROOM - 1 of them), and b itself when it still cannot be kept (larger
  * than FRONT_MAX_BLOCK or the budget allows), are stored in out[FRONT_PUT_ROOM] and their number
  * returned: the caller gives them back to the pool. O(FRONT_DEPTH + classes). */

@@ -247,6 +247,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     if (!due) {
       c->pool.last_driver_rc = CUDA_SUCCESS;
       err = fronts ? bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held) : -ENOSPC;
+      while (err == -ENOSPC && fronts && ctx_front_spill(c) > 0) { /* this thread's own first */
+        err = bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
+      }
       if (err == -ENOSPC) {
         /* The pool would retire, grow or refuse: first every front's cached blocks come
          * back, and until this call ends frees bypass the fronts, so it grows and refuses as

@@ -137,10 +137,16 @@ static size_t drain(struct tfront *t, front_block_t *out, size_t room) {
   return n;
 }
 
-/* Cached blocks go back into c's pool (c's lock held; the program freed them: deferred). */
+/* Cached blocks go back into c's pool (c's lock held): free at once when a synchronisation
+ * that began after their free has completed, else deferred as the pool defers every free. */
 static void give_back(struct ctx *c, const front_block_t *b, size_t n) {
+  uint64_t safe = atomic_load_explicit(&c->sync_done, memory_order_acquire);
   for (size_t i = 0; i < n && c->pool.bfc; i++) {
-    bfc_free_deferred(c->pool.bfc, b[i].addr);
+    if (b[i].stamp < safe) {
+      bfc_free(c->pool.bfc, b[i].addr);
+    } else {
+      bfc_free_deferred(c->pool.bfc, b[i].addr);
+    }
   }
 }
 
@@ -371,7 +377,23 @@ struct ctx *ctx_front_owner(uint64_t addr) {
   return c;
 }
 
-/* ---- what other threads do to the fronts (the context's lock held) ------------------------ */
+/* ---- under the context's lock ------------------------------------------------------------- */
+
+size_t ctx_front_spill(struct ctx *c) {
+  CHECK_HELD(&c->lock);
+  struct tfront *t = mine;
+  front_block_t out[FRONT_PUT_ROOM];
+  size_t n = 0;
+  if (t) {
+    pthread_mutex_lock(&t->mu);
+    if (t->c == c && t->epoch == atomic_load_explicit(&c->epoch, memory_order_acquire)) {
+      n = drain(t, out, FRONT_PUT_ROOM);
+    }
+    pthread_mutex_unlock(&t->mu);
+    give_back(c, out, n);
+  }
+  return n;
+}
 
 bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim) {
   CHECK_HELD(&c->lock);

@@ -59,9 +59,13 @@ struct ctx *ctx_front_owner(uint64_t addr);
  * `claim`, a front that tracks it as live forgets it (the free goes through the pool). */
 bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim);
 
-/* c's lock held: every front's cached blocks of c go back into c's pool (deferred frees, safe
- * once the next synchronisation retires them). `bounded`: the exit path's, each lock taken with
- * exit_lock; false when one stayed busy. */
+/* c's lock held: up to FRONT_PUT_ROOM of the calling thread's cached blocks of c (the largest
+ * first) go back into c's pool; returns their number (0: none left). */
+size_t ctx_front_spill(struct ctx *c);
+
+/* c's lock held: every front's cached blocks of c go back into c's pool: freed at once when a
+ * completed synchronisation covers their stamp, else deferred. `bounded`: the exit path's,
+ * each lock taken with exit_lock; false when one stayed busy. */
 bool ctx_fronts_flush(struct ctx *c, bool bounded);
 
 /* c's lock held, its pool about to go: flushes c's fronts and unbinds them. */

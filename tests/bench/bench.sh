@@ -5,7 +5,8 @@
 # pool off, on regions and on VMM (the default over the fake), for the driver calls and the
 # modelled driver time each costs; and the VMM-backed pool (mapped mode) at its tight cap.
 # Needs only a POSIX shell, sed, awk, the two tools `make bench` builds, the shim and the fake
-# driver. Environment: BUILD (default build), RUNS (timed repetitions, default 11), TRACES
+# driver. Environment: BUILD (default build), RUNS (timed repetitions, default 11), SRUNS (those
+# of the 1/2/8-thread scaling table, default 5), TRACES
 # (default: the five synthetic kinds and the two traces recorded from real frameworks,
 # tests/bench/traces/*.csv.gz), LATENCY (FAKECUDA_LATENCY for the driver replays; default the
 # fake's suggested A100 figures, tests/fakecuda/README.md).
@@ -13,6 +14,7 @@ set -eu
 
 BUILD=${BUILD:-build}
 RUNS=${RUNS:-11}
+SRUNS=${SRUNS:-5}
 TRACES=${TRACES:-"transformer cnn llm adversarial random torch-gpt cupy-pipe"}
 RECORDED=$(dirname "$0")/traces
 REPLAY="$BUILD/gpucap-replay"
@@ -116,6 +118,10 @@ row "$tmp/memory" --- ---: :-: :-: ---: ---: ---: ---:
 row "$tmp/threads" trace "1 thread ns/pair" "2 threads, mutex: ns/pair" "scaling (mutex)" \
   "2 threads, spin: ns/pair" "scaling (spin)"
 row "$tmp/threads" --- ---: ---: ---: ---: ---:
+row "$tmp/scaling" trace "lock 1t ns" "lock 2t ns" "lock 8t ns" "fronts 1t ns" "fronts 2t ns" \
+  "fronts 8t ns" "fronts/lock 1t" "fronts 2t/1t" "fronts 8t/1t" "lock 2t/1t" "lock 8t/1t" \
+  "front hits 1t/8t" "failed: lock/fronts"
+row "$tmp/scaling" --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: :-:
 row "$tmp/deferred" trace "on demand: warm ns/pair" "retires per pass" "completes @$CAP" \
   "min cap" "ratio 0.25: warm ns/pair" "retires per pass" "completes @$CAP" "min cap"
 row "$tmp/deferred" --- ---: ---: :-: ---: ---: ---: :-: ---:
@@ -142,6 +148,9 @@ all_complete=yes
 worst_scaling=9
 vmm_complete=yes
 worst_vmm_ratio=0
+worst_one=9
+worst_two=9
+worst_eight=9
 for k in $TRACES; do
   f="$BUILD/traces/$k.csv"
   echo "  $k ..." >&2
@@ -151,6 +160,21 @@ for k in $TRACES; do
   d=$("$REPLAY" "$f" --runs 3 --cap-factor $CAP --deferred --find-min-cap)
   q=$("$REPLAY" "$f" --runs 3 --cap-factor $CAP --deferred --retire-ratio 0.25 --find-min-cap)
   printf '%s\n%s\n%s\n%s\n%s\n' "$g" "$p" "$s" "$d" "$q" >> "$BUILD/bench-results.jsonl"
+  # 1, 2 and 8 threads, each replaying its own copy on one pool: behind its one lock (the pool
+  # of GPUCAP_FRONTS=false) and through per-thread fronts.
+  sc=$("$REPLAY" "$f" --runs "$SRUNS" --cap-factor $CAP --scaling)
+  printf '%s\n' "$sc" >> "$BUILD/bench-results.jsonl"
+  row "$tmp/scaling" "$k" "$(get "$sc" lock_ns_1)" "$(get "$sc" lock_ns_2)" \
+    "$(get "$sc" lock_ns_8)" "$(get "$sc" fronts_ns_1)" "$(get "$sc" fronts_ns_2)" \
+    "$(get "$sc" fronts_ns_8)" "$(get "$sc" fronts_vs_lock_1)" "$(get "$sc" fronts_scaling_2)" \
+    "$(get "$sc" fronts_scaling_8)" "$(get "$sc" lock_scaling_2)" "$(get "$sc" lock_scaling_8)" \
+    "$(get "$sc" fronts_hit_rate_1)/$(get "$sc" fronts_hit_rate_8)" \
+    "$(get "$sc" lock_failed)/$(get "$sc" fronts_failed)"
+  worst_one=$(min "$worst_one" "$(get "$sc" fronts_vs_lock_1)")
+  worst_two=$(min "$worst_two" "$(get "$sc" fronts_scaling_2)")
+  eight=$(awk -v a="$(get "$sc" fronts_scaling_8)" -v b="$(get "$sc" fronts_scaling_2)" \
+    'BEGIN { printf "%.2f", a / b }')
+  worst_eight=$(min "$worst_eight" "$eight")
   # The VMM-backed pool (mapped mode) at the tight cap, and the region pool there as baseline;
   # speed compared at the common cap.
   vg=$("$REPLAY" "$f" --runs 1 --cap-factor $VCAP --vmm $UNIT --find-min-cap)
@@ -227,6 +251,17 @@ echo "### Two threads sharing one pool behind one lock (aggregate throughput vs 
 echo
 cat "$tmp/threads"
 echo
+echo "### 1, 2 and 8 threads on one pool: its one lock, and per-thread fronts"
+echo
+echo "Each thread replays its own copy of the trace on one shared pool (limit: $CAP x peak live x"
+echo "threads); ns: aggregate wall time per pair (medians of $SRUNS runs); ratios: aggregate"
+echo "throughput, taken per run. lock: the pool behind its mutex (GPUCAP_FRONTS=false, the shim"
+echo "before fronts); fronts: each thread's front (core/front.h) behind its own mutex, the pool"
+echo "asked on a miss. failed: allocations refused over all runs (the lock's come from 8 threads"
+echo "interleaving at the tight cap)."
+echo
+cat "$tmp/scaling"
+echo
 echo "### Deferred frees, growth, cap $CAP: retire on -EAGAIN only (on demand), or also after"
 echo "### a free once deferred >= 0.25 x free bytes (ratio 0.25); each retire is a device sync"
 echo
@@ -255,6 +290,14 @@ echo "- every trace completes at $CAP x peak live, growing and preallocated:" \
   "$(verdict "$all_complete")"
 echo "- two threads keep >= 0.8x one-thread throughput: $(verdict "$ok_threads")" \
   "(worst $worst_scaling)"
+ok_one=$(awk -v r="$worst_one" 'BEGIN { print (r >= 0.95) ? "yes" : "no" }')
+ok_two=$(awk -v r="$worst_two" 'BEGIN { print (r >= 1.6) ? "yes" : "no" }')
+ok_eight=$(awk -v r="$worst_eight" 'BEGIN { print (r >= 0.95) ? "yes" : "no" }')
+echo "- fronts, 1 thread: no more than 5% slower than the lock: $(verdict "$ok_one")" \
+  "(worst $worst_one x the lock's throughput)"
+echo "- fronts, 2 threads >= 1.6x one thread's throughput: $(verdict "$ok_two") (worst $worst_two)"
+echo "- fronts, no loss at 8 threads (>= 0.95x the 2-thread throughput): $(verdict "$ok_eight")" \
+  "(worst $worst_eight)"
 ok_vmm_speed=$(awk -v r="$worst_vmm_ratio" 'BEGIN { print (r <= 1.10) ? "yes" : "no" }')
 echo "- VMM-backed pool: every trace completes at $VCAP x peak live + one unit, growing and" \
   "preallocated: $(verdict "$vmm_complete")"

@@ -13,6 +13,7 @@
  */
 #include "core/addrmap.h"
 #include "core/bfc.h"
+#include "core/front.h"
 #include "scripts/tracecsv.h"
 #include "shim/cudadefs.h"
 
@@ -47,7 +48,7 @@ typedef struct options {
   const char *path;
   double cap_factor;   /* 0: no cap */
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
-  int preallocate, deferred, threads, runs, spin, find_min_cap, driver;
+  int preallocate, deferred, threads, runs, spin, find_min_cap, driver, scaling;
   long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
   uint64_t vmm_unit;  /* --vmm: mapped mode in units of this many bytes */
 } options_t;
@@ -367,6 +368,13 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
 
 /* ---- threads ------------------------------------------------------------------------------ */
 
+/* A thread's front (core/front.h) behind its own lock, as the shim keeps one: the owner takes
+ * it uncontended; another thread takes it only to flush the front before a refusal. */
+typedef struct front_slot {
+  pthread_mutex_t mu;
+  front_t f;
+} front_slot_t;
+
 typedef struct shared {
   bfc_pool_t *pool;
   const trace_t *t;
@@ -374,31 +382,158 @@ typedef struct shared {
   int deferred;
   double retire_ratio;
   pthread_barrier_t barrier;
+  front_slot_t *fronts; /* --scaling with fronts: one per thread; NULL: the single lock */
+  int nfronts;
+  atomic_int pressure; /* threads flushing before a refusal: frees bypass the fronts */
 } shared_t;
 
 typedef struct worker {
   shared_t *sh;
   uint64_t *addr;
+  uint64_t *held; /* fronts: each live block's chunk size */
+  int index;
   pass_t warmup, timed;
   uint64_t start, end;
 } worker_t;
 
+/* Gives blocks a front gave up back to the pool, under the pool's lock. */
+static void give_back(shared_t *sh, const front_block_t *b, size_t n) {
+  lock_take(&sh->lock);
+  for (size_t k = 0; k < n; k++) {
+    bfc_free(sh->pool, b[k].addr);
+  }
+  lock_drop(&sh->lock);
+}
+
+/* Before a refusal: every thread's front is flushed into the pool (the shim does the same). */
+static void flush_fronts(shared_t *sh) {
+  front_block_t out[64];
+  for (int i = 0; i < sh->nfronts; i++) {
+    size_t n;
+    do {
+      pthread_mutex_lock(&sh->fronts[i].mu);
+      n = front_drain(&sh->fronts[i].f, out, 64);
+      pthread_mutex_unlock(&sh->fronts[i].mu);
+      give_back(sh, out, n);
+    } while (n > 0);
+  }
+}
+
+/* One pass over the trace through the thread's front, the pool behind the shared lock. */
+static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
+  const trace_t *t = sh->t;
+  front_slot_t *me = &sh->fronts[w->index];
+  front_block_t b, out[FRONT_PUT_ROOM];
+  memset(r, 0, sizeof(*r));
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < t->nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->op == OP_ALLOC) {
+      pthread_mutex_lock(&me->mu);
+      int hit = front_take(&me->f, e->size, 0, 1, &b);
+      pthread_mutex_unlock(&me->mu);
+      if (hit) {
+        w->addr[e->slot] = b.addr;
+        w->held[e->slot] = b.size;
+        continue;
+      }
+      uint64_t a = NONE, h = 0;
+      lock_take(&sh->lock);
+      int rc = bfc_alloc_fit(sh->pool, e->size, 0, &a, &h);
+      while (rc == -ENOSPC) { /* the thread's own cached blocks first, a few at a time */
+        pthread_mutex_lock(&me->mu);
+        size_t n = front_drain(&me->f, out, FRONT_PUT_ROOM);
+        pthread_mutex_unlock(&me->mu);
+        if (n == 0) {
+          break;
+        }
+        for (size_t k = 0; k < n; k++) {
+          bfc_free(sh->pool, out[k].addr);
+        }
+        rc = bfc_alloc_fit(sh->pool, e->size, 0, &a, &h);
+      }
+      lock_drop(&sh->lock);
+      if (rc == -ENOSPC) {
+        /* The pool would grow or refuse: only after the fronts are flushed, so that it grows
+         * and refuses as with no front; frees bypass the fronts meanwhile. */
+        atomic_fetch_add_explicit(&sh->pressure, 1, memory_order_acq_rel);
+        flush_fronts(sh);
+        lock_take(&sh->lock);
+        rc = bfc_alloc_tagged(sh->pool, e->size, 0, &a, &h);
+        lock_drop(&sh->lock);
+        atomic_fetch_sub_explicit(&sh->pressure, 1, memory_order_acq_rel);
+      }
+      if (rc != 0) {
+        r->failed++;
+        a = NONE;
+      }
+      w->addr[e->slot] = a;
+      w->held[e->slot] = h;
+    } else if (w->addr[e->slot] != NONE) {
+      front_block_t mine = {w->addr[e->slot], w->held[e->slot], e->size, 0, 0};
+      size_t n = 1;
+      out[0] = mine;
+      if (atomic_load_explicit(&sh->pressure, memory_order_acquire) == 0) {
+        pthread_mutex_lock(&me->mu);
+        n = front_put(&me->f, &mine, out);
+        pthread_mutex_unlock(&me->mu);
+      }
+      if (n > 0) {
+        give_back(sh, out, n);
+      }
+      w->addr[e->slot] = NONE;
+    }
+  }
+  r->ns = now_ns() - t0;
+  lock_take(&sh->lock);
+  for (uint64_t s = 0; s < t->nslots; s++) {
+    if (w->addr[s] != NONE) {
+      bfc_free(sh->pool, w->addr[s]);
+      w->addr[s] = NONE;
+    }
+  }
+  lock_drop(&sh->lock);
+}
+
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   shared_t *sh = w->sh;
-  replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, &w->warmup);
-  pthread_barrier_wait(&sh->barrier);
-  w->start = now_ns();
-  replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, &w->timed);
+  for (int pass = 0; pass < 2; pass++) { /* a warm-up pass, then the timed one */
+    pass_t *r = pass == 0 ? &w->warmup : &w->timed;
+    if (pass == 1) {
+      pthread_barrier_wait(&sh->barrier);
+      w->start = now_ns();
+    }
+    if (sh->fronts) {
+      replay_fronts(sh, w, r);
+    } else {
+      replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, r);
+    }
+  }
   w->end = now_ns();
   return NULL;
 }
 
-/* Aggregate ns per pair with n threads on one pool; *failed counts failed allocations. */
-static double threaded(const trace_t *t, const options_t *o, uint64_t limit, uint64_t *failed) {
+/* A front's budget in a pool of `limit` bytes (the shim's rule: shim/ctx_front.c). */
+static uint64_t front_budget(uint64_t limit) {
+  uint64_t b = limit / 64;
+  return b < ((uint64_t)256 << 20) ? b : (uint64_t)256 << 20;
+}
+
+/* Aggregate ns per pair with o->threads threads on one pool, each through its own front when
+ * `fronts`; *failed counts failed allocations, *hits the fronts' hits (may be NULL). */
+static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t limit, int fronts,
+                              uint64_t *failed, double *hit_rate) {
   shared_t sh;
   addr_space_t as;
   sh.pool = make_pool(limit, !o->preallocate, &as);
+  sh.nfronts = fronts ? o->threads : 0;
+  atomic_init(&sh.pressure, 0);
+  sh.fronts = fronts ? calloc((size_t)o->threads, sizeof(front_slot_t)) : NULL;
+  for (int i = 0; i < sh.nfronts; i++) {
+    pthread_mutex_init(&sh.fronts[i].mu, NULL);
+    front_init(&sh.fronts[i].f, front_budget(limit));
+  }
   sh.t = t;
   sh.deferred = o->deferred;
   sh.retire_ratio = o->retire_ratio;
@@ -410,6 +545,8 @@ static double threaded(const trace_t *t, const options_t *o, uint64_t limit, uin
   pthread_t tid[MAX_THREADS];
   for (int i = 0; i < o->threads; i++) {
     w[i].sh = &sh;
+    w[i].index = i;
+    w[i].held = malloc(t->nslots * sizeof(uint64_t));
     w[i].addr = malloc(t->nslots * sizeof(uint64_t));
     for (uint64_t s = 0; s < t->nslots; s++) {
       w[i].addr[s] = NONE;
@@ -424,11 +561,26 @@ static double threaded(const trace_t *t, const options_t *o, uint64_t limit, uin
     end = w[i].end > end ? w[i].end : end;
     *failed += w[i].warmup.failed + w[i].timed.failed;
     free(w[i].addr);
+    free(w[i].held);
   }
+  uint64_t hits = 0, misses = 0;
+  for (int i = 0; i < sh.nfronts; i++) {
+    hits += sh.fronts[i].f.hits;
+    misses += sh.fronts[i].f.misses;
+    pthread_mutex_destroy(&sh.fronts[i].mu);
+  }
+  if (hit_rate) {
+    *hit_rate = hits + misses ? (double)hits / (double)(hits + misses) : 0;
+  }
+  free(sh.fronts);
   pthread_barrier_destroy(&sh.barrier);
   pthread_mutex_destroy(&sh.lock.mu);
   bfc_destroy(sh.pool);
   return (double)(end - start) / (double)(t->pairs * (uint64_t)o->threads);
+}
+
+static double threaded(const trace_t *t, const options_t *o, uint64_t limit, uint64_t *failed) {
+  return threaded_fronts(t, o, limit, 0, failed, NULL);
 }
 
 /* ---- main --------------------------------------------------------------------------------- */
@@ -453,12 +605,14 @@ static void usage(void) {
   fprintf(stderr,
           "usage: gpucap-replay TRACE.csv [--runs N] [--cap-factor F] [--preallocate]\n"
           "         [--deferred [--retire-ratio R]] [--threads N] [--lock mutex|spin]\n"
-          "         [--find-min-cap] [--driver [N]] [--vmm UNIT]\n"
+          "         [--find-min-cap] [--driver [N]] [--vmm UNIT] [--scaling]\n"
           "  --cap-factor F  limit = F x peak live bytes of the trace (x threads); default none\n"
           "  --preallocate   no growth: one region of the whole limit (needs --cap-factor)\n"
           "  --deferred      free with bfc_free_deferred; retire on -EAGAIN (counts retires)\n"
           "  --retire-ratio R  also retire after a free once deferred >= R x free bytes\n"
           "  --threads N     also replay in N threads sharing one pool behind one lock\n"
+          "  --scaling       1, 2 and 8 threads, each replaying the trace on one shared pool:\n"
+          "                  behind its one lock, and through per-thread fronts\n"
           "  --find-min-cap  min_cap_factor: smallest F (step 0.01) such that every factor\n"
           "                  from F to 2.00 completes; first_cap_factor: first F that does\n"
           "  --driver [N]    replay once through libcuda.so.1's cuMemAlloc_v2/cuMemFree_v2 on\n"
@@ -493,6 +647,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
       o->preallocate = 1;
     } else if (strcmp(a, "--deferred") == 0) {
       o->deferred = 1;
+    } else if (strcmp(a, "--scaling") == 0) {
+      o->scaling = 1;
     } else if (strcmp(a, "--find-min-cap") == 0) {
       o->find_min_cap = 1;
     } else if (strcmp(a, "--driver") == 0) {
@@ -606,6 +762,47 @@ static int driver_replay(const trace_t *t, const options_t *o) {
          pairs ? (double)ns / (double)pairs : 0.0);
   free(ptr);
   return ptr == NULL && t->nslots > 0;
+}
+
+/* --scaling: aggregate ns per pair with 1, 2 and 8 threads, each replaying its own copy of the
+ * trace on one pool (limit: the cap factor x the peak x the threads), behind the pool's one lock
+ * (today's shim) and through per-thread fronts; throughput ratios are taken per run (the
+ * machine's speed drifts between runs) and their medians printed. */
+static void scaling(const trace_t *t, const options_t *o) {
+  enum { NC = 3 };
+  static const int counts[NC] = {1, 2, 8};
+  static double lk[NC][MAX_RUNS], fr[NC][MAX_RUNS], gain[NC][MAX_RUNS], up[NC][MAX_RUNS],
+      lup[NC][MAX_RUNS], hits[NC][MAX_RUNS];
+  uint64_t lfailed = 0, ffailed = 0;
+  for (int run = 0; run < o->runs; run++) {
+    for (int c = 0; c < NC; c++) {
+      options_t on = *o;
+      on.threads = counts[c];
+      uint64_t lim = limit_for(t, o->cap_factor, counts[c]), f = 0;
+      double h = 0;
+      lk[c][run] = threaded_fronts(t, &on, lim, 0, &f, NULL);
+      lfailed += f;
+      fr[c][run] = threaded_fronts(t, &on, lim, 1, &f, &h);
+      ffailed += f;
+
+      hits[c][run] = h;
+    }
+    for (int c = 0; c < NC; c++) {
+      gain[c][run] = lk[c][run] / fr[c][run]; /* fronts' throughput over the lock's, same n */
+      up[c][run] = fr[0][run] / fr[c][run];   /* fronts: n threads over one thread */
+      lup[c][run] = lk[0][run] / lk[c][run];  /* the lock: n threads over one thread */
+    }
+  }
+  for (int c = 0; c < NC; c++) {
+    printf(",\"lock_ns_%d\":%.1f,\"fronts_ns_%d\":%.1f,\"fronts_vs_lock_%d\":%.2f"
+           ",\"lock_scaling_%d\":%.2f,\"fronts_scaling_%d\":%.2f",
+           counts[c], median(lk[c], o->runs), counts[c], median(fr[c], o->runs), counts[c],
+           median(gain[c], o->runs), counts[c], median(lup[c], o->runs), counts[c],
+           median(up[c], o->runs));
+  }
+  printf(",\"fronts_hit_rate_1\":%.3f,\"fronts_hit_rate_8\":%.3f,\"lock_failed\":%" PRIu64
+         ",\"fronts_failed\":%" PRIu64,
+         median(hits[0], o->runs), median(hits[NC - 1], o->runs), lfailed, ffailed);
 }
 
 int main(int argc, char **argv) {
@@ -729,6 +926,9 @@ int main(int argc, char **argv) {
            ",\"thread_scaling\":%.2f,\"threads_completed\":%s",
            o.threads, o.spin ? "spin" : "mutex", tn, median(ratio, o.runs),
            tfailed == 0 ? "true" : "false");
+  }
+  if (o.scaling) {
+    scaling(&t, &o);
   }
   if (o.find_min_cap) {
     double mc = min_cap(&t, &o, addr);
