@@ -429,10 +429,15 @@ typedef struct out {
 } out_t;
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *out, const char *f, ...) {
+  char *dst = NULL;
+  size_t cap = 0;
+  if (out->pos < out->len) {
+    dst = out->buf + out->pos;
+    cap = out->len - out->pos;
+  }
   va_list ap;
-  bool room = out->pos < out->len;
   va_start(ap, f);
-  int n = vsnprintf(room ? out->buf + out->pos : NULL, room ? out->len - out->pos : 0, f, ap);
+  int n = vsnprintf(dst, cap, f, ap);
   va_end(ap);
   out->pos += n > 0 ? (size_t)n : 0;
 }

@@ -19,18 +19,18 @@ struct ctx {
   /* The driver is destroying the context: it may free the regions and hand their addresses
    * out again before gpucap learns the outcome, so other threads leave this object alone. */
   atomic_bool dying;
+  atomic_int pressure; /* threads in the pool's slow path: frees bypass the fronts (below) */
   pool_t pool;
   /* Per-thread fronts (shim/ctx_front.c). epoch: bumped (lock held) when the object is made or
    * dropped, so a front bound to an earlier life of this slot is known stale. The two sync
    * counters stamp cached blocks: a synchronisation gpucap makes of the context takes a ticket
    * from sync_started before it begins and raises sync_done to it once it succeeded, so a block
-   * freed while sync_started was S is safe to hand out again once sync_done > S. pressure:
-   * threads in the pool's slow path (growth or refusal); frees then bypass the fronts. */
+   * freed while sync_started was S is safe to hand out again once sync_done > S. pressure
+   * (above): threads in the pool's slow path (growth or refusal). */
   atomic_uint_least64_t epoch;
   uint64_t front_budget; /* bytes one thread's front may keep for this context */
   atomic_uint_least64_t sync_started, sync_done;
   atomic_uint_least64_t front_allocs; /* allocations the fronts served (the report's) */
-  atomic_int pressure;
 };
 
 /* ---- per-thread fronts (shim/ctx_front.c) --------------------------------------------------
