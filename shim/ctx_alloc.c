@@ -375,7 +375,8 @@ CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t 
 
 bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   uint64_t requested = 0;
-  if (ctx_front_free(c, ptr, rc)) { /* a block the thread knows, into its front: no lock */
+  int known = ctx_front_free(c, ptr, rc);
+  if (known > 0) { /* a block the thread knows, into its front: no lock */
     return true;
   }
   pthread_mutex_lock(&c->lock);
@@ -388,7 +389,8 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   bfc_lookup_tagged(c->pool.bfc, ptr, NULL, &held, &requested, &lib);
   /* A block some front caches was freed already (a double free); one a front knows as live is
    * forgotten there, since it is freed through the pool now. */
-  int err = ctx_fronts_cached(c, ptr, true) ? -EALREADY : bfc_free_deferred(c->pool.bfc, ptr);
+  int err = known == 0 && ctx_fronts_cached(c, ptr, true) ? -EALREADY
+                                                          : bfc_free_deferred(c->pool.bfc, ptr);
   int dev = c->dev;
   if (err == 0) {
     trace_note(TRACE_FREE, dev, ptr, requested, held);

@@ -44,8 +44,16 @@ struct tfront {
   struct rec *recs;
   uint64_t nrecs, caprecs, free_rec; /* free_rec: first free record + 1, 0: none */
   struct tfront *next, *prev;
+  /* The owner's alone (no lock): allocations asked of the front in the current window and
+   * those it served; while `skip` > 0 the front steps aside (FRONT_SKIP). */
+  uint32_t takes, hits, skip;
   front_t f;
 };
+
+/* A front that served fewer than 1 in FRONT_POOR of the last FRONT_WINDOW allocations (sizes
+ * that do not repeat) steps aside for the next FRONT_SKIP: its calls go to the pool as with no
+ * front, since its own lock and scan would only add to them. */
+enum { FRONT_WINDOW = 256, FRONT_POOR = 16, FRONT_SKIP = 4096 };
 
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER; /* the list of fronts */
 static struct tfront *fronts;
@@ -270,6 +278,10 @@ bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint
   if (!t) {
     return false;
   }
+  if (t->skip > 0) {
+    t->skip--;
+    return false;
+  }
   front_block_t b;
   uint64_t safe = atomic_load_explicit(&c->sync_done, memory_order_acquire);
   uint64_t epoch = atomic_load_explicit(&c->epoch, memory_order_acquire);
@@ -283,6 +295,12 @@ bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint
     trace_note(TRACE_ALLOC, c->dev, b.addr, bytes, b.size); /* ordered by t's lock */
   }
   pthread_mutex_unlock(&t->mu);
+  t->takes++;
+  t->hits += hit;
+  if (t->takes == FRONT_WINDOW) {
+    t->skip = t->hits * FRONT_POOR < t->takes ? FRONT_SKIP : 0;
+    t->takes = t->hits = 0;
+  }
   if (hit) {
     ledger_add(c->dev, lib, b.size);
     atomic_fetch_add_explicit(&c->front_allocs, 1, memory_order_relaxed);
@@ -308,12 +326,12 @@ void ctx_front_track(struct ctx *c, uint64_t addr, uint64_t held, uint64_t reque
   }
 }
 
-bool ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
+int ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
   struct tfront *t = mine;
   front_block_t out[FRONT_PUT_ROOM];
   size_t n = 0;
   if (!t) {
-    return false;
+    return 0;
   }
   pthread_mutex_lock(&t->mu);
   uint64_t epoch = t->epoch;
@@ -321,18 +339,21 @@ bool ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
   struct rec *r = bound ? find(t, ptr) : NULL;
   if (!r) {
     pthread_mutex_unlock(&t->mu);
-    return false;
+    return 0;
   }
   if (r->cached) { /* freed already: as the pool answers a double free */
     pthread_mutex_unlock(&t->mu);
     *rc = CUDA_ERROR_INVALID_VALUE;
-    return true;
+    return 1;
   }
   struct rec k = *r;
-  if (atomic_load_explicit(&c->pressure, memory_order_acquire) > 0) {
-    forget(t, ptr); /* the pool needs its memory now: through the pool */
+  if (t->skip > 0 || atomic_load_explicit(&c->pressure, memory_order_acquire) > 0) {
+    /* The pool needs its memory now, or the front steps aside: through the pool. A block this
+     * thread knows as live is in no front's cache (a free by another thread would have taken
+     * it out of this map first). */
+    forget(t, ptr);
     pthread_mutex_unlock(&t->mu);
-    return false;
+    return -1;
   }
   trace_note(TRACE_FREE, c->dev, ptr, k.requested, k.held); /* ordered by t's lock */
   front_block_t b = {.addr = ptr,
@@ -361,7 +382,7 @@ bool ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
   }
   trace_poll();
   *rc = CUDA_SUCCESS;
-  return true;
+  return 1;
 }
 
 struct ctx *ctx_front_owner(uint64_t addr) {

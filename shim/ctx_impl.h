@@ -42,10 +42,11 @@ bool ctx_fronts_on(void);
 
 /* The per-thread fast paths, no context lock taken: an allocation of `bytes` for library lib
  * served from the calling thread's front (true, with *addr and *held; its trace row and ledger
- * entry made), and the free of ptr into it (true with *rc set; false: the caller takes the
- * context's lock and frees through the pool, calling ctx_fronts_claim first). */
+ * entry made), and the free of ptr into it: 1 with *rc set; 0, a block the thread does not
+ * know: the caller frees it through the pool, after ctx_fronts_cached(c, ptr, true); -1, a
+ * block the thread knew as live (so in no front's cache), now forgotten: through the pool. */
 bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint64_t *held);
-bool ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc);
+int ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc);
 
 /* Notes a block the pool just handed this thread (no lock held), so that its free can take the
  * fast path. */
