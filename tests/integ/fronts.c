@@ -2,9 +2,9 @@
  * fronts"). Linked with -lcuda (the fake driver). Prints TAP. usage: fronts MODE [ARGS]
  *   churn N ITER   N threads allocate and free blocks of a few sizes (so fronts cache and hand
  *                  them out again) under the cap; every call answers success or out-of-memory
- *   room N BIG     N threads each allocate and free 1 MiB in 256 KiB blocks, which their fronts
- *                  keep, and stay alive; then the main thread asks for BIG bytes, which fit the
- *                  cap only with the room the others cache
+ *   room N BIG CAP N threads each allocate and free 1 MiB in 256 KiB blocks, which their fronts
+ *                  keep, and stay alive; get-info must say the whole CAP is free; then the main
+ *                  thread asks for BIG bytes, which fit the cap only with the room they cache
  *   exit           a thread frees blocks into its front and exits (its front goes back)
  *   fork           a thread frees a block into its front, keeps another, and forks: the child
  *                  (no CUDA context) gets the driver's answer for the block, not the parent's
@@ -147,6 +147,12 @@ int main(int argc, char **argv) {
       pthread_create(&tid[t], NULL, holder, &res[t]);
     }
     pthread_barrier_wait(&cached);
+    size_t fb = 0, tb = 0;
+    TAP_EQ(cuMemGetInfo_v2(&fb, &tb), CUDA_SUCCESS, "get-info answers while they cache");
+    size_t cap = argc > 4 ? strtoull(argv[4], NULL, 10) : 64 * MiB;
+    TAP_EQ(fb, cap,
+           "get-info: the whole cap is free (the program holds nothing; cached blocks "
+           "count as the pool's idle memory)");
     CUdeviceptr p = 0;
     CUresult rc = cuMemAlloc_v2(&p, big);
     TAP_EQ(rc, CUDA_SUCCESS, "%zu bytes while %d threads cache 1 MiB each: served", big, n);

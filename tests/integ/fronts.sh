@@ -18,12 +18,13 @@ for pool in vmm regions; do
     ok $? "  the driver's peak ($peak bytes) never passed the cap"
   done
 
-  # Seven threads each cache 1 MiB (a front keeps 1/64 of the 64 MiB pool); 60 MiB more fit the
-  # cap only once those blocks are back in the pool and its regions or units given back.
+  # Seven threads each cache 1 MiB (a front keeps 1/64 of the 64 MiB pool): get-info counts it
+  # free, as the pool's idle memory; 60 MiB more fit the cap only once those blocks are back in
+  # the pool and its regions or units given back.
   stats="$WORK/room-$pool.json"
   GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off FAKECUDA_STATS="$stats" \
     tap_program "one thread gets the room seven others' fronts cache ($pool)" \
-    with_shim "$TESTBIN/fronts" room 7 $((60 << 20))
+    with_shim "$TESTBIN/fronts" room 7 $((60 << 20)) $((64 << 20))
   peak=$(json_num "$stats" peak_bytes)
   [ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
   ok $? "  the driver's peak ($peak bytes) never passed the cap"
