@@ -126,24 +126,13 @@ static void test_model(void) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     int i = (int)((s >> 33) % NB), op = (int)((s >> 20) % 16);
     front_block_t out[FRONT_PUT_ROOM], got;
+    size_t n = 0;
     if (op == 0) {
-      size_t n = front_drain(&f, out, 7);
-      for (size_t k = 0; k < n; k++) {
-        int j = (int)(out[k].addr / MiB);
-        bad |= where[j] != 1;
-        where[j] = 2;
-        kept -= size[j];
-      }
+      n = front_drain(&f, out, 7);
     } else if (where[i] == 0) {
-      size_t n = front_put(&f, BLK((uint64_t)i * MiB, size[i], 0), out);
+      n = front_put(&f, BLK((uint64_t)i * MiB, size[i], 0), out);
       where[i] = 1;
       kept += size[i];
-      for (size_t k = 0; k < n; k++) {
-        int j = (int)(out[k].addr / MiB);
-        bad |= where[j] != 1;
-        where[j] = 2;
-        kept -= size[j];
-      }
     } else if (where[i] == 2) {
       where[i] = 0; /* the pool hands it out again */
     } else {
@@ -153,6 +142,12 @@ static void test_model(void) {
         where[j] = 0;
         kept -= size[j];
       }
+    }
+    for (size_t k = 0; k < n; k++) { /* given up: back to the pool */
+      int j = (int)(out[k].addr / MiB);
+      bad |= where[j] != 1;
+      where[j] = 2;
+      kept -= size[j];
     }
     bad |= kept != f.bytes || f.bytes > f.budget;
   }
