@@ -6,6 +6,7 @@
 # back to the pool; a fork child never answers from the parent's fronts. Also run under TSan by
 # `make test`.
 . "$TOP/tests/integ/lib.sh"
+export GPUCAP_FRONTS=true # off by default
 
 for pool in vmm regions; do
   for fronts in true false; do
