@@ -9,7 +9,8 @@
 # of the 1/2/8-thread scaling table, default 5), TRACES
 # (default: the five synthetic kinds and the two traces recorded from real frameworks,
 # tests/bench/traces/*.csv.gz), LATENCY (FAKECUDA_LATENCY for the driver replays; default the
-# fake's suggested A100 figures, tests/fakecuda/README.md).
+# fake's suggested A100 figures, tests/fakecuda/README.md). With valgrind installed, the speed
+# table also gives the instructions of one warm pass per pair (callgrind; the steady figure).
 set -eu
 
 BUILD=${BUILD:-build}
@@ -35,6 +36,18 @@ mkdir -p "$BUILD/traces"
 tmp="$BUILD/bench.tmp"
 rm -rf "$tmp"
 mkdir -p "$tmp"
+
+# ir TRACE: instructions per pair of one warm pass at the speed table's cap: callgrind collects
+# only inside the replay's count_warm_pass (the pool's calls and the replay loop around them,
+# about 56 instructions per pair, the same for every build of the pool). "-" without valgrind.
+ir() {
+  command -v valgrind >/dev/null 2>&1 || { echo -; return; }
+  n=$(valgrind --tool=callgrind --toggle-collect='count_warm_pass*' --callgrind-out-file=/dev/null \
+    "$REPLAY" "$1" --count --cap-factor $CAP 2>&1 >"$tmp/count.json" |
+    sed -n 's/.*Collected : *//p' | tr -d ',')
+  awk -v n="${n:-}" -v p="$(get "$(cat "$tmp/count.json")" pairs)" \
+    'BEGIN { if (n == "" || p + 0 == 0) print "-"; else printf "%.0f\n", n / p }'
+}
 
 # get JSON KEY: the value of one field of a one-line JSON object.
 get() {
@@ -108,9 +121,9 @@ echo "gpucap replay benchmark: $(uname -m), $(getconf _NPROCESSORS_ONLN) cores,"
   "runs=$RUNS (medians), cap factor $CAP" >&2
 
 row "$tmp/speed" trace pairs "max live blocks" "warm ns/pair" "warm, best run" \
-  "cold ns/pair" cold/warm "warm, uncontended mutex" "no-pool baseline ns" warm/baseline \
-  "host metadata"
-row "$tmp/speed" --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---:
+  "instructions/pair (warm)" "cold ns/pair" cold/warm "warm, uncontended mutex" \
+  "no-pool baseline ns" warm/baseline "host metadata"
+row "$tmp/speed" --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: ---:
 row "$tmp/memory" trace "peak live" "completes @$CAP growth" "completes @$CAP prealloc" \
   "min cap growth (first)" "min cap prealloc (first)" \
   "peak pool / peak live @$CAP growth" "driver allocs (growth)"
@@ -197,7 +210,7 @@ for k in $TRACES; do
   warm=$(get "$g" ns_per_pair_warm)
   cold=$(get "$g" cold_over_warm)
   row "$tmp/speed" "$k" "$(get "$g" pairs)" "$(get "$g" max_live_blocks)" "$warm" \
-    "$(get "$g" ns_per_pair_warm_min)" "$(get "$g" ns_per_pair_cold)" "$cold" \
+    "$(get "$g" ns_per_pair_warm_min)" "$(ir "$f")" "$(get "$g" ns_per_pair_cold)" "$cold" \
     "$(get "$g" ns_per_pair_warm_locked)" \
     "$(get "$g" baseline_ns_per_pair)" "$(get "$g" ratio_vs_baseline)" \
     "$(human "$(get "$g" host_metadata_bytes)")"

@@ -10,6 +10,9 @@
  * preloaded, through gpucap), for the driver calls and the driver's time it costs. Options: see
  * usage(). `--vmm UNIT` replays through the pool's mapped mode (the VMM-backed pool: one
  * address space mapped in units, the limit being the cap factor times the peak plus one unit).
+ * `--count` replays one cold and one warm pass and nothing else, the warm one inside
+ * count_warm_pass(), for `valgrind --tool=callgrind --toggle-collect=count_warm_pass`: the
+ * instructions of one warm pass, a steady figure on a noisy host.
  */
 #include "core/addrmap.h"
 #include "core/bfc.h"
@@ -48,7 +51,7 @@ typedef struct options {
   const char *path;
   double cap_factor;   /* 0: no cap */
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
-  int preallocate, deferred, threads, runs, spin, find_min_cap, driver, scaling;
+  int preallocate, deferred, threads, runs, spin, find_min_cap, driver, scaling, count;
   long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
   uint64_t vmm_unit;  /* --vmm: mapped mode in units of this many bytes */
 } options_t;
@@ -618,7 +621,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: gpucap-replay TRACE.csv [--runs N] [--cap-factor F] [--preallocate]\n"
           "         [--deferred [--retire-ratio R]] [--threads N] [--lock mutex|spin]\n"
-          "         [--find-min-cap] [--driver [N]] [--vmm UNIT] [--scaling]\n"
+          "         [--find-min-cap] [--driver [N]] [--vmm UNIT] [--scaling] [--count]\n"
           "  --cap-factor F  limit = F x peak live bytes of the trace (x threads); default none\n"
           "  --preallocate   no growth: one region of the whole limit (needs --cap-factor)\n"
           "  --deferred      free with bfc_free_deferred; retire on -EAGAIN (counts retires)\n"
@@ -631,7 +634,9 @@ static void usage(void) {
           "  --driver [N]    replay once through libcuda.so.1's cuMemAlloc_v2/cuMemFree_v2 on\n"
           "                  device 0 instead (only the first N events; 0: set up only)\n"
           "  --vmm UNIT      the mapped mode (VMM-backed pool) in units of UNIT bytes (a power\n"
-          "                  of two); limit = F x peak live bytes + UNIT (needs --cap-factor)\n");
+          "                  of two); limit = F x peak live bytes + UNIT (needs --cap-factor)\n"
+          "  --count         one cold and one warm pass only, the warm one in count_warm_pass()\n"
+          "                  (for callgrind's --toggle-collect=count_warm_pass)\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -662,6 +667,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
       o->deferred = 1;
     } else if (strcmp(a, "--scaling") == 0) {
       o->scaling = 1;
+    } else if (strcmp(a, "--count") == 0) {
+      o->count = 1;
     } else if (strcmp(a, "--find-min-cap") == 0) {
       o->find_min_cap = 1;
     } else if (strcmp(a, "--driver") == 0) {
@@ -818,6 +825,25 @@ static void scaling(const trace_t *t, const options_t *o) {
          median(hits[0], o->runs), median(hits[NC - 1], o->runs), lfailed, ffailed);
 }
 
+/* --count: the warm pass alone in a function of its own, so that callgrind's --toggle-collect
+ * counts exactly its instructions (the pool's work and the loop over the events). */
+static __attribute__((noinline)) void
+count_warm_pass(bfc_pool_t *p, const trace_t *t, uint64_t *addr, const options_t *o, pass_t *r) {
+  replay(p, t, addr, o->deferred, o->retire_ratio, NULL, r);
+}
+
+static int count_replay(const trace_t *t, const options_t *o, uint64_t *addr) {
+  addr_space_t as;
+  bfc_pool_t *p = make_pool(limit_for(t, o->cap_factor, 1), !o->preallocate, &as);
+  pass_t cold, warm;
+  replay(p, t, addr, o->deferred, o->retire_ratio, NULL, &cold);
+  count_warm_pass(p, t, addr, o, &warm);
+  bfc_destroy(p);
+  printf("{\"trace\":\"%s\",\"count\":true,\"pairs\":%" PRIu64 ",\"completed\":%s}\n",
+         base_name(o->path), t->pairs, cold.failed + warm.failed == 0 ? "true" : "false");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   options_t o;
   if (parse_args(argc, argv, &o) != 0) {
@@ -841,6 +867,12 @@ int main(int argc, char **argv) {
   uint64_t *addr = malloc(t.nslots * sizeof(uint64_t));
   for (uint64_t s = 0; s < t.nslots; s++) {
     addr[s] = NONE;
+  }
+  if (o.count) {
+    int rc = count_replay(&t, &o, addr);
+    free(addr);
+    free(t.ev);
+    return rc;
   }
   uint64_t limit = limit_for(&t, o.cap_factor, 1);
   double cold[MAX_RUNS], warm[MAX_RUNS], locked[MAX_RUNS], base[MAX_RUNS];
