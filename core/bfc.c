@@ -95,6 +95,7 @@ struct bfc_pool {
   uint64_t defer_seq;     /* tickets handed out */
 
   region_t **regions; /* sorted by base */
+  region_t *hint;     /* the region region_of found last, or NULL; cleared when one is freed */
   uint32_t nregions;
   uint32_t region_cap;
   uint32_t rng;
@@ -384,6 +385,18 @@ static region_t *region_find(const bfc_pool_t *p, uint64_t addr) {
   return NULL;
 }
 
+/* The region holding addr, which one must: the one found last when it still does (a split or
+ * merge at a region's end, the common case, finds the same region again and again), else by
+ * region_find. */
+static inline region_t *region_of(bfc_pool_t *p, uint64_t addr) {
+  region_t *r = p->hint;
+  if (r == NULL || addr - r->base >= r->size) {
+    r = region_find(p, addr);
+    p->hint = r;
+  }
+  return r;
+}
+
 /* Index of the first region whose base is >= base. */
 static uint32_t region_slot(const bfc_pool_t *p, uint64_t base) {
   uint32_t lo = 0;
@@ -579,6 +592,7 @@ static int release_free_regions(bfc_pool_t *p, uint64_t keep, uint64_t *released
     total += r->size;
     memmove(&p->regions[i], &p->regions[i + 1], (p->nregions - i - 1) * sizeof(*p->regions));
     p->nregions--;
+    p->hint = p->hint == r ? NULL : p->hint;
     free(r);
   }
   if (released != NULL) {
@@ -636,6 +650,7 @@ static void region_insert_at(bfc_pool_t *p, uint32_t i, region_t *r) {
 }
 
 static void region_remove_at(bfc_pool_t *p, uint32_t i) {
+  p->hint = p->hint == p->regions[i] ? NULL : p->hint;
   free(p->regions[i]);
   memmove(&p->regions[i], &p->regions[i + 1], (p->nregions - i - 1) * sizeof(*p->regions));
   p->nregions--;
@@ -975,7 +990,7 @@ static void use_chunk(bfc_pool_t *p, chunk_t *c, uint64_t rounded, uint64_t byte
     if (c->next != NULL) {
       c->next->prev = r;
     } else {
-      region_find(p, c->addr)->last = r;
+      region_of(p, c->addr)->last = r;
     }
     c->next = r;
     c->size = rounded;
@@ -1057,7 +1072,7 @@ static inline __attribute__((always_inline)) void make_free(bfc_pool_t *p, chunk
     if (n->next != NULL) {
       n->next->prev = c;
     } else {
-      region_find(p, c->addr)->last = c;
+      region_of(p, c->addr)->last = c;
     }
     chunk_put(p, n);
     p->st.num_free_chunks--;
@@ -1070,7 +1085,7 @@ static inline __attribute__((always_inline)) void make_free(bfc_pool_t *p, chunk
     if (c->next != NULL) {
       c->next->prev = pv;
     } else {
-      region_find(p, pv->addr)->last = pv;
+      region_of(p, pv->addr)->last = pv;
     }
     chunk_put(p, c);
     p->st.num_free_chunks--;
@@ -1424,9 +1439,11 @@ int bfc_check(const bfc_pool_t *pool) {
   check_ctx_t k = {p, 0, p->nslabs * SLAB_CHUNKS + 1};
   uint64_t pool_bytes = 0, used = 0, used_bytes = 0, req_bytes = 0, nfree = 0;
   uint64_t ndeferred = 0, deferred_bytes = 0, records = 0;
+  int hint_found = p->hint == NULL;
 
   for (uint32_t i = 0; i < p->nregions; i++) {
     const region_t *r = p->regions[i];
+    hint_found |= r == p->hint;
     expect(&k, r->size > 0 && (r->base % BFC_MIN_ALLOC) == 0 && (r->size % BFC_MIN_ALLOC) == 0);
     expect(&k, r->base <= UINT64_MAX - r->size);
     if (i > 0) {
@@ -1478,6 +1495,8 @@ int bfc_check(const bfc_pool_t *pool) {
       expect(&k, i == 0 || p->regions[i - 1]->base + p->regions[i - 1]->size < r->base);
     }
   }
+
+  expect(&k, hint_found); /* region_of's hint is one of the pool's regions */
 
   /* Bins: every binned chunk is free and correctly keyed; the count equals the free chunks
    * found in regions, each of which was found in its bin above, so the sets are equal. */
