@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the memory went (docs/report.md, "By library"): the per-library ledger names the
 # program and the libraries that allocated, with bytes that add up; refusals get a verdict
-# that tells a fragmented pool from a full cap; their output stays bounded with threads and
+# that tells a full cap, a fragmented pool and other contexts' pools apart; their output stays bounded with threads and
 # --quiet silences it; the right size, used as the cap, lets the run finish, and clearly less
 # does not.
 . "$TOP/tests/integ/lib.sh"
@@ -59,6 +59,27 @@ is "$(awk -F, '$8 == "refused" { print $5 ":" $10 }' "$WORK/frag.csv" | tr '\n' 
 "$BUILD/gpucap" plot "$WORK/frag.csv" -o "$WORK/frag.svg" 2>/dev/null
 like "$(cat "$WORK/frag.svg")" '\+2\.0 MiB fragmentation</text>' \
   "  and gpucap plot marks the refusal with it"
+
+# Another context's pool holds the memory: the primary context's one region (growth off) holds
+# the whole 64 MiB cap with a 1 MiB block live in it, so it cannot be given back when a second
+# context asks for 8 MiB.
+GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_POOL=regions GPUCAP_ALLOW_GROWTH=false \
+  GPUCAP_REPORT_JSON="$WORK/others.json" GPUCAP_TRACE="$WORK/others.csv" \
+  with_shim "$TESTBIN/oomtest" others 8 >"$WORK/out" 2>"$WORK/err"
+is "$(cat "$WORK/out")" "held_rc=0 other_rc=2" "a second context refused while the first's pool holds the cap"
+is "$(usage "$WORK/others.json" "u['refusals']")" \
+  "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 1}" \
+  "  verdict other_pools"
+like "$(cat "$WORK/err")" "verdict: other contexts' pools: 63.0 MiB sits idle in the pools of other contexts on device 0 and could not be returned" \
+  "  naming the idle bytes"
+like "$(cat "$WORK/err")" "free those blocks or use one context per device" "  and the action"
+is "$(awk -F, '$8 == "refused" { print $5 ":" $10 }' "$WORK/others.csv")" "8388608:other_pools" \
+  "  the trace's refusal row carries it"
+# The three kinds of refusal above are told apart: the verdicts each run's JSON counts.
+is "$(for f in full frag others; do
+  usage "$WORK/$f.json" "[k for k, v in u['refusals'].items() if v]"
+done | tr '\n' ' ')" "['cap_full'] ['cap_full', 'fragmentation'] ['other_pools'] " \
+  "full cap, fragmented pool (after its first refusal filled the cap), other pools: distinct"
 
 # Eight threads refused 20000 times each, with a success before each refusal (which restarted
 # the old per-pool burst, so every refusal printed a whole report): one report, 32 summaries,

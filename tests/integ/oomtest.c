@@ -6,6 +6,10 @@
  *   oomtest full MiB      fills the cap with MiB-sized blocks, then asks for one more
  *   oomtest threads N K   N threads each ask K times for more than the cap, each time after
  *                         a 1 MiB allocation that succeeds
+ *   oomtest others MiB    holds a 1 MiB block in the primary context, then asks for MiB in a
+ *                         context of its own (run with one region per pool,
+ *                         GPUCAP_POOL=regions GPUCAP_ALLOW_GROWTH=false: the primary's region
+ *                         holds the cap, idle but for the block, so it cannot be returned)
  */
 #include "shim/cudadefs.h"
 
@@ -38,10 +42,27 @@ int main(int argc, char **argv) {
   CUdevice dev;
   if (argc < 3 || cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
       cuCtxSetCurrent(ctx)) {
-    fprintf(stderr, "usage: oomtest frag|full MiB | oomtest threads N K\n");
+    fprintf(stderr, "usage: oomtest frag|full|others MiB | oomtest threads N K\n");
     return 2;
   }
   static CUdeviceptr blocks[MAX];
+  if (strcmp(argv[1], "others") == 0) {
+    CUdeviceptr held, asked = 0;
+    CUcontext own;
+    CUresult first = cuMemAlloc_v2(&held, MiB);
+    if (first != CUDA_SUCCESS || cuCtxCreate_v2(&own, 0, dev) != CUDA_SUCCESS) {
+      printf("held_rc=%d\n", first);
+      return 1;
+    }
+    printf("held_rc=0 other_rc=%d\n", cuMemAlloc_v2(&asked, (size_t)atoi(argv[2]) * MiB));
+    if (asked != 0) {
+      cuMemFree_v2(asked);
+    }
+    cuCtxDestroy_v2(own);
+    cuCtxSetCurrent(ctx);
+    cuMemFree_v2(held);
+    return 0;
+  }
   if (strcmp(argv[1], "threads") == 0) {
     int n = atoi(argv[2]);
     tries = argc > 3 ? atoi(argv[3]) : 1000;
