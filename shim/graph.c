@@ -11,8 +11,9 @@
  * gpucap trims the device's idle graph memory (cuDeviceGraphMemTrim) and tries once more, then
  * refuses the launch with CUDA_ERROR_OUT_OF_MEMORY before the driver maps anything. After every
  * call that can change the pool (launch, upload, trim, destroy, reset) the device's charge is
- * set to what the driver says its graph pool holds, and the admission is returned. A driver
- * that maps more than the footprint (rounding) is charged what it mapped. A graph whose
+ * set to what the driver says its graph pool holds (and the ledger's "CUDA graphs" line with
+ * it), and the admission is returned. A driver that maps more than the footprint (rounding) is
+ * charged what it mapped. A graph whose
  * allocation nodes cannot all be read is refused at instantiation with the driver's error
  * (failing closed: its memory could not be admitted).
  *
@@ -26,6 +27,7 @@
 #include "shim/fork.h"
 #include "shim/ctx.h"
 #include "shim/hook.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/passthru.h"
 #include "shim/real.h"
@@ -123,8 +125,10 @@ static void settle(int dev) {
   }
   if (held > charged[dev]) {
     cap_add(dev, held - charged[dev]);
+    ledger_add(dev, LEDGER_GRAPHS, held - charged[dev]);
   } else {
     cap_credit(dev, charged[dev] - held);
+    ledger_sub(dev, LEDGER_GRAPHS, charged[dev] - held);
   }
   charged[dev] = held;
 }

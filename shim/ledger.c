@@ -46,9 +46,10 @@ struct lib {
   char name[LEDGER_NAME_MAX];
   bool program;
 };
-static struct lib libs[LEDGER_LIBS] = {
-    [LEDGER_UNKNOWN] = {"unknown", false}, [LEDGER_OTHER] = {"other libraries", false}};
-static atomic_int nlibs = 1; /* entries 0..nlibs-1 are written */
+static struct lib libs[LEDGER_LIBS] = {[LEDGER_UNKNOWN] = {"unknown", false},
+                                       [LEDGER_GRAPHS] = {"CUDA graphs", false},
+                                       [LEDGER_OTHER] = {"other libraries", false}};
+static atomic_int nlibs = LEDGER_GRAPHS + 1; /* entries 0..nlibs-1 are written */
 static pthread_mutex_t libs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct cell {
@@ -81,7 +82,7 @@ static int lib_index(const char *name, size_t len, bool program) {
   pthread_mutex_lock(&libs_lock);
   int n = atomic_load_explicit(&nlibs, memory_order_relaxed);
   int found = LEDGER_OTHER;
-  for (int i = 1; i < n; i++) {
+  for (int i = LEDGER_GRAPHS + 1; i < n; i++) { /* never a fixed line: a file may be so named */
     if (libs[i].program == program && strncmp(libs[i].name, name, len) == 0 &&
         libs[i].name[len] == '\0') {
       found = i;

@@ -18,10 +18,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Libraries the ledger names (index 0: "unknown", a caller it could not name); callers beyond
- * the last are counted under "other libraries" (LEDGER_OTHER). */
+/* Libraries the ledger names (index 0: "unknown", a caller it could not name; index 1: "CUDA
+ * graphs", the memory the device's graph pool holds for CUDA graphs' allocation nodes, which is
+ * mapped by the driver at a launch for whichever graph and reused by all, so no one caller's);
+ * callers beyond the last are counted under "other libraries" (LEDGER_OTHER). */
 #define LEDGER_LIBS 48
 #define LEDGER_UNKNOWN 0
+#define LEDGER_GRAPHS 1
 #define LEDGER_OTHER (LEDGER_LIBS - 1)
 #define LEDGER_NAME_MAX 64
 

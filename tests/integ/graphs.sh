@@ -4,7 +4,8 @@
 # invalidated, and four threads launching at once, with the pool and
 # with GPUCAP_POOL=off. Judged from outside by the fake driver's per-device peak: the device
 # never held more than the 64 MiB cap (graph memory is held in 512-byte units, like every
-# allocation the program makes here, so no rounding is allowed for).
+# allocation the program makes here, so no rounding is allowed for); the ledger's lines include
+# the graph pool and reach the driver's peak.
 . "$TOP/tests/integ/lib.sh"
 
 cap=$((64 << 20))
@@ -18,6 +19,24 @@ for pool in on off; do
     [ -n "$peak" ] && [ "$peak" -le $cap ]
     ok $? "  $name: the device never held more than the cap (peak ${peak:-?})"
   done
+done
+
+# The per-library ledger counts the graph pool as its own line, "CUDA graphs": the captured
+# graph's 48 MiB beside the program's own 16 MiB block, so the libraries add up to the total and
+# the total's peak is what the driver held at its peak (64 MiB, measured by the fake).
+usage() {
+  python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['usage'][0]; print($2)" "$1"
+}
+for pool in on off; do
+  GPUCAP_POOL=$pool GPUCAP_REPORT_JSON="$WORK/ledger-$pool.json" \
+    FAKECUDA_STATS="$WORK/ledger-$pool-stats.json" with_shim "$TESTBIN/graphs" captured \
+    >/dev/null 2>&1
+  is "$(usage "$WORK/ledger-$pool.json" "sorted((l['name'], l['peak_held_bytes'], l['held_bytes']) for l in u['libraries'])")" \
+    "[('CUDA graphs', $((48 << 20)), 0), ('graphs', $((16 << 20)), 0)]" \
+    "ledger (pool $pool): a CUDA graphs line of 48 MiB beside the program's 16 MiB, none left"
+  is "$(usage "$WORK/ledger-$pool.json" "u['peak_held_bytes']")" \
+    "$(json_num "$WORK/ledger-$pool-stats.json" peak_bytes)" \
+    "  the total's peak is the driver's own peak"
 done
 
 # A graph gpucap cannot read is refused, not let through uncharged (fault injected in the fake).
