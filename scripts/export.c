@@ -114,10 +114,20 @@ static void utf8_copy(const char *s, char *out, size_t cap) {
   out[o] = '\0';
 }
 
-/* [{"filename": source, "line": line, "name": "thread T"}]: where the event is in the trace. */
+/* The library names of the trace being exported (its Library column; NULL: none). */
+static const tracecsv_info_t *lib_names;
+
+/* [{"filename": source, "line": line, "name": "LIBRARY (thread T)"}]: where the event is in the
+ * trace, and the library that asked for the block ("thread T" alone when the trace names none:
+ * a region's, or a trace without gpucap's Library column). */
 static void frames(pk_t *pk, const char *source, const tracecsv_event_t *e) {
-  char name[48];
-  snprintf(name, sizeof name, "thread %" PRIu64, e->thread);
+  char lib[TRACECSV_LIB_MAX + 8], name[sizeof lib + 40];
+  if (lib_names != NULL && e->lib >= 0 && e->lib < lib_names->nlibs) {
+    utf8_copy(lib_names->libs[e->lib], lib, sizeof lib);
+    snprintf(name, sizeof name, "%s (thread %" PRIu64 ")", lib, e->thread);
+  } else {
+    snprintf(name, sizeof name, "thread %" PRIu64, e->thread);
+  }
   pk_list(pk);
   pk_mark(pk);
   pk_dict(pk);
@@ -339,8 +349,8 @@ static void segments(pk_t *pk, size_t *count, final_t *fin, const tracecsv_event
   }
 }
 
-int export_torch(const tracecsv_event_t *ev, size_t n, const char *source, unsigned char **out,
-                 size_t *len) {
+int export_torch(const tracecsv_event_t *ev, size_t n, const tracecsv_info_t *info,
+                 const char *source, unsigned char **out, size_t *len) {
   int devs[TIMELINE_MAX_DEVICES];
   int nd = devices_of(ev, n, devs);
   if (nd < 0) {
@@ -350,6 +360,7 @@ int export_torch(const tracecsv_event_t *ev, size_t n, const char *source, unsig
   utf8_copy(source, src, sizeof src);
   static final_t fin[TIMELINE_MAX_DEVICES];
   memset(fin, 0, sizeof fin);
+  lib_names = info;
   pk_t pk = {0};
   int rc = 0;
   pk_begin(&pk);
@@ -562,7 +573,7 @@ int export_main(int argc, char **argv) {
   int rc;
   if (torch) {
     unsigned char *pickle = NULL;
-    rc = export_torch(ev, n, base, &pickle, &dlen);
+    rc = export_torch(ev, n, &info, base, &pickle, &dlen);
     data = (char *)pickle;
   } else {
     rc = export_perfetto(ev, n, base, &data, &dlen);

@@ -22,10 +22,11 @@
 #include <stddef.h>
 
 /* The torch snapshot of ev[0..n) as a malloc'ed pickle (*out, *len). `source` names the trace
- * in the frames (its base name). Fails iff memory runs out (-ENOMEM) or the trace has more
- * devices than TIMELINE_MAX_DEVICES (-E2BIG). O(n log n). */
-int export_torch(const tracecsv_event_t *ev, size_t n, const char *source, unsigned char **out,
-                 size_t *len);
+ * in the frames (its base name), and info's library names (info may be NULL) the library of
+ * each block. Fails iff memory runs out (-ENOMEM) or the trace has more devices than
+ * TIMELINE_MAX_DEVICES (-E2BIG). O(n log n). */
+int export_torch(const tracecsv_event_t *ev, size_t n, const tracecsv_info_t *info,
+                 const char *source, unsigned char **out, size_t *len);
 
 /* The Chrome/Perfetto trace event JSON of ev[0..n) as a malloc'ed string (*out, *len). Fails
  * as export_torch. O(n). */

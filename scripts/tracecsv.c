@@ -108,8 +108,8 @@ static bool equals(field_t f, const char *s) {
 }
 
 /* The columns beyond RMM's six that the reader knows. */
-enum { COL_DEVICE, COL_EVENT, COL_HELD, COL_VERDICT, NCOLS };
-static const char *const col_names[NCOLS] = {"Device", "Event", "Held", "Verdict"};
+enum { COL_DEVICE, COL_EVENT, COL_HELD, COL_VERDICT, COL_LIBRARY, NCOLS };
+static const char *const col_names[NCOLS] = {"Device", "Event", "Held", "Verdict", "Library"};
 
 /* Splits a line into at most MAX_FIELDS comma-separated fields; returns their number, or
  * MAX_FIELDS + 1 when there are more. */
@@ -174,9 +174,28 @@ static bool parse_ptr(field_t f, uint64_t *out) {
 static const char *const rmm_actions[] = {"allocate", "allocate failure", "free"};
 static const char *const gpucap_events[] = {"alloc", "refused", "free", "reserve", "release"};
 
-/* One line's fields into e (all but the time). */
+/* The index of library name v in inf (added on first sight; -1 when empty, when inf is NULL or
+ * beyond TRACECSV_LIBS). */
+static int16_t library(field_t v, tracecsv_info_t *inf) {
+  if (v.n == 0 || inf == NULL) {
+    return -1;
+  }
+  for (int i = 0; i < inf->nlibs; i++) {
+    if (equals(v, inf->libs[i])) {
+      return (int16_t)i;
+    }
+  }
+  if (inf->nlibs == TRACECSV_LIBS) {
+    return -1;
+  }
+  memcpy(inf->libs[inf->nlibs], v.p, v.n);
+  inf->libs[inf->nlibs][v.n] = '\0';
+  return (int16_t)inf->nlibs++;
+}
+
+/* One line's fields into e (all but the time); library names into inf (may be NULL). */
 static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, tracecsv_event_t *e,
-                        char *err, size_t errlen) {
+                        tracecsv_info_t *inf, char *err, size_t errlen) {
   int rmm = -1;
   for (int a = 0; a < 3; a++) {
     if (equals(f[2], rmm_actions[a])) {
@@ -264,6 +283,21 @@ static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, t
       e->verdict[v.n] = '\0';
     }
   }
+  e->lib = -1;
+  if (col[COL_LIBRARY] >= 0) {
+    field_t v = f[col[COL_LIBRARY]];
+    bool name = v.n < TRACECSV_LIB_MAX;
+    for (size_t i = 0; i < v.n && name; i++) {
+      unsigned char ch = (unsigned char)v.p[i];
+      name = ch >= 0x20 && ch != 0x7f && ch != '"';
+    }
+    if (!name) {
+      return bad(err, errlen, lineno,
+                 "Library '%.*s' is not a library name (at most %d bytes, no control byte or '\"')",
+                 (int)(v.n > 40 ? 40 : v.n), v.p, TRACECSV_LIB_MAX - 1);
+    }
+    e->lib = library(v, inf);
+  }
   if (e->action == TRACECSV_FAILURE) {
     e->ptr = 0;
     e->held = 0;
@@ -274,12 +308,14 @@ static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, t
 int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n,
                    tracecsv_info_t *info, char *err, size_t errlen) {
   tracecsv_event_t *ev = NULL;
-  tracecsv_info_t inf = {false, 0, -1};
+  tracecsv_info_t local;
+  tracecsv_info_t *inf = info != NULL ? info : &local; /* names are kept only for a caller */
+  *inf = (tracecsv_info_t){.max_dev = -1};
   size_t count = 0;
   size_t cap = 0;
   size_t lineno = 0;
   size_t nf = 6;
-  int col[NCOLS] = {-1, -1, -1};
+  int col[NCOLS] = {-1, -1, -1, -1, -1};
   int64_t first = -1;
   int64_t prev = 0;
   int64_t day = 0;
@@ -297,7 +333,7 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
     pos += ln + 1;
     lineno++;
     if (nl == NULL && lineno > 1) {
-      inf.cut = lineno; /* cut while it was written: never trusted, even if it parses */
+      inf->cut = lineno; /* cut while it was written: never trusted, even if it parses */
       break;
     }
     if (ln > 0 && line[ln - 1] == '\r') {
@@ -305,7 +341,7 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
     }
     if (lineno == 1) {
       rc = header(line, ln, &nf, col, err, errlen);
-      inf.gpucap = col[COL_DEVICE] >= 0 && col[COL_EVENT] >= 0 && col[COL_HELD] >= 0;
+      inf->gpucap = col[COL_DEVICE] >= 0 && col[COL_EVENT] >= 0 && col[COL_HELD] >= 0;
       continue;
     }
     if (ln == 0) {
@@ -327,12 +363,12 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
                (int)(f[1].n > 40 ? 40 : f[1].n), f[1].p);
       break;
     }
-    rc = parse_fields(f, col, lineno, &e, err, errlen);
+    rc = parse_fields(f, col, lineno, &e, info, err, errlen);
     if (rc != 0) {
       break;
     }
     e.line = lineno > UINT32_MAX ? UINT32_MAX : (uint32_t)lineno;
-    inf.max_dev = e.dev > inf.max_dev ? e.dev : inf.max_dev;
+    inf->max_dev = e.dev > inf->max_dev ? e.dev : inf->max_dev;
     int64_t t = tod + day;
     if (first < 0) {
       first = t;
@@ -373,9 +409,6 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
   if (rc != 0) {
     free(ev);
     return rc;
-  }
-  if (info != NULL) {
-    *info = inf;
   }
   *events = ev;
   *n = count;

@@ -2,10 +2,10 @@
  * writes it, or as GPUCAP_TRACE writes it, RMM's six columns followed by gpucap's own
  * (docs/report.md, "The allocation trace"):
  *
- *   Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict
- *   12345,14:03:07.123456,allocate failure,0x7f2a00000000,2147483648,0x0,0,reserve,2147483648,
- *   12345,14:03:07.123460,allocate,0x7f2a00000000,1048576,0x0,0,alloc,1048576,
- *   12345,14:03:07.123467,allocate failure,(nil),4194304,0x0,0,refused,0,cap_full
+ *   Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library
+ *   12345,14:03:07.123456,allocate failure,0x7f2a00000000,2147483648,0x0,0,reserve,2147483648,,
+ *   12345,14:03:07.123460,allocate,0x7f2a00000000,1048576,0x0,0,alloc,1048576,,libcublas
+ *   12345,14:03:07.123467,allocate failure,(nil),4194304,0x0,0,refused,0,cap_full,train
  *
  * The one reader of traces: `gpucap plot` and `gpucap export` (scripts/) and the replay
  * benchmark (tests/bench/replay.c) share it. Time is the wall-clock time of day (HH:MM:SS with
@@ -27,6 +27,9 @@ typedef enum tracecsv_action {
   TRACECSV_RELEASE, /* a pool region returned to the driver (gpucap's Event column) */
 } tracecsv_action_t;
 
+#define TRACECSV_LIBS 64    /* library names a trace's info keeps; later ones read as none */
+#define TRACECSV_LIB_MAX 64 /* bytes of a library name, its NUL included */
+
 typedef struct tracecsv_event {
   int64_t ns; /* nanoseconds since the first event; never decreases from one event to the next */
   tracecsv_action_t action;
@@ -38,19 +41,23 @@ typedef struct tracecsv_event {
   uint64_t held;    /* bytes the block holds (its chunk); the Size when the trace does not say */
   uint64_t stream;  /* the Stream column */
   char verdict[16]; /* a refusal's Verdict column ("fragmentation"); "" when none */
+  int16_t lib;      /* the Library column: an index into tracecsv_info_t.libs; -1 when none */
 } tracecsv_event_t;
 
 typedef struct tracecsv_info {
   bool gpucap; /* the trace has gpucap's Device, Event and Held columns */
   size_t cut;  /* the number of a last line cut while it was written (left out), else 0 */
   int max_dev; /* the largest Device seen, -1 when none */
+  int nlibs;   /* the distinct Library names, in order of first sight */
+  char libs[TRACECSV_LIBS][TRACECSV_LIB_MAX];
 } tracecsv_info_t;
 
 /* Parses text[0..len) into a malloc'ed array of events (*events, freed by the caller; NULL when
  * there are none), their number (*n) and what the trace is (*info, may be NULL). The first line
- * must be a header that starts with RMM's six columns; gpucap's Device, Event, Held and Verdict
- * may follow in any order, and other columns are ignored. Blank lines and a trailing '\r' on a line
- * are ignored. Every line of a trace ends in a newline, so text that ends without one was cut
+ * must be a header that starts with RMM's six columns; gpucap's Device, Event, Held, Verdict and
+ * Library may follow in any order, and other columns are ignored. Library names are kept in
+ * info (the first TRACECSV_LIBS of them; without info, none). Blank lines and a trailing '\r' on a
+ * line are ignored. Every line of a trace ends in a newline, so text that ends without one was cut
  * while it was written (a full disk, a killed process): that last line is left out and
  * info->cut is set to its number.
  * Times are made relative to the first event; a time more than 12 hours before the previous one
@@ -60,7 +67,8 @@ typedef struct tracecsv_info {
  * Fails iff the header is not RMM's, a line does not have the header's number of fields, a
  * field is not valid (a time, an action, a hexadecimal or `(nil)` pointer, a decimal size, a
  * hexadecimal stream, a device from -1 to 65535, a gpucap event that agrees with the Action, a
- * verdict of at most 15 lowercase letters and '_' or empty),
+ * verdict of at most 15 lowercase letters and '_' or empty, a library name of at most 63 bytes
+ * with no control byte or '"'),
  * or the times cross midnight more than 100 000 times (-EINVAL; err gets "line N: what is
  * wrong"), or memory runs out (-ENOMEM). On failure *events is NULL and *n is 0. O(len). */
 int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n,

@@ -172,26 +172,27 @@ bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
 
 /* A block's row in the trace, recorded where the pool decided (lock held): for an allocation,
  * the chunk it holds; for a refusal, nothing. */
-static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, uint64_t bytes) {
+static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, uint64_t bytes,
+                        int lib) {
   uint64_t held = 0;
   if (action == TRACE_ALLOC && trace_on()) {
     bfc_lookup(c->pool.bfc, addr, NULL, &held, NULL);
   }
-  trace_note(action, c->dev, action == TRACE_ALLOC ? addr : 0, bytes, held);
+  trace_note(action, c->dev, action == TRACE_ALLOC ? addr : 0, bytes, held, lib);
 }
 
 /* Judges, counts and reports a refusal of the pool (facts as the pool saw them; pool_idle: the
  * bytes it held from the driver that the program did not) once its lock is dropped: the
  * device's other pools are looked at now. */
 static void oom_refused(oom_facts_t *f, uint64_t rank, uint64_t pool_idle, const char *report,
-                        size_t len) {
+                        size_t len, int lib) {
   uint64_t idle = ctx_idle_bytes(f->dev);
   f->cap = cap_limit(f->dev, 0);
   f->charged = cap_used(f->dev);
   f->others_idle = idle > pool_idle ? idle - pool_idle : 0;
   enum oom_verdict v = oom_judge(f);
   oom_tally(f->dev, v);
-  trace_refused(f->dev, f->bytes, oom_verdict_name(v));
+  trace_refused(f->dev, f->bytes, oom_verdict_name(v), lib);
   trace_poll();
   oom_print(rank, f, v, report, len);
 }
@@ -325,7 +326,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult driver_rc = c->pool.last_driver_rc;
   int dev = c->dev;
   if (err == 0 || !refused) {
-    trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes);
+    trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes, lib);
   }
   if (err == 0) {
     ledger_add(dev, lib, held); /* before a free of the block can take it out (its lock) */
@@ -343,7 +344,8 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     return CUDA_SUCCESS;
   }
   if (refused) {
-    oom_refused(&facts, rank, pool_idle, oom_wants_report(rank) ? oom_text : NULL, sizeof oom_text);
+    oom_refused(&facts, rank, pool_idle, oom_wants_report(rank) ? oom_text : NULL, sizeof oom_text,
+                lib);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   return driver_rc != CUDA_SUCCESS ? driver_rc : CUDA_ERROR_UNKNOWN;
@@ -393,7 +395,7 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
                                                           : bfc_free_deferred(c->pool.bfc, ptr);
   int dev = c->dev;
   if (err == 0) {
-    trace_note(TRACE_FREE, dev, ptr, requested, held);
+    trace_note(TRACE_FREE, dev, ptr, requested, held, lib);
     release_idle(c);
   }
   pthread_mutex_unlock(&c->lock);

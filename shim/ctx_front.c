@@ -292,7 +292,7 @@ bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint
     if (r) {
       r->cached = 0;
     }
-    trace_note(TRACE_ALLOC, c->dev, b.addr, bytes, b.size); /* ordered by t's lock */
+    trace_note(TRACE_ALLOC, c->dev, b.addr, bytes, b.size, lib); /* ordered by t's lock */
   }
   pthread_mutex_unlock(&t->mu);
   t->takes++;
@@ -355,7 +355,7 @@ int ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
     pthread_mutex_unlock(&t->mu);
     return -1;
   }
-  trace_note(TRACE_FREE, c->dev, ptr, k.requested, k.held); /* ordered by t's lock */
+  trace_note(TRACE_FREE, c->dev, ptr, k.requested, k.held, k.tag); /* ordered by t's lock */
   front_block_t b = {.addr = ptr,
                      .size = k.held,
                      .requested = k.requested,

@@ -163,7 +163,7 @@ static CUresult admit(const uint64_t bytes[GPUCAP_MAX_DEVICES], bool backed,
       }
       log_msg(LOG_DEBUG, "device %d: a graph launch needs %llu bytes of graph memory", d,
               (unsigned long long)bytes[d]);
-      return passthru_refuse(d, bytes[d]);
+      return passthru_refuse_as(d, bytes[d], LEDGER_GRAPHS);
     }
     admitted[d] = bytes[d];
   }

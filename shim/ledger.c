@@ -253,6 +253,14 @@ int ledger_caller(void) {
   return caller_slow((const void *)a);
 }
 
+const char *ledger_name(int lib) {
+  if (lib < 0 || lib >= LEDGER_LIBS ||
+      (lib >= atomic_load_explicit(&nlibs, memory_order_acquire) && lib != LEDGER_OTHER)) {
+    return NULL;
+  }
+  return libs[lib].name;
+}
+
 static void raise_peak(struct cell *c, uint64_t now) {
   uint64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
   while (now > peak && !atomic_compare_exchange_weak_explicit(

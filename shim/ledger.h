@@ -55,6 +55,10 @@ extern _Thread_local struct ledger_thread ledger_thread;
  * holds no pool lock. */
 int ledger_caller(void);
 
+/* The name of library lib as the ledger shows it ("libcublas", the program's own name), or NULL
+ * for an index out of range or not yet given a name. Lock-free; the text never changes. */
+const char *ledger_name(int lib);
+
 /* Adds (held by the program) or removes (freed) `bytes` of library lib on device dev. */
 void ledger_add(int dev, int lib, uint64_t bytes);
 void ledger_sub(int dev, int lib, uint64_t bytes);

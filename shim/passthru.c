@@ -46,7 +46,7 @@ static void forget_block(uint64_t ptr, const charge_t *e, uint64_t ticket) {
   atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
   atomic_fetch_add(&counters[e->dev].frees, 1);
   ledger_sub(e->dev, e->lib, e->bytes);
-  trace_fill(ticket, TRACE_FREE, e->dev, ptr, e->bytes, e->bytes);
+  trace_fill(ticket, TRACE_FREE, e->dev, ptr, e->bytes, e->bytes, e->lib);
 }
 
 /* Returns a tracked block's charge once the driver no longer has it. */
@@ -80,7 +80,7 @@ CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kin
   }
   count_alloc(dev, bytes);
   ledger_add(dev, e.lib, bytes);
-  trace_note(TRACE_ALLOC, dev, ptr, bytes, bytes);
+  trace_note(TRACE_ALLOC, dev, ptr, bytes, bytes, e.lib);
   trace_poll();
   return CUDA_SUCCESS;
 }
@@ -108,6 +108,10 @@ bool passthru_prepare(bool args_ok, int *dev, CUresult *rc) {
 }
 
 CUresult passthru_refuse(int dev, uint64_t bytes) {
+  return passthru_refuse_as(dev, bytes, ledger_caller());
+}
+
+CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib) {
   if (dev < 0) {
     log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", GPUCAP_MAX_DEVICES - 1);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -117,7 +121,7 @@ CUresult passthru_refuse(int dev, uint64_t bytes) {
   oom_facts_t f = {.dev = dev, .bytes = bytes, .cap = cap_limit(dev, 0), .charged = cap_used(dev)};
   enum oom_verdict v = oom_judge(&f);
   oom_tally(dev, v);
-  trace_refused(dev, bytes, oom_verdict_name(v));
+  trace_refused(dev, bytes, oom_verdict_name(v), lib);
   trace_poll();
   oom_print(oom_rank(), &f, v, NULL, 0);
   return CUDA_ERROR_OUT_OF_MEMORY;
@@ -159,7 +163,7 @@ CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void 
       cap_credit(e.dev, e.bytes);
     }
   } else {
-    trace_fill(ticket, TRACE_NONE, -1, 0, 0, 0);
+    trace_fill(ticket, TRACE_NONE, -1, 0, 0, 0, -1);
   }
   trace_poll();
   return rc;

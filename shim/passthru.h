@@ -44,8 +44,12 @@ enum passthru_kind { PASSTHRU_CONTEXT = 0, PASSTHRU_ORDERED = 1 };
 CUresult passthru_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
                          enum passthru_kind kind, passthru_free_fn driver_free, void *arg);
 
-/* Counts a refusal and returns CUDA_ERROR_OUT_OF_MEMORY (logged at debug level). */
+/* Counts a refusal and returns CUDA_ERROR_OUT_OF_MEMORY (logged at debug level); the trace's
+ * row names the library that called the hook (ledger_caller). */
 CUresult passthru_refuse(int dev, uint64_t bytes);
+
+/* passthru_refuse on behalf of library lib (the ledger's index: LEDGER_GRAPHS for a graph's). */
+CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib);
 
 /* Records a block the driver just handed out under a charge of `bytes` to dev. If the host
  * cannot record it, frees it with driver_free(ptr, arg), returns the charge and answers

@@ -99,7 +99,7 @@ static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
     cap_credit(p->dev, ask);
     return -ENOMEM;
   }
-  trace_note(TRACE_RESERVE, p->dev, *base, bytes, bytes);
+  trace_note(TRACE_RESERVE, p->dev, *base, bytes, bytes, -1);
   return 0;
 }
 
@@ -116,7 +116,8 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
   }
   uint64_t ticket = trace_ticket(); /* before the driver may hand the addresses out again */
   CUresult rc = p->gone ? CUDA_SUCCESS : real.cuMemFree_v2(driver);
-  trace_fill(ticket, rc == CUDA_SUCCESS ? TRACE_RELEASE : TRACE_NONE, p->dev, base, bytes, bytes);
+  trace_fill(ticket, rc == CUDA_SUCCESS ? TRACE_RELEASE : TRACE_NONE, p->dev, base, bytes, bytes,
+             -1);
   if (rc != CUDA_SUCCESS) {
     log_msg(LOG_WARN, "device %d: the driver refused to free a %llu-byte region (error %d)", p->dev,
             (unsigned long long)bytes, rc);
@@ -152,7 +153,7 @@ static uint64_t unmap_units(pool_t *p, uint64_t base, uint64_t bytes, bool trace
     *rc = *rc == CUDA_SUCCESS ? *rc : real.cuMemUnmap(base + done, p->unit); /* asked twice */
     if (traced) {
       trace_fill(ticket, *rc == CUDA_SUCCESS ? TRACE_RELEASE : TRACE_NONE, p->dev, base + done,
-                 p->unit, p->unit);
+                 p->unit, p->unit, -1);
     }
     if (*rc != CUDA_SUCCESS) {
       break;
@@ -211,7 +212,7 @@ static int map_units(void *arg, uint64_t bytes, uint64_t *base) {
     return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
   }
   for (uint64_t at = 0; at < bytes; at += p->unit) { /* a `reserve` row per unit mapped */
-    trace_note(TRACE_RESERVE, p->dev, *base + at, p->unit, p->unit);
+    trace_note(TRACE_RESERVE, p->dev, *base + at, p->unit, p->unit, -1);
   }
   return 0;
 }
@@ -331,7 +332,7 @@ void pool_report(const pool_t *p, bfc_stats_t *stats, uint64_t *largest, pool_ba
 static int trace_dropped(void *arg, const bfc_chunk_info_t *c) {
   const pool_t *p = arg;
   if (c->state == BFC_IN_USE) {
-    trace_note(TRACE_FREE, p->dev, c->addr, c->requested, c->size);
+    trace_note(TRACE_FREE, p->dev, c->addr, c->requested, c->size, (int)c->tag);
   }
   return 0;
 }

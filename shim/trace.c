@@ -22,6 +22,7 @@
 #include "shim/cap.h"
 #include "shim/exit.h"
 #include "shim/fork.h"
+#include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/settings.h"
 
@@ -41,7 +42,7 @@
 #define TRACE_BUF (64 * 1024)
 #define RING 4096          /* events recorded and not yet formatted, at most */
 #define POLL_AT (RING / 4) /* trace_poll writes once this many are waiting */
-#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict\n"
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library\n"
 #define HEADER_LEN (sizeof HEADER - 1)
 
 /* NOT_OPENED: no event yet; ARMED: events recorded, the file not created yet. */
@@ -54,6 +55,7 @@ struct slot {
   const char *verdict; /* a refusal's (static text), or NULL */
   int32_t tid;
   int16_t dev;
+  int16_t lib; /* the ledger's library, -1 for none */
   uint8_t action;
 } __attribute__((aligned(64))); /* one cache line: writers on other cores share none */
 
@@ -149,21 +151,31 @@ static void write_out(void) {
           path, strerror(err));
 }
 
-/* One row, RMM's six columns then gpucap's four. Region rows are `allocate failure` in RMM's
+/* One row, RMM's six columns then gpucap's five. Region rows are `allocate failure` in RMM's
  * Action column: RMM's readers know only its three actions and its replay skips failures, so
- * they read the trace as RMM's own; gpucap's Event column says what the row is. */
+ * they read the trace as RMM's own; gpucap's Event column says what the row is. A library's
+ * name is written with every byte a CSV field or a reader could take for structure (a comma, a
+ * quote, a control byte) as '_'. */
 static int format_row(const struct slot *s, char *line, size_t cap) {
   static const char *const rmm[] = {"allocate", "allocate failure", "free", "allocate failure",
                                     "allocate failure"};
   static const char *const ours[] = {"alloc", "refused", "free", "reserve", "release"};
+  char lib[LEDGER_NAME_MAX];
+  const char *name = ledger_name(s->lib);
+  size_t k = 0;
+  for (; name != NULL && name[k] != '\0' && k < sizeof lib - 1; k++) {
+    unsigned char ch = (unsigned char)name[k];
+    lib[k] = ch < 0x20 || ch == 0x7f || ch == ',' || ch == '"' ? '_' : (char)ch;
+  }
+  lib[k] = '\0';
   int64_t sec = s->ns / 1000000000 + atomic_load_explicit(&tz_offset, memory_order_relaxed);
   int64_t day = ((sec % 86400) + 86400) % 86400;
   return snprintf(line, cap,
                   "%d,%02d:%02d:%02d.%06ld,%s,0x%" PRIx64 ",%" PRIu64 ",0x%" PRIx64
-                  ",%d,%s,%" PRIu64 ",%s\n",
+                  ",%d,%s,%" PRIu64 ",%s,%s\n",
                   s->tid, (int)(day / 3600), (int)(day / 60 % 60), (int)(day % 60),
                   (long)(s->ns % 1000000000 / 1000), rmm[s->action], s->ptr, s->size, s->stream,
-                  s->dev, ours[s->action], s->held, s->verdict ? s->verdict : "");
+                  s->dev, ours[s->action], s->held, s->verdict ? s->verdict : "", lib);
 }
 
 /* Formats the filled slots in ticket order into the buffer (writing it when full), up to the
@@ -227,7 +239,7 @@ uint64_t trace_ticket(void) {
 }
 
 static void fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
-                 uint64_t held, const char *verdict) {
+                 uint64_t held, const char *verdict, int lib) {
   if (ticket == 0) {
     return;
   }
@@ -259,22 +271,24 @@ static void fill(uint64_t ticket, enum trace_action action, int dev, uint64_t pt
   s->stream = my_stream;
   s->tid = my_tid;
   s->dev = (int16_t)(dev < -1 || dev > INT16_MAX ? -1 : dev);
+  s->lib = (int16_t)(lib < 0 || lib >= LEDGER_LIBS ? -1 : lib);
   s->action = (uint8_t)action;
   atomic_store_explicit(&s->ticket, ticket, memory_order_release);
   errno = saved;
 }
 
 void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
-                uint64_t held) {
-  fill(ticket, action, dev, ptr, size, held, NULL);
+                uint64_t held, int lib) {
+  fill(ticket, action, dev, ptr, size, held, NULL, lib);
 }
 
-void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held) {
-  fill(trace_ticket(), action, dev, ptr, size, held, NULL);
+void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
+                int lib) {
+  fill(trace_ticket(), action, dev, ptr, size, held, NULL, lib);
 }
 
-void trace_refused(int dev, uint64_t size, const char *verdict) {
-  fill(trace_ticket(), TRACE_ALLOC_FAILURE, dev, 0, size, 0, verdict);
+void trace_refused(int dev, uint64_t size, const char *verdict, int lib) {
+  fill(trace_ticket(), TRACE_ALLOC_FAILURE, dev, 0, size, 0, verdict, lib);
 }
 
 void trace_stream(uint64_t stream) {

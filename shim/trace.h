@@ -1,12 +1,12 @@
 /* GPUCAP_TRACE: every allocation event, in RAPIDS RMM's CSV log format
  * (`Thread,Time,Action,Pointer,Size,Stream`) followed by gpucap's own columns
- * (`Device,Event,Held,Verdict`), so RMM's replay benchmark, gpucap-replay and the gpucap command
- * read it (docs/report.md describes the columns). The rows are in the order of the operations: each
- * event takes a place in one sequence (a ticket) where its outcome is decided (under the pool's
- * lock, or before the driver call that frees the memory), and the rows are written in ticket order,
- * whatever thread writes them. Events are kept in a ring in memory and written in large appends
- * (trace_poll, before an exec and at exit); the file only ever holds whole lines. Thread-safe; a
- * no-op when GPUCAP_TRACE is unset.
+ * (`Device,Event,Held,Verdict,Library`), so RMM's replay benchmark, gpucap-replay and the gpucap
+ * command read it (docs/report.md describes the columns). The rows are in the order of the
+ * operations: each event takes a place in one sequence (a ticket) where its outcome is decided
+ * (under the pool's lock, or before the driver call that frees the memory), and the rows are
+ * written in ticket order, whatever thread writes them. Events are kept in a ring in memory and
+ * written in large appends (trace_poll, before an exec and at exit); the file only ever holds whole
+ * lines. Thread-safe; a no-op when GPUCAP_TRACE is unset.
  */
 #ifndef GPUCAP_SHIM_TRACE_H
 #define GPUCAP_SHIM_TRACE_H
@@ -34,18 +34,20 @@ uint64_t trace_ticket(void);
 /* Records one event at `ticket` (nothing when ticket is 0; no row for TRACE_NONE): its device
  * (-1 when not known), the block's or region's address (0 for a refusal), the bytes asked for
  * (for a free, those the block was asked with; for a region, its size), the bytes it holds
- * (chunk size; 0 for a refusal). The stream is the one trace_stream set for this thread.
+ * (chunk size; 0 for a refusal), and the ledger's library of the block (shim/ledger.h; -1 for
+ * a region, which is gpucap's pool's). The stream is the one trace_stream set for this thread.
  * Writes no file; waits only when the ring is full of rows not yet written (then it writes
  * them itself). May be called under a pool lock. */
 void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
-                uint64_t held);
+                uint64_t held, int lib);
 
 /* trace_fill(trace_ticket(), ...): an event whose place in the order is now. */
-void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held);
+void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
+                int lib);
 
-/* trace_note of a refusal of `size` bytes on dev, with its verdict (static text, the
- * Verdict column: oom_verdict_name's). */
-void trace_refused(int dev, uint64_t size, const char *verdict);
+/* trace_note of a refusal of `size` bytes on dev asked by library lib, with its verdict (static
+ * text, the Verdict column: oom_verdict_name's). */
+void trace_refused(int dev, uint64_t size, const char *verdict, int lib);
 
 /* Sets the stream recorded with this thread's next events (0: none, the legacy default
  * stream; 2: the per-thread default stream). Restore 0 after the call it is for. */

@@ -42,6 +42,14 @@ check_both() {
   grun_leaks --limit 2GiB --trace ./trace.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
   check_both trace.csv
   grep -q '"name":"refused"' trace.csv.json
+  # Each entry's frame names the library that asked (the trace's Library column: the program),
+  # a region's only its thread.
+  run python3 -c 'import pickle, sys
+for e in pickle.load(open(sys.argv[1], "rb"))["device_traces"][0]:
+    print(e["action"], e["frames"][0]["name"].split(" (")[0] if "(" in e["frames"][0]["name"] else "-")' \
+    trace.csv.pickle
+  [ "$(printf '%s\n' "$output" | sort -u | tr '\n' ';')" = \
+    "alloc workload;free_completed workload;free_requested workload;oom workload;segment_alloc -;" ]
 }
 
 @test "8 threads, pooled (both backings) and pass-through: both exports agree with their traces" {
@@ -164,14 +172,15 @@ boxes_are() {
   "$GPUCAP" export --format torch-snapshot trace.csv -o snap.pickle
   # "Active Memory Timeline", the mouse over the first allocation: a polygon for each of the three
   # allocations in the viewer's colours, one for the (empty) summary of small ones and the
-  # minimap's; the context pane names the block and its frame (the trace's line 3).
+  # minimap's; the context pane names the block and its frame (the trace's line 3, the library
+  # that asked: the program).
   viewer_page trace_plot --hover
   run sh -c "grep -o '<polygon [^>]*>' trace_plot.dom | sed 's/.* fill=\"\\(#[0-9a-f]*\\)\".*/\\1/'"
   [ "$(printf '%s' "$output" | tr '\n' ' ')" = '#4e79a7 #f28e2c #e15759 #4e79a7 #4e79a7' ]
   grep -q '<option>Active Memory Timeline</option>' trace_plot.dom
   grep -Eq '<pre>0 Addr: b[0-9a-f]+_0, Size: 768.0MiB \(805306368 bytes\) allocation$' \
     trace_plot.dom
-  grep -Eq '^trace.csv:3:thread [0-9]+</pre>' trace_plot.dom
+  grep -Eq '^trace.csv:3:workload \(thread [0-9]+\)</pre>' trace_plot.dom
   # The plot (x = 77 .. 1016, y = 49 .. 441 for 0 .. 1.6 GiB, one column per event): the 768 MiB
   # block all along the bottom, the 256 MiB one above it from the second event, the 512 MiB one
   # above both from the third, white above the 256 MiB one before that; the minimap below.
@@ -190,7 +199,7 @@ boxes_are() {
   [ "$(grep -o '<pre style="[^"]*">free ' segment_plot.dom | wc -l)" -eq 3 ]
   grep -q '(1.5GiB (1610612736 bytes) allocated / 2.0GiB (2147483648 bytes) reserved)' \
     segment_plot.dom
-  grep -Eq '^trace.csv:6:thread [0-9]+ *</pre>' segment_plot.dom
+  grep -Eq '^trace.csv:6:workload \(thread [0-9]+\) *</pre>' segment_plot.dom
   [ "$(grep -o '<rect [^>]*stroke="black"[^>]*fill="white"' segment_plot.dom | wc -l)" -eq 2 ]
   # Drawn: the first segment full of its block, the second's two blocks, then its free part.
   boxes_are segment_plot.png 450 60 100 60 tableau 380 230 60 60 tableau \

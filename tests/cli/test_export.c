@@ -160,7 +160,7 @@ static void test_exports(void) {
          err);
   unsigned char *pickle = NULL;
   size_t len = 0;
-  TAP_EQ(export_torch(ev, n, "t\xffrace.csv", &pickle, &len), 0, "a torch snapshot is written");
+  TAP_EQ(export_torch(ev, n, NULL, "t\xffrace.csv", &pickle, &len), 0, "a torch snapshot is written");
   tap_ok(len > 3 && pickle[0] == 0x80 && pickle[1] == 2 && pickle[len - 1] == '.',
          "a protocol 2 pickle, ending in STOP");
   tap_ok(memmem(pickle, len, "t?race.csv", 10) != NULL, "a file name that is not UTF-8 gets '?'");
@@ -199,7 +199,7 @@ static void test_exports(void) {
                             0x1000 * (d + 1), d);
   }
   tracecsv_parse(t, pos, &ev, &n, NULL, NULL, 0);
-  TAP_EQ(export_torch(ev, n, "x", &pickle, &len), -E2BIG, "65 devices: refused (torch)");
+  TAP_EQ(export_torch(ev, n, NULL, "x", &pickle, &len), -E2BIG, "65 devices: refused (torch)");
   TAP_EQ(export_perfetto(ev, n, "x", &json, &len), -E2BIG, "65 devices: refused (perfetto)");
   free(ev);
   free(t);

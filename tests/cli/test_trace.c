@@ -360,6 +360,51 @@ static void test_columns(void) {
 
 /* The three figures per device: a block in a region leaves `reserved` alone, one the driver
  * allocated on its own adds to it; a region adds its size until it is released. */
+/* gpucap's Library column: each name kept once in info, in order of first sight; an empty field
+ * (a region's row) is none; a name with a quote or a control byte, or too long, is refused. */
+static void test_library(void) {
+  const char *text =
+      "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library\n"
+      "7,10:00:00.000000,allocate failure,0x100000,2097152,0x0,0,reserve,2097152,,\n"
+      "7,10:00:00.000001,allocate,0x100000,1000,0x0,0,alloc,1024,,libcublas\n"
+      "7,10:00:00.000002,allocate,0x100400,1000,0x0,0,alloc,1024,,train\n"
+      "7,10:00:00.000003,allocate failure,0x0,4194304,0x0,0,refused,0,cap_full,libcublas\n"
+      "7,10:00:00.000004,free,0x100000,1000,0x0,0,free,1024,,libcublas\n"
+      "7,10:00:00.000005,allocate,0x100800,256,0x0,0,alloc,256,,cupy.cuda memory (1)\n";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace with a Library column parses (%s)",
+         err);
+  TAP_EQ(info.nlibs, 3, "three library names");
+  if (tap_ok(n == 6 && info.nlibs == 3, "six events")) {
+    tap_ok(strcmp(info.libs[0], "libcublas") == 0 && strcmp(info.libs[1], "train") == 0 &&
+               strcmp(info.libs[2], "cupy.cuda memory (1)") == 0,
+           "kept in order of first sight, spaces and parentheses included");
+    tap_ok(ev[0].lib == -1 && ev[1].lib == 0 && ev[2].lib == 1 && ev[3].lib == 0 &&
+               ev[4].lib == 0 && ev[5].lib == 2,
+           "each row's library; none for a region's");
+  }
+  free(ev);
+  TAP_EQ(tracecsv_parse(text, strlen(text), &ev, &n, NULL, err, sizeof err), 0,
+         "without info the names are dropped");
+  tap_ok(n == 6 && ev[1].lib == -1, "  and no row names one");
+  free(ev);
+  static const char *const bad[] = {
+      "lib\"x", "lib\tx", "a-name-of-sixty-four-bytes-is-one-more-than-the-column-takes-xxx"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char t[512];
+    snprintf(
+        t, sizeof t,
+        "Thread,Time,Action,Pointer,Size,Stream,Library\n1,10:00:00.0,allocate,0x10,256,0x0,%s\n",
+        bad[i]);
+    err[0] = '\0';
+    TAP_EQ(parse(t, &ev, &n, err, sizeof err), -EINVAL, "Library '%s' refused", bad[i]);
+    tap_ok(strstr(err, "line 2: Library") != NULL, "  with the line (%s)", err);
+    free(ev);
+  }
+}
+
 static void test_timeline(void) {
   const char *text =
       GHEADER "1,10:00:00.000000,allocate failure,0x100000,2097152,0x0,0,reserve,2097152\n"
@@ -432,6 +477,7 @@ int main(void) {
   test_wrap();
   test_plot();
   test_columns();
+  test_library();
   test_timeline();
   return tap_done();
 }

@@ -111,7 +111,7 @@ is "$(cat "$WORK/err")" "" "GPUCAP_REPORT=off (--quiet): nothing printed"
 # cuBLAS over the fake (a program built by nvcc with the shared runtime): its workspace is
 # libcublas's, the program's own blocks the program's, and the lines add up to the total.
 if [ -x "$BUILD/real/cublas_shared" ]; then
-  (cd "$WORK" && FAKECUDA_MEMORY=1GiB GPUCAP_MEMORY_LIMIT=256MiB \
+  (cd "$WORK" && FAKECUDA_MEMORY=1GiB GPUCAP_MEMORY_LIMIT=256MiB GPUCAP_TRACE="$WORK/cublas.csv" \
     GPUCAP_REPORT_JSON="$WORK/cublas.json" with_shim "$BUILD/real/cublas_shared" >/dev/null 2>&1)
   names=$(usage "$WORK/cublas.json" "sorted(l['name'] for l in u['libraries'])")
   is "$names" "['cublas_shared', 'libcublas']" "cuBLAS: the ledger names libcublas and the program"
@@ -121,6 +121,10 @@ if [ -x "$BUILD/real/cublas_shared" ]; then
     True "  and their peaks bound the total's"
   is "$(usage "$WORK/cublas.json" "[l['peak_held_bytes'] > 0 for l in u['libraries'] if l['name'] == 'libcublas']")" \
     "[True]" "  libcublas held device memory"
+  # The trace's Library column names the same two for the blocks, nothing for the regions.
+  is "$(awk -F, 'NR > 1 { print $8 "," $11 }' "$WORK/cublas.csv" | sort -u | tr '\n' ' ')" \
+    "alloc,cublas_shared alloc,libcublas free,cublas_shared free,libcublas refused,cublas_shared refused,libcublas reserve, " \
+    "  the trace names them row by row"
 else
   skip "cuBLAS row: not built (no nvcc when the tests were built)"
 fi
