@@ -160,7 +160,8 @@ static void test_exports(void) {
          err);
   unsigned char *pickle = NULL;
   size_t len = 0;
-  TAP_EQ(export_torch(ev, n, NULL, "t\xffrace.csv", &pickle, &len), 0, "a torch snapshot is written");
+  TAP_EQ(export_torch(ev, n, NULL, "t\xffrace.csv", &pickle, &len), 0,
+         "a torch snapshot is written");
   tap_ok(len > 3 && pickle[0] == 0x80 && pickle[1] == 2 && pickle[len - 1] == '.',
          "a protocol 2 pickle, ending in STOP");
   tap_ok(memmem(pickle, len, "t?race.csv", 10) != NULL, "a file name that is not UTF-8 gets '?'");
