@@ -127,7 +127,8 @@ ctx_t *ctx_current(CUresult *rc) {
 }
 
 ctx_t *ctx_owning(uint64_t addr) {
-  struct ctx *known = ctx_front_owner(addr); /* the thread's own blocks: no context lock */
+  struct ctx *known =
+      ctx_fronts_on() ? ctx_front_owner(addr) : NULL; /* the thread's own blocks: no context lock */
   if (known) {
     return known;
   }
@@ -153,10 +154,11 @@ enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {
     pthread_mutex_lock(&c->lock);
     if (c->pool.bfc && bfc_owns(c->pool.bfc, addr)) {
       /* The block is what the program asked for: the chunk's rounding is not part of it. */
-      where = bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size &&
-                      !ctx_fronts_cached(c, *base, false) /* freed into a front */
-                  ? CTX_BLOCK
-                  : CTX_NOT_HELD;
+      where =
+          bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size &&
+                  !(ctx_fronts_on() && ctx_fronts_cached(c, *base, false)) /* freed into a front */
+              ? CTX_BLOCK
+              : CTX_NOT_HELD;
     }
     pthread_mutex_unlock(&c->lock);
   }
@@ -184,7 +186,9 @@ uint64_t ctx_idle_bytes(int dev) {
     uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
     pthread_mutex_lock(&slots[i].lock);
     if (slots[i].pool.bfc && slots[i].dev == dev) {
-      ctx_fronts_flush(&slots[i], false); /* cached blocks are idle memory of the pool */
+      if (ctx_fronts_on()) {
+        ctx_fronts_flush(&slots[i], false); /* cached blocks are idle memory of the pool */
+      }
       bfc_usage(slots[i].pool.bfc, &in_use, &deferred, &free_b, &reserved);
     }
     pthread_mutex_unlock(&slots[i].lock);

@@ -217,7 +217,8 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   int lib = ledger_caller();
   measure_driver(c->dev);
   uint64_t addr = 0, held = 0;
-  if (ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
+  if (ctx_fronts_on() &&
+      ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
     *dptr = addr;
     return CUDA_SUCCESS;
   }
@@ -340,7 +341,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
-    ctx_front_track(c, addr, held, bytes, lib);
+    if (fronts) {
+      ctx_front_track(c, addr, held, bytes, lib);
+    }
     return CUDA_SUCCESS;
   }
   if (refused) {
@@ -377,7 +380,7 @@ CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t 
 
 bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   uint64_t requested = 0;
-  int known = ctx_front_free(c, ptr, rc);
+  int known = ctx_fronts_on() ? ctx_front_free(c, ptr, rc) : 0;
   if (known > 0) { /* a block the thread knows, into its front: no lock */
     return true;
   }
@@ -391,8 +394,9 @@ bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
   bfc_lookup_tagged(c->pool.bfc, ptr, NULL, &held, &requested, &lib);
   /* A block some front caches was freed already (a double free); one a front knows as live is
    * forgotten there, since it is freed through the pool now. */
-  int err = known == 0 && ctx_fronts_cached(c, ptr, true) ? -EALREADY
-                                                          : bfc_free_deferred(c->pool.bfc, ptr);
+  int err = known == 0 && ctx_fronts_on() && ctx_fronts_cached(c, ptr, true)
+                ? -EALREADY
+                : bfc_free_deferred(c->pool.bfc, ptr);
   int dev = c->dev;
   if (err == 0) {
     trace_note(TRACE_FREE, dev, ptr, requested, held, lib);

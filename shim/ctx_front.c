@@ -62,13 +62,11 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static atomic_bool key_made;
 static _Thread_local struct tfront *mine;
 
-bool ctx_fronts_on(void) {
-  static atomic_int on = -1; /* read once */
-  int v = atomic_load_explicit(&on, memory_order_relaxed);
-  if (v < 0) {
-    v = settings_get()->fronts;
-    atomic_store_explicit(&on, v, memory_order_relaxed);
-  }
+atomic_int ctx_fronts_setting = -1;
+
+bool ctx_fronts_read(void) {
+  int v = settings_get()->fronts;
+  atomic_store_explicit(&ctx_fronts_setting, v, memory_order_relaxed);
   return v;
 }
 
@@ -402,6 +400,9 @@ struct ctx *ctx_front_owner(uint64_t addr) {
 
 size_t ctx_front_spill(struct ctx *c) {
   CHECK_HELD(&c->lock);
+  if (!ctx_fronts_on()) {
+    return 0;
+  }
   struct tfront *t = mine;
   front_block_t out[FRONT_PUT_ROOM];
   size_t n = 0;
@@ -437,6 +438,9 @@ bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim) {
 
 bool ctx_fronts_flush(struct ctx *c, bool bounded) {
   CHECK_HELD(&c->lock);
+  if (!ctx_fronts_on()) {
+    return true;
+  }
   front_block_t out[64];
   bool whole = true;
   if (bounded ? !exit_lock(&registry) : pthread_mutex_lock(&registry) != 0) {
@@ -461,6 +465,9 @@ bool ctx_fronts_flush(struct ctx *c, bool bounded) {
 
 void ctx_fronts_unbind(struct ctx *c) {
   CHECK_HELD(&c->lock);
+  if (!ctx_fronts_on()) {
+    return;
+  }
   ctx_fronts_flush(c, false);
   pthread_mutex_lock(&registry);
   for (struct tfront *t = fronts; t; t = t->next) {

@@ -37,8 +37,14 @@ struct ctx {
  * Lock order: a context's lock, then the fronts' registry, then one front's own lock; a front's
  * lock is never held while a context's lock is taken. */
 
-/* True iff GPUCAP_FRONTS is on (read once). */
-bool ctx_fronts_on(void);
+/* True iff GPUCAP_FRONTS is on (read once). Inline: with fronts off, the hot paths ask it
+ * instead of calling into the fronts (ctx_fronts_setting: -1 until read, then 0 or 1). */
+extern atomic_int ctx_fronts_setting;
+bool ctx_fronts_read(void);
+static inline bool ctx_fronts_on(void) {
+  int v = atomic_load_explicit(&ctx_fronts_setting, memory_order_relaxed);
+  return v < 0 ? ctx_fronts_read() : v > 0;
+}
 
 /* The per-thread fast paths, no context lock taken: an allocation of `bytes` for library lib
  * served from the calling thread's front (true, with *addr and *held; its trace row and ledger
