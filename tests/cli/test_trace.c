@@ -390,8 +390,10 @@ static void test_library(void) {
          "without info the names are dropped");
   tap_ok(n == 6 && ev[1].lib == -1, "  and no row names one");
   free(ev);
-  static const char *const bad[] = {
-      "lib\"x", "lib\tx", "a-name-of-sixty-four-bytes-is-one-more-than-the-column-takes-xxx"};
+  char too_long[TRACECSV_LIB_MAX + 1]; /* one byte more than a name may take */
+  memset(too_long, 'n', TRACECSV_LIB_MAX);
+  too_long[TRACECSV_LIB_MAX] = '\0';
+  const char *const bad[] = {"lib\"x", "lib\tx", too_long};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char t[512];
     snprintf(
