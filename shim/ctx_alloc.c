@@ -170,6 +170,14 @@ bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
   return true;
 }
 
+/* Ends this call's part in the pool's slow path (pressed: it raised c->pressure; c's lock
+ * held): frees take the fronts again once no call is in it. */
+static void unpress(struct ctx *c, bool pressed) {
+  if (pressed) {
+    atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
+  }
+}
+
 /* A block's row in the trace, recorded where the pool decided (lock held): for an allocation,
  * the chunk it holds; for a refusal, nothing. */
 static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, uint64_t bytes,
@@ -217,12 +225,11 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   int lib = ledger_caller();
   measure_driver(c->dev);
   uint64_t addr = 0, held = 0;
-  if (ctx_fronts_on() &&
-      ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
+  bool fronts = ctx_fronts_on(), pressed = false;
+  if (fronts && ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
     *dptr = addr;
     return CUDA_SUCCESS;
   }
-  bool fronts = ctx_fronts_on(), pressed = false;
   int err;
   pthread_mutex_lock(&c->lock);
   c->pool.driver_full = false;
@@ -231,9 +238,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   for (int tries = 0;; tries++) {
     uint64_t in_use, deferred, free_b, reserved;
     if (!c->pool.bfc) { /* its context was destroyed while the lock was dropped */
-      if (pressed) {
-        atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
-      }
+      unpress(c, pressed);
       pthread_mutex_unlock(&c->lock);
       return real.cuMemAlloc_v2(dptr, bytes);
     }
@@ -294,9 +299,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     }
     pthread_mutex_lock(&c->lock);
     if (sync != CUDA_SUCCESS) {
-      if (pressed) {
-        atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
-      }
+      unpress(c, pressed);
       pthread_mutex_unlock(&c->lock);
       return sync;
     }
@@ -335,9 +338,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   if (c->pool.bfc) {
     release_idle(c);
   }
-  if (pressed) {
-    atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
-  }
+  unpress(c, pressed);
   pthread_mutex_unlock(&c->lock);
   trace_poll();
   if (err == 0) {
