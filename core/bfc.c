@@ -1132,12 +1132,26 @@ int bfc_free(bfc_pool_t *pool, uint64_t addr) {
 }
 
 int bfc_free_deferred(bfc_pool_t *pool, uint64_t addr) {
+  return bfc_free_deferred_tagged(pool, addr, NULL, NULL, NULL);
+}
+
+int bfc_free_deferred_tagged(bfc_pool_t *pool, uint64_t addr, uint64_t *held, uint64_t *requested,
+                             uint8_t *tag) {
   if (pool == NULL) {
     return -EINVAL;
   }
   chunk_t *c = take_in_use(pool, addr);
   if (c == NULL) {
     return bad_address(pool, addr);
+  }
+  if (held != NULL) {
+    *held = c->size;
+  }
+  if (requested != NULL) {
+    *requested = c->requested;
+  }
+  if (tag != NULL) {
+    *tag = c->tag;
   }
   c->state = BFC_DEFERRED;
   c->dnext = NULL;

@@ -150,6 +150,12 @@ int bfc_free(bfc_pool_t *pool, uint64_t addr);
  * Same error codes as bfc_free. O(1) expected. Not thread-safe: the caller locks. */
 int bfc_free_deferred(bfc_pool_t *pool, uint64_t addr);
 
+/* bfc_free_deferred that also reports, on success, what bfc_lookup_tagged would have: the
+ * block's chunk size in *held, the bytes asked for in *requested and its tag in *tag (each may
+ * be NULL). Same errors and cost: one lookup where a lookup and a free would take two. */
+int bfc_free_deferred_tagged(bfc_pool_t *pool, uint64_t addr, uint64_t *held, uint64_t *requested,
+                             uint8_t *tag);
+
 /* Returns the mark of the deferred frees made so far: a caller that takes the mark, drops its
  * lock, synchronises the device and relocks can retire exactly the chunks that the
  * synchronisation covers with bfc_retire_upto(pool, mark), even if other threads deferred

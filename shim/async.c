@@ -21,8 +21,8 @@
 #include "shim/fork.h"
 #include "shim/capture.h"
 #include "shim/hook.h"
+#include "shim/ipc.h"
 #include "shim/log.h"
-#include "shim/memory.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -270,7 +270,8 @@ static CUresult free_async_on(CUdeviceptr dptr, CUstream stream, bool ptsz) {
     if (!special && (rc = real.cuStreamGetCtx(stream, &owner)) != CUDA_SUCCESS) {
       return rc;
     }
-    if (memory_free_pooled(dptr, special, &rc)) { /* a default stream needs a current context */
+    if (ctx_free(dptr, special, ipc_forget_block,
+                 &rc)) { /* a default stream needs a current context */
       return rc;
     }
   }

@@ -126,25 +126,32 @@ ctx_t *ctx_current(CUresult *rc) {
   return last_used = c;
 }
 
-ctx_t *ctx_owning(uint64_t addr) {
-  struct ctx *known =
-      ctx_fronts_on() ? ctx_front_owner(addr) : NULL; /* the thread's own blocks: no context lock */
-  if (known) {
-    return known;
-  }
+struct ctx *ctx_owning_locked(uint64_t addr) {
   int n = ctx_count();
   for (int i = 0; i < n; i++) {
     if (atomic_load_explicit(&slots[i].dying, memory_order_acquire)) {
       continue;
     }
     pthread_mutex_lock(&slots[i].lock);
-    bool owns = slots[i].pool.bfc && bfc_owns(slots[i].pool.bfc, addr);
-    pthread_mutex_unlock(&slots[i].lock);
-    if (owns) {
+    if (slots[i].pool.bfc && bfc_owns(slots[i].pool.bfc, addr)) {
       return &slots[i];
     }
+    pthread_mutex_unlock(&slots[i].lock);
   }
   return NULL;
+}
+
+ctx_t *ctx_owning(uint64_t addr) {
+  struct ctx *c =
+      ctx_fronts_on() ? ctx_front_owner(addr) : NULL; /* the thread's own blocks: no context lock */
+  if (c) {
+    return c;
+  }
+  c = ctx_owning_locked(addr);
+  if (c) {
+    pthread_mutex_unlock(&c->lock);
+  }
+  return c;
 }
 
 enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {

@@ -63,12 +63,16 @@ bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact);
  * address is the driver's to answer for); NULL when none. Takes each object's lock briefly. */
 ctx_t *ctx_owning(uint64_t addr);
 
-/* Frees a block of c's pool (deferred: reusable once the device has finished the work issued
- * before it). Returns true with *rc set to CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for an
- * interior pointer or a double free (the pool is left intact); false when c no longer holds
- * the block (its context was destroyed since ctx_owning: the caller passes the free on to the
- * driver). */
-bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc);
+/* Frees ptr if a context's pool holds it (deferred: reusable once the device has finished the
+ * work issued before it), calling forget(ptr) first when not NULL (the entry layer withdraws
+ * the block's IPC export there, before the block can be handed out again). Returns true with
+ * *rc set when the free is answered here: CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE for an
+ * interior pointer or a double free (the pool is left intact), or, when need_context and the
+ * thread has no usable current context, the driver's error for that (the block is kept, as the
+ * driver keeps it, and forget is not called); false when no pool holds ptr (the caller passes
+ * the free on to the driver). With fronts off, the owner is found and the block freed under one
+ * hold of its lock. */
+bool ctx_free(uint64_t ptr, bool need_context, void (*forget)(uint64_t ptr), CUresult *rc);
 
 /* Where an address lies: outside every pool, inside a pool region but in no block the program
  * holds, or inside a block the program holds. */

@@ -57,10 +57,10 @@ static void settle_other(struct ctx *o, CUcontext mine) {
  * whole free units above the most bytes in use during it are unmapped, after settling the
  * deferred frees (a synchronize, skipped while a capture is going on). Lock held; dropped
  * across the synchronize. */
-static void release_idle(struct ctx *c) {
+static void release_idle(struct ctx *c, bool allocated) {
   CHECK_HELD(&c->lock);
   uint64_t keep = 0;
-  if (!pool_idle_due(&c->pool, &keep)) {
+  if (c->pool.window_ns == 0 || !pool_idle_due(&c->pool, allocated, &keep)) {
     return;
   }
   CUcontext mine = NULL;
@@ -80,7 +80,7 @@ void ctx_release_idle(int dev) {
     }
     pthread_mutex_lock(&o->lock);
     if (o->pool.bfc && o->dev == dev) {
-      release_idle(o);
+      release_idle(o, false);
     }
     pthread_mutex_unlock(&o->lock);
   }
@@ -261,11 +261,13 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
         /* The pool would retire, grow or refuse: first every front's cached blocks come
          * back, and until this call ends frees bypass the fronts, so it grows and refuses as
          * it would with no front (docs/design.md, "Per-thread fronts"). */
-        if (fronts && !pressed) {
-          pressed = true;
-          atomic_fetch_add_explicit(&c->pressure, 1, memory_order_acq_rel);
+        if (fronts) {
+          if (!pressed) {
+            pressed = true;
+            atomic_fetch_add_explicit(&c->pressure, 1, memory_order_acq_rel);
+          }
+          ctx_fronts_flush(c, false);
         }
-        ctx_fronts_flush(c, false);
         err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
       }
       if (err == -ENOMEM && !trimmed_others) {
@@ -336,7 +338,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     ledger_add(dev, lib, held); /* before a free of the block can take it out (its lock) */
   }
   if (c->pool.bfc) {
-    release_idle(c);
+    release_idle(c, err == 0);
   }
   unpress(c, pressed);
   pthread_mutex_unlock(&c->lock);
@@ -379,29 +381,58 @@ CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t 
   return rc;
 }
 
-bool ctx_free(ctx_t *c, uint64_t ptr, CUresult *rc) {
-  uint64_t requested = 0;
-  int known = ctx_fronts_on() ? ctx_front_free(c, ptr, rc) : 0;
-  if (known > 0) { /* a block the thread knows, into its front: no lock */
+/* As the driver: with no usable current context nothing is freed (the block stays), and *rc
+ * says why. */
+static bool no_context(CUresult *rc) {
+  int dev;
+  CUresult q = cap_current_device(&dev);
+  if (q != CUDA_SUCCESS && cap_no_context(q)) {
+    *rc = q;
     return true;
   }
-  pthread_mutex_lock(&c->lock);
+  return false;
+}
+
+bool ctx_free(uint64_t ptr, bool need_context, void (*forget)(uint64_t ptr), CUresult *rc) {
+  /* With fronts off the owner is found and the block freed under one hold of its lock; with
+   * fronts on the thread's front is asked first, with no context lock. */
+  bool fronts = ctx_fronts_on();
+  struct ctx *c = fronts ? ctx_owning(ptr) : ctx_owning_locked(ptr);
+  if (!c) {
+    return false;
+  }
+  if (need_context && no_context(rc)) {
+    if (!fronts) {
+      pthread_mutex_unlock(&c->lock);
+    }
+    return true;
+  }
+  if (forget) {
+    forget(ptr); /* before the block can be handed out again */
+  }
+  int known = 0;
+  if (fronts) {
+    known = ctx_front_free(c, ptr, rc);
+    if (known > 0) { /* a block the thread knows, into its front: no lock */
+      return true;
+    }
+    pthread_mutex_lock(&c->lock);
+  }
   if (!c->pool.bfc) {
     pthread_mutex_unlock(&c->lock);
     return false; /* its context was destroyed meanwhile: the driver answers */
   }
-  uint64_t held = 0;
+  uint64_t held = 0, requested = 0;
   uint8_t lib = 0;
-  bfc_lookup_tagged(c->pool.bfc, ptr, NULL, &held, &requested, &lib);
   /* A block some front caches was freed already (a double free); one a front knows as live is
    * forgotten there, since it is freed through the pool now. */
-  int err = known == 0 && ctx_fronts_on() && ctx_fronts_cached(c, ptr, true)
+  int err = known == 0 && fronts && ctx_fronts_cached(c, ptr, true)
                 ? -EALREADY
-                : bfc_free_deferred(c->pool.bfc, ptr);
+                : bfc_free_deferred_tagged(c->pool.bfc, ptr, &held, &requested, &lib);
   int dev = c->dev;
   if (err == 0) {
     trace_note(TRACE_FREE, dev, ptr, requested, held, lib);
-    release_idle(c);
+    release_idle(c, false);
   }
   pthread_mutex_unlock(&c->lock);
   if (err == 0) {

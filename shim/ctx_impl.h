@@ -33,6 +33,10 @@ struct ctx {
   atomic_uint_least64_t front_allocs; /* allocations the fronts served (the report's) */
 };
 
+/* ctx_owning's scan of the table (the fronts are not asked), returning the context whose pool
+ * holds addr with its lock held; NULL when none (no lock held). */
+struct ctx *ctx_owning_locked(uint64_t addr);
+
 /* ---- per-thread fronts (shim/ctx_front.c) --------------------------------------------------
  * Lock order: a context's lock, then the fronts' registry, then one front's own lock; a front's
  * lock is never held while a context's lock is taken. */

@@ -12,7 +12,6 @@
 #include "shim/ipc.h"
 #include "shim/ledger.h"
 #include "shim/log.h"
-#include "shim/memory.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -67,28 +66,10 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
                          free_v1, NULL);
 }
 
-bool memory_free_pooled(uint64_t ptr, bool need_context, CUresult *rc) {
-  ctx_t *owner = ctx_owning(ptr);
-  if (!owner) {
-    return false;
-  }
-  if (need_context) {
-    /* As the driver: with no usable current context nothing is freed (the block stays). */
-    int dev;
-    CUresult q = cap_current_device(&dev);
-    if (q != CUDA_SUCCESS && cap_no_context(q)) {
-      *rc = q;
-      return true;
-    }
-  }
-  ipc_forget_block(ptr); /* before the block can be handed out again */
-  return ctx_free(owner, ptr, rc);
-}
-
 GPUCAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   CUresult rc;
   HOOK_PROLOGUE(real.cuMemFree_v2);
-  if (dptr && memory_free_pooled(dptr, true, &rc)) {
+  if (dptr && ctx_free(dptr, true, ipc_forget_block, &rc)) {
     return rc;
   }
   return passthru_untrack_free(dptr, free_v2, NULL, NULL);

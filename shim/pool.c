@@ -393,19 +393,21 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-bool pool_idle_due(pool_t *p, uint64_t *keep) {
-  uint64_t in_use = 0, deferred = 0, reserved = 0;
-  int after_ms = settings_get()->release_after;
-  if (!p->vmm || !p->bfc || after_ms <= 0) {
+bool pool_idle_due(pool_t *p, bool allocated, uint64_t *keep) {
+  uint64_t in_use = 0, reserved = 0;
+  if (p->window_ns == 0 || !p->bfc) {
     return false;
   }
-  bfc_usage(p->bfc, &in_use, &deferred, NULL, &reserved);
-  p->window_peak = in_use > p->window_peak ? in_use : p->window_peak;
+  if (allocated) {
+    bfc_usage(p->bfc, &in_use, NULL, NULL, NULL);
+    p->window_peak = in_use > p->window_peak ? in_use : p->window_peak;
+  }
   uint64_t now = now_ns();
-  if (now - p->window_start_ns < (uint64_t)after_ms * 1000000u) {
+  if (now - p->window_start_ns < p->window_ns) {
     return false;
   }
-  *keep = p->window_peak;
+  bfc_usage(p->bfc, &in_use, NULL, NULL, &reserved);
+  *keep = in_use > p->window_peak ? in_use : p->window_peak;
   p->window_start_ns = now;
   p->window_peak = in_use;
   return reserved > *keep + p->unit;
@@ -430,6 +432,7 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
   p->bfc = NULL;
   p->vmm = false;
   p->map_calls = p->unmap_calls = p->create_calls = 0;
+  p->window_ns = 0;
   p->window_start_ns = now_ns();
   p->window_peak = 0;
   if (s->vmm && opts.limit != 0 && reserve_space(p, s)) {
@@ -450,6 +453,8 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
     }
     log_msg(LOG_ERROR, "device %d: cannot create a pool (limit %llu bytes)", dev,
             (unsigned long long)opts.limit);
+  } else if (p->vmm) {
+    p->window_ns = (uint64_t)settings_get()->release_after * 1000000u;
   }
   return made;
 }

@@ -47,9 +47,10 @@ typedef struct pool {
   int naccess;
   uint64_t map_calls, unmap_calls; /* cuMemMap / cuMemUnmap calls that succeeded */
   uint64_t create_calls;           /* cuMemCreate calls that succeeded (each released at once) */
-  /* The idle release (GPUCAP_RELEASE_AFTER): when the current window began, and the most
-   * bytes in use in it. */
-  uint64_t window_start_ns, window_peak;
+  /* The idle release (GPUCAP_RELEASE_AFTER, read when the pool opens): its window in ns (0:
+   * never, and always for a region pool), when the current window began, and the most bytes in
+   * use in it. */
+  uint64_t window_ns, window_start_ns, window_peak;
 } pool_t;
 
 /* True iff pooling is on (GPUCAP_POOL, read at the first call). */
@@ -78,12 +79,13 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s);
  * charge returns) and leaves p->bfc NULL. */
 void pool_close(pool_t *p);
 
-/* The idle release, lock held, after each allocation and free: notes the bytes in use and,
- * once a VMM-backed pool's window of GPUCAP_RELEASE_AFTER has passed, returns true with *keep
- * set to the most bytes in use during it (what the pool keeps mapped) and starts a new window.
- * False for a region pool, with the setting 0, or when more than one unit above *keep is not
- * mapped. A clock read; no driver call. */
-bool pool_idle_due(pool_t *p, uint64_t *keep);
+/* The idle release, lock held, after each allocation (allocated: notes the bytes in use; a free
+ * only lowers them) and free: once a VMM-backed pool's window of GPUCAP_RELEASE_AFTER has
+ * passed, returns true with *keep set to the most bytes in use during it (what the pool keeps
+ * mapped) and starts a new window. False for a region pool, with the setting 0 (callers may
+ * test p->window_ns == 0 first and skip the call), or when more than one unit above *keep is
+ * not mapped. A clock read; no driver call. */
+bool pool_idle_due(pool_t *p, bool allocated, uint64_t *keep);
 
 /* Unmaps p's whole free units while more than keep bytes are mapped (driver calls, lock held);
  * returns the bytes given back. */

@@ -477,6 +477,31 @@ static void test_deferred(void) {
   done(p, "deferred coalesce");
 }
 
+/* The free that reports the block: what the allocation recorded, and nothing on failure. */
+static void test_free_deferred_tagged(void) {
+  bfc_pool_t *p = mk(MiB, 0, 0);
+  uint64_t a = 0, b = 0, held = 0;
+  TAP_EQ(bfc_alloc_tagged(p, 1000, 7, &a, &held), 0, "deferred tagged: allocate 1000 bytes");
+  TAP_EQ(held, 1024, "deferred tagged: the chunk holds 1024");
+  TAP_EQ(bfc_alloc_tagged(p, 5000, 3, &b, NULL), 0, "deferred tagged: a second block");
+  uint64_t h = 1, r = 1;
+  uint8_t t = 1;
+  TAP_EQ(bfc_free_deferred_tagged(p, a + 256, &h, &r, &t), -EINVAL,
+         "deferred tagged: an interior pointer is -EINVAL");
+  tap_ok(h == 1 && r == 1 && t == 1, "deferred tagged: ... and reports nothing");
+  TAP_EQ(bfc_free_deferred_tagged(p, a, &h, &r, &t), 0, "deferred tagged: frees");
+  tap_ok(h == 1024 && r == 1000 && t == 7, "deferred tagged: held %llu, requested %llu, tag %u",
+         (unsigned long long)h, (unsigned long long)r, (unsigned)t);
+  TAP_EQ(stats(p).deferred_bytes, 1024, "deferred tagged: the block is deferred");
+  h = r = t = 1;
+  TAP_EQ(bfc_free_deferred_tagged(p, a, &h, &r, &t), -EALREADY,
+         "deferred tagged: again is -EALREADY");
+  tap_ok(h == 1 && r == 1 && t == 1, "deferred tagged: ... and reports nothing");
+  TAP_EQ(bfc_free_deferred_tagged(p, b, NULL, NULL, NULL), 0, "deferred tagged: NULL outputs");
+  TAP_EQ(stats(p).num_deferred, 2, "deferred tagged: two chunks deferred");
+  done(p, "deferred tagged");
+}
+
 static void test_retire_upto(void) {
   bfc_pool_t *p = mk(4 * KiB, 0, 0);
   uint64_t a = must(p, KiB), b = must(p, KiB), c = must(p, KiB), d = must(p, KiB);
@@ -645,6 +670,7 @@ int main(void) {
   test_split_merge();
   test_gc();
   test_deferred();
+  test_free_deferred_tagged();
   test_retire_upto();
   test_bad_frees();
   test_lookup();
