@@ -6,9 +6,11 @@
 #include "shim/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_bool loaded; /* set once load() is done: every later call skips pthread_once */
 static cfg_t settings;
 static bool valid;
 
@@ -27,14 +29,21 @@ static void load(void) {
   if (cfg_unknown(NULL, unknown, sizeof unknown) > 0) {
     log_write_raw(unknown, strlen(unknown));
   }
+  atomic_store_explicit(&loaded, true, memory_order_release);
+}
+
+static inline void ensure_loaded(void) {
+  if (!atomic_load_explicit(&loaded, memory_order_acquire)) {
+    pthread_once(&once, load);
+  }
 }
 
 const cfg_t *settings_get(void) {
-  pthread_once(&once, load);
+  ensure_loaded();
   return &settings;
 }
 
 bool settings_valid(void) {
-  pthread_once(&once, load);
+  ensure_loaded();
   return valid;
 }

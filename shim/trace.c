@@ -46,7 +46,7 @@
 #define HEADER_LEN (sizeof HEADER - 1)
 
 /* NOT_OPENED: no event yet; ARMED: events recorded, the file not created yet. */
-enum { NOT_OPENED = 0, OPEN = 1, ARMED = 2, OFF = -1, FAILED = -2 };
+enum { NOT_OPENED = 0, OPEN = 1, ARMED = 2, OFF = TRACE_STATE_OFF, FAILED = -2 };
 
 struct slot {
   _Atomic uint64_t ticket; /* the ticket whose event this slot holds, once it is stored */
@@ -68,7 +68,7 @@ static struct slot ring[RING];
 static _Atomic uint64_t issued;  /* tickets handed out; the first is 1 */
 static _Atomic uint64_t drained; /* every ticket up to this one is formatted or dropped */
 static int fd = -1;
-static atomic_int state; /* NOT_OPENED, ARMED, OPEN, OFF or FAILED; changed under `lock` but
+atomic_int trace_state; /* NOT_OPENED, ARMED, OPEN, OFF or FAILED; changed under `lock` but
                             NOT_OPENED -> ARMED/OFF, which is idempotent */
 static char path[PATH_MAX];
 static char buf[TRACE_BUF];
@@ -100,21 +100,21 @@ static int decide(void) {
   if (want == ARMED) {
     read_zone();
   }
-  atomic_compare_exchange_strong(&state, &expect, want);
-  return atomic_load_explicit(&state, memory_order_relaxed);
+  atomic_compare_exchange_strong(&trace_state, &expect, want);
+  return atomic_load_explicit(&trace_state, memory_order_relaxed);
 }
 
 /* Creates the file. Lock held, state ARMED. */
 static void open_trace(void) {
   fd = log_create("GPUCAP_TRACE", settings_get()->trace, path, sizeof path);
   if (fd < 0) {
-    atomic_store(&state, OFF);
+    atomic_store(&trace_state, OFF);
     return;
   }
   memcpy(buf, HEADER, HEADER_LEN);
   used = HEADER_LEN;
   written = 0;
-  atomic_store(&state, OPEN);
+  atomic_store(&trace_state, OPEN);
 }
 
 /* Writes the buffer out; on failure cuts the file back to its last whole line and stops
@@ -144,7 +144,7 @@ static void write_out(void) {
   fd = -1;
   used = 0;
   atomic_fetch_add_explicit(&lost, events, memory_order_relaxed);
-  atomic_store_explicit(&state, FAILED, memory_order_relaxed);
+  atomic_store_explicit(&trace_state, FAILED, memory_order_relaxed);
   log_msg(LOG_WARN,
           "GPUCAP_TRACE: cannot write '%s': %s; the trace stops here, at its last whole line "
           "(the exit report counts the events left out)",
@@ -187,14 +187,14 @@ static void drain(void) {
     if (atomic_load_explicit(&s->ticket, memory_order_acquire) != t) {
       break;
     }
-    int st = atomic_load_explicit(&state, memory_order_relaxed);
+    int st = atomic_load_explicit(&trace_state, memory_order_relaxed);
     if (s->action != TRACE_NONE && st == OPEN) {
       char line[192];
       int n = format_row(s, line, sizeof line);
       if (n > 0 && used + (size_t)n > sizeof buf) {
         write_out();
       }
-      if (atomic_load_explicit(&state, memory_order_relaxed) == OPEN && n > 0) {
+      if (atomic_load_explicit(&trace_state, memory_order_relaxed) == OPEN && n > 0) {
         memcpy(buf + used, line, (size_t)n);
         used += (size_t)n;
         atomic_fetch_add_explicit(&buffered, 1, memory_order_relaxed);
@@ -210,14 +210,14 @@ static void drain(void) {
 
 /* Creates the file if this is the first write, then drains. Lock held. */
 static void flush_locked(void) {
-  if (atomic_load_explicit(&state, memory_order_relaxed) == ARMED) {
+  if (atomic_load_explicit(&trace_state, memory_order_relaxed) == ARMED) {
     open_trace();
   }
   drain();
 }
 
 bool trace_on(void) {
-  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  int st = atomic_load_explicit(&trace_state, memory_order_relaxed);
   if (st == NOT_OPENED) {
     st = decide();
   }
@@ -225,7 +225,7 @@ bool trace_on(void) {
 }
 
 uint64_t trace_ticket(void) {
-  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  int st = atomic_load_explicit(&trace_state, memory_order_relaxed);
   if (st == NOT_OPENED) {
     st = decide();
   }
@@ -247,7 +247,7 @@ static void fill(uint64_t ticket, enum trace_action action, int dev, uint64_t pt
   /* The slot is free once the row RING tickets earlier is drained. Whoever waits drains (the
    * slots before it are filled, or about to be, by threads that wait for nothing meanwhile). */
   while (ticket - atomic_load_explicit(&drained, memory_order_acquire) > RING) {
-    if (atomic_load_explicit(&state, memory_order_relaxed) == FAILED) {
+    if (atomic_load_explicit(&trace_state, memory_order_relaxed) == FAILED) {
       break; /* nothing is written any more: the row is lost either way */
     }
     if (!holding && pthread_mutex_trylock(&lock) == 0) {
@@ -282,8 +282,8 @@ void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr
   fill(ticket, action, dev, ptr, size, held, NULL, lib);
 }
 
-void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
-                int lib) {
+void trace_note_now(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
+                    int lib) {
   fill(trace_ticket(), action, dev, ptr, size, held, NULL, lib);
 }
 
@@ -295,8 +295,8 @@ void trace_stream(uint64_t stream) {
   my_stream = stream;
 }
 
-void trace_poll(void) {
-  int st = atomic_load_explicit(&state, memory_order_relaxed);
+void trace_poll_rows(void) {
+  int st = atomic_load_explicit(&trace_state, memory_order_relaxed);
   if (st <= 0 || (st == OPEN && atomic_load_explicit(&issued, memory_order_relaxed) -
                                         atomic_load_explicit(&drained, memory_order_relaxed) <
                                     POLL_AT)) {
@@ -307,7 +307,7 @@ void trace_poll(void) {
     holding = true;
     read_zone();
     flush_locked();
-    if (atomic_load_explicit(&state, memory_order_relaxed) == OPEN && used > TRACE_BUF / 2) {
+    if (atomic_load_explicit(&trace_state, memory_order_relaxed) == OPEN && used > TRACE_BUF / 2) {
       write_out();
     }
     give();
@@ -316,7 +316,7 @@ void trace_poll(void) {
 }
 
 bool trace_flush(void) {
-  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  int st = atomic_load_explicit(&trace_state, memory_order_relaxed);
   if (st != OPEN && st != ARMED) {
     return true;
   }
@@ -324,7 +324,7 @@ bool trace_flush(void) {
     return false; /* this thread was interrupted holding it, or another one keeps it */
   }
   flush_locked();
-  if (atomic_load_explicit(&state, memory_order_relaxed) == OPEN && used > 0) {
+  if (atomic_load_explicit(&trace_state, memory_order_relaxed) == OPEN && used > 0) {
     write_out();
   }
   pthread_mutex_unlock(&lock);
@@ -338,12 +338,12 @@ void trace_exit(void) {
               atomic_load_explicit(&buffered, memory_order_relaxed) +
                   (unsigned long)(atomic_load(&issued) - atomic_load(&drained)));
   } else if (atomic_load(&issued) != atomic_load(&drained) &&
-             atomic_load_explicit(&state, memory_order_relaxed) == OPEN) {
+             atomic_load_explicit(&trace_state, memory_order_relaxed) == OPEN) {
     exit_note("GPUCAP_TRACE: its last %lu events were not written: another thread was "
               "recording one when the process ended",
               (unsigned long)(atomic_load(&issued) - atomic_load(&drained)));
   }
-  if (atomic_load_explicit(&state, memory_order_relaxed) == FAILED) {
+  if (atomic_load_explicit(&trace_state, memory_order_relaxed) == FAILED) {
     char when[40];
     report_format_time(fail_ns, when, sizeof when);
     exit_note("GPUCAP_TRACE: writing failed at %s (%s): the file ends there; %lu events were "
@@ -360,8 +360,8 @@ static void fork_child(void) {
   my_stream = 0;
   /* A child whose parent had recorded nothing traces like any process (its own file with %p;
    * the ring is untouched); one whose parent had must not create that file over the parent's. */
-  int st = atomic_load_explicit(&state, memory_order_relaxed);
-  atomic_store_explicit(&state, st == NOT_OPENED ? NOT_OPENED : OFF, memory_order_relaxed);
+  int st = atomic_load_explicit(&trace_state, memory_order_relaxed);
+  atomic_store_explicit(&trace_state, st == NOT_OPENED ? NOT_OPENED : OFF, memory_order_relaxed);
   if (fd >= 0) {
     close(fd);
   }

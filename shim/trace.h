@@ -11,6 +11,7 @@
 #ifndef GPUCAP_SHIM_TRACE_H
 #define GPUCAP_SHIM_TRACE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -41,9 +42,21 @@ uint64_t trace_ticket(void);
 void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
                 uint64_t held, int lib);
 
+/* The trace's state (shim/trace.c), which the inline calls below test first: TRACE_STATE_OFF
+ * once GPUCAP_TRACE was found unset, so that a program not tracing pays one load per event;
+ * > 0 while events are recorded. */
+#define TRACE_STATE_OFF (-1)
+extern atomic_int trace_state;
+
 /* trace_fill(trace_ticket(), ...): an event whose place in the order is now. */
-void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
-                int lib);
+void trace_note_now(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
+                    int lib);
+static inline void trace_note(enum trace_action action, int dev, uint64_t ptr, uint64_t size,
+                              uint64_t held, int lib) {
+  if (atomic_load_explicit(&trace_state, memory_order_relaxed) != TRACE_STATE_OFF) {
+    trace_note_now(action, dev, ptr, size, held, lib);
+  }
+}
 
 /* trace_note of a refusal of `size` bytes on dev asked by library lib, with its verdict (static
  * text, the Verdict column: oom_verdict_name's). */
@@ -54,7 +67,12 @@ void trace_refused(int dev, uint64_t size, const char *verdict, int lib);
 void trace_stream(uint64_t stream);
 
 /* Writes out the recorded rows once enough are waiting. Call with no lock held. */
-void trace_poll(void);
+void trace_poll_rows(void);
+static inline void trace_poll(void) {
+  if (atomic_load_explicit(&trace_state, memory_order_relaxed) > 0) {
+    trace_poll_rows();
+  }
+}
 
 /* Writes out whatever is recorded, taking the lock with exit_lock (shim/exit.h). Returns false
  * iff the lock stayed busy (the rows are then left as they are). Async-signal-safe. */
