@@ -58,15 +58,26 @@ int front_take(front_t *f, uint64_t bytes, uint8_t tag, uint64_t safe, front_blo
 /* The most blocks one front_put gives up: the size of its out[] array. */
 #define FRONT_PUT_ROOM 16u
 
-/* Keeps block b (b->size a multiple of 256). The blocks the front gives up to make room (the
- * older half of b's class when it is full, then the oldest of the largest classes while over
- * budget, at most FRONT_PUT_ROOM - 1 of them), and b itself when it still cannot be kept (larger
- * than FRONT_MAX_BLOCK or the budget allows), are stored in out[FRONT_PUT_ROOM] and their number
- * returned: the caller gives them back to the pool. O(FRONT_DEPTH + classes). */
+/* Keeps block b (b->size a multiple of 256) in the class of b->requested, where a request of
+ * that size looks. The blocks the front gives up to make room (the older half of b's class when
+ * it is full, then the oldest of the largest classes while over budget, at most
+ * FRONT_PUT_ROOM - 1 of them), and b itself when it still cannot be kept (larger than
+ * FRONT_MAX_BLOCK or the budget allows), are stored in
+ * out[FRONT_PUT_ROOM] and their number returned: the caller gives them back to the pool.
+ * O(FRONT_DEPTH + classes). */
 size_t front_put(front_t *f, const front_block_t *b, front_block_t *out);
 
 /* Removes up to `room` kept blocks, oldest of the largest classes first, into out[]; returns
  * their number (0 once empty). O(classes + room). */
 size_t front_drain(front_t *f, front_block_t *out, size_t room);
+
+/* Like front_drain, but only blocks of the class of a request of `bytes` and of larger classes
+ * (largest class first, oldest first in each): those the pool's best fit could have chosen for
+ * that request had they been freed into it (a block not yet safe, which the caller gives back as
+ * a deferred free, counts in the pool's deferred bytes and so in when it retires them). A miss
+ * gives them back before it asks the pool, so that the pool places the request where it would
+ * with no front: no placement drift around blocks held apart. 0 when bytes > FRONT_MAX_BLOCK.
+ * O(classes + room). */
+size_t front_drain_from(front_t *f, uint64_t bytes, front_block_t *out, size_t room);
 
 #endif

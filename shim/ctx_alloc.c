@@ -232,6 +232,11 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   }
   int err;
   pthread_mutex_lock(&c->lock);
+  /* The thread's cached blocks the best fit could choose go back first: held apart, they
+   * would make the pool place this request elsewhere, and that drift refused allocations at
+   * tight caps that the pool alone served (docs/design.md, "Per-thread fronts"). */
+  while (fronts && ctx_front_spill(c, bytes) > 0) {
+  }
   c->pool.driver_full = false;
   c->pool.others_hold = 0;
   bool trimmed_others = false;
@@ -254,7 +259,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     if (!due) {
       c->pool.last_driver_rc = CUDA_SUCCESS;
       err = fronts ? bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held) : -ENOSPC;
-      while (err == -ENOSPC && fronts && ctx_front_spill(c) > 0) { /* this thread's own first */
+      while (err == -ENOSPC && fronts && ctx_front_spill(c, 0) > 0) { /* the thread's own first */
         err = bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
       }
       if (err == -ENOSPC) {

@@ -1,8 +1,10 @@
 /* Per-thread fronts (docs/design.md, "Per-thread fronts"): each thread that frees pool blocks
- * keeps a core/front cache of them for one context at a time, behind a lock of its own that
- * only a flush from another thread ever contends, so that the common free-then-allocate pair of
- * one size takes no context lock. Beside the cache, a thread keeps a map of the blocks it knows:
- * those the pool handed it (live) and those in its cache (cached), so a free can be checked
+ * keeps a core/front cache of them for one context at a time, taken by no lock: its owner marks
+ * it busy with one atomic exchange on a line no other thread writes, and another thread that
+ * must see inside (a flush, a double-free check) asks first and waits until the owner is out
+ * (enter/visit below), so that the common free-then-allocate pair of one size takes no lock and
+ * writes no line another thread writes. Beside the cache, a thread keeps a map of the blocks it
+ * knows: those the pool handed it (live) and those in its cache (cached), so a free can be checked
  * without the pool. The map is advice for live blocks (a block the thread does not know goes
  * through the pool as before, after every front has been asked whether it caches it: a double
  * free) and exact for cached ones.
@@ -26,6 +28,7 @@
 #include "shim/trace.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,22 +40,30 @@ struct rec {
 };
 
 struct tfront {
-  pthread_mutex_t mu; /* guards everything below but next/prev (the registry's) */
-  struct ctx *c;      /* the context it serves, NULL when unbound */
-  uint64_t epoch;     /* c's epoch when bound */
-  addrmap_t map;      /* block address -> record index + 1 */
+  /* The way in (enter/visit): busy, written by the owner alone, while it is inside; want,
+   * written by a visitor (under the registry lock) while it asks to see inside or is there.
+   * Together they guard everything below but next/prev (the registry's). */
+  _Alignas(64) atomic_int busy;
+  atomic_int want;
+  struct ctx *c;  /* the context it serves, NULL when unbound */
+  uint64_t epoch; /* c's epoch when bound */
+  addrmap_t map;  /* block address -> record index + 1 */
   struct rec *recs;
   uint64_t nrecs, caprecs, free_rec; /* free_rec: first free record + 1, 0: none */
   struct tfront *next, *prev;
   /* The owner's alone (no lock): allocations asked of the front in the current window and
    * those it served; while `skip` > 0 the front steps aside (FRONT_SKIP). */
   uint32_t takes, hits, skip;
+  uint64_t served; /* allocations served since the last count into c->front_allocs */
+  /* The owner's alone: f.bytes when it last left (a visitor may have drained it since, never
+   * filled it), so a miss asks its front for blocks to give back only when it may keep some. */
+  uint64_t kept;
   front_t f;
 };
 
 /* A front that served fewer than 1 in FRONT_POOR of the last FRONT_WINDOW allocations (sizes
  * that do not repeat) steps aside for the next FRONT_SKIP: its calls go to the pool as with no
- * front, since its own lock and scan would only add to them. */
+ * front, since its own scan and give-backs would only add to them. */
 enum { FRONT_WINDOW = 256, FRONT_POOR = 16, FRONT_SKIP = 4096 };
 
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER; /* the list of fronts */
@@ -82,7 +93,50 @@ void ctx_sync_end(struct ctx *c, uint64_t ticket) {
   }
 }
 
-/* ---- the thread's map of known blocks (its lock held) ------------------------------------- */
+/* ---- the way in ----------------------------------------------------------------------------
+ * Dekker's handshake on two flags, sequentially consistent: the owner raises busy, then reads
+ * want; a visitor raises want, then reads busy. Either the visitor sees the owner inside (and
+ * waits for it to leave) or the owner sees the visitor's request (and waits for it to end), so
+ * the two are never inside together. A visitor's stay is short and the owner's never waits for a
+ * lock while inside, so neither wait is long; visitors are serialised by the registry lock. */
+
+/* The owner's way in: waits out a visitor there or asking. */
+static void enter(struct tfront *t) {
+  for (;;) {
+    atomic_exchange_explicit(&t->busy, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&t->want, memory_order_seq_cst) == 0) {
+      return;
+    }
+    atomic_store_explicit(&t->busy, 0, memory_order_release);
+    while (atomic_load_explicit(&t->want, memory_order_acquire) != 0) {
+      sched_yield();
+    }
+  }
+}
+
+static void leave(struct tfront *t) {
+  t->kept = t->f.bytes;
+  atomic_store_explicit(&t->busy, 0, memory_order_release);
+}
+
+/* Another thread's way in (the registry lock held): true once the owner is out. `bounded`: the
+ * exit path's, which gives up (false, nothing asked any more) once exit_wait's time is spent. */
+static bool visit(struct tfront *t, bool bounded) {
+  atomic_store_explicit(&t->want, 1, memory_order_seq_cst);
+  while (atomic_load_explicit(&t->busy, memory_order_seq_cst) != 0) {
+    if (bounded ? !exit_wait() : sched_yield() != 0) {
+      atomic_store_explicit(&t->want, 0, memory_order_release);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void unvisit(struct tfront *t) {
+  atomic_store_explicit(&t->want, 0, memory_order_release);
+}
+
+/* ---- the thread's map of known blocks (the front entered or visited) ---------------------- */
 
 static struct rec *find(struct tfront *t, uint64_t addr) {
   void *v = t->map.slots ? addrmap_get(&t->map, addr) : NULL;
@@ -134,7 +188,7 @@ static void forget_all(struct tfront *t) {
   t->nrecs = t->free_rec = 0;
 }
 
-/* Takes up to `room` cached blocks out of t (its lock held), forgetting them. */
+/* Takes up to `room` cached blocks out of t (entered or visited), forgetting them. */
 static size_t drain(struct tfront *t, front_block_t *out, size_t room) {
   size_t n = front_drain(&t->f, out, room);
   for (size_t i = 0; i < n; i++) {
@@ -156,26 +210,29 @@ static void give_back(struct ctx *c, const front_block_t *b, size_t n) {
   }
 }
 
-/* Empties t into its context's pool, its lock not held, the context's taken for each batch;
+/* Empties t (the owner's) into its context's pool, the context's lock taken for each batch;
  * the blocks are dropped when that context is gone. Leaves t unbound. Returns the bytes given
  * back and stores the blocks' number in *blocks. */
 static uint64_t unload(struct tfront *t, uint64_t *blocks) {
   front_block_t out[64];
   uint64_t bytes = 0;
   *blocks = 0;
-  pthread_mutex_lock(&t->mu);
+  enter(t);
   struct ctx *c = t->c;
-  uint64_t epoch = t->epoch;
-  pthread_mutex_unlock(&t->mu);
-  for (;;) {
-    pthread_mutex_lock(&t->mu);
+  uint64_t epoch = t->epoch, served = t->served;
+  t->served = 0;
+  leave(t);
+  for (bool first = true;; first = false) {
+    enter(t);
     size_t n = t->c == c ? drain(t, out, 64) : 0;
-    pthread_mutex_unlock(&t->mu);
-    if (n == 0 || !c) {
+    leave(t);
+    if ((n == 0 && !first) || !c) {
       break;
     }
     pthread_mutex_lock(&c->lock);
     if (atomic_load_explicit(&c->epoch, memory_order_relaxed) == epoch && c->pool.bfc) {
+      atomic_fetch_add_explicit(&c->front_allocs, served, memory_order_relaxed);
+      served = 0;
       give_back(c, out, n);
       for (size_t i = 0; i < n; i++) {
         bytes += out[i].size;
@@ -184,10 +241,10 @@ static uint64_t unload(struct tfront *t, uint64_t *blocks) {
     }
     pthread_mutex_unlock(&c->lock);
   }
-  pthread_mutex_lock(&t->mu);
+  enter(t);
   forget_all(t);
   t->c = NULL;
-  pthread_mutex_unlock(&t->mu);
+  leave(t);
   return bytes;
 }
 
@@ -212,7 +269,6 @@ static void thread_gone(void *arg) {
     log_msg(LOG_DEBUG, "a thread exited: its front gave %llu cached blocks (%llu bytes) back",
             (unsigned long long)blocks, (unsigned long long)bytes);
   }
-  pthread_mutex_destroy(&t->mu);
   free(t->recs);
   free(t);
   mine = NULL;
@@ -236,12 +292,14 @@ static struct tfront *front_for(struct ctx *c) {
   struct tfront *t = mine;
   if (!t) {
     pthread_once(&key_once, make_key);
-    if (!atomic_load_explicit(&key_made, memory_order_acquire) || !(t = calloc(1, sizeof(*t)))) {
+    if (!atomic_load_explicit(&key_made, memory_order_acquire) ||
+        !(t = aligned_alloc(_Alignof(struct tfront), sizeof(*t)))) {
       return NULL;
     }
-    pthread_mutex_init(&t->mu, NULL);
+    memset(t, 0, sizeof(*t));
+    atomic_init(&t->busy, 0);
+    atomic_init(&t->want, 0);
     if (pthread_setspecific(key, t) != 0) {
-      pthread_mutex_destroy(&t->mu);
       free(t);
       return NULL;
     }
@@ -254,19 +312,18 @@ static struct tfront *front_for(struct ctx *c) {
     pthread_mutex_unlock(&registry);
     mine = t;
   }
-  pthread_mutex_lock(&t->mu);
+  enter(t);
   bool bound = t->c == c && t->epoch == atomic_load_explicit(&c->epoch, memory_order_acquire);
-  pthread_mutex_unlock(&t->mu);
   if (!bound) {
+    leave(t);
     uint64_t blocks;
     unload(t, &blocks); /* its blocks to their own context's pool (or dropped with it) */
-    pthread_mutex_lock(&t->mu);
+    enter(t);
     t->c = c;
     t->epoch = atomic_load_explicit(&c->epoch, memory_order_acquire);
     front_init(&t->f, c->front_budget);
-    pthread_mutex_unlock(&t->mu);
   }
-  return t;
+  return t; /* entered: the caller leaves */
 }
 
 /* ---- the fast paths ----------------------------------------------------------------------- */
@@ -283,16 +340,17 @@ bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint
   front_block_t b;
   uint64_t safe = atomic_load_explicit(&c->sync_done, memory_order_acquire);
   uint64_t epoch = atomic_load_explicit(&c->epoch, memory_order_acquire);
-  pthread_mutex_lock(&t->mu);
+  enter(t);
   bool hit = t->c == c && t->epoch == epoch && front_take(&t->f, bytes, (uint8_t)lib, safe, &b);
   if (hit) {
     struct rec *r = find(t, b.addr);
     if (r) {
       r->cached = 0;
     }
-    trace_note(TRACE_ALLOC, c->dev, b.addr, bytes, b.size, lib); /* ordered by t's lock */
+    t->served++;
+    trace_note(TRACE_ALLOC, c->dev, b.addr, bytes, b.size, lib); /* ordered by the front */
   }
-  pthread_mutex_unlock(&t->mu);
+  leave(t);
   t->takes++;
   t->hits += hit;
   if (t->takes == FRONT_WINDOW) {
@@ -301,7 +359,6 @@ bool ctx_front_take(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint
   }
   if (hit) {
     ledger_add(c->dev, lib, b.size);
-    atomic_fetch_add_explicit(&c->front_allocs, 1, memory_order_relaxed);
     *addr = b.addr;
     *held = b.size;
     trace_poll();
@@ -313,14 +370,13 @@ void ctx_front_track(struct ctx *c, uint64_t addr, uint64_t held, uint64_t reque
   if (!ctx_fronts_on()) {
     return;
   }
-  struct tfront *t = front_for(c);
+  struct tfront *t = front_for(c); /* entered */
   if (t) {
-    pthread_mutex_lock(&t->mu);
     if (t->c == c) {
       forget(t, addr); /* a stale entry of a block freed through the pool meanwhile */
       remember(t, addr, &(struct rec){held, requested, (uint8_t)lib, 0});
     }
-    pthread_mutex_unlock(&t->mu);
+    leave(t);
   }
 }
 
@@ -331,16 +387,16 @@ int ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
   if (!t) {
     return 0;
   }
-  pthread_mutex_lock(&t->mu);
+  enter(t);
   uint64_t epoch = t->epoch;
   bool bound = t->c == c && epoch == atomic_load_explicit(&c->epoch, memory_order_acquire);
   struct rec *r = bound ? find(t, ptr) : NULL;
   if (!r) {
-    pthread_mutex_unlock(&t->mu);
+    leave(t);
     return 0;
   }
   if (r->cached) { /* freed already: as the pool answers a double free */
-    pthread_mutex_unlock(&t->mu);
+    leave(t);
     *rc = CUDA_ERROR_INVALID_VALUE;
     return 1;
   }
@@ -350,10 +406,10 @@ int ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
      * thread knows as live is in no front's cache (a free by another thread would have taken
      * it out of this map first). */
     forget(t, ptr);
-    pthread_mutex_unlock(&t->mu);
+    leave(t);
     return -1;
   }
-  trace_note(TRACE_FREE, c->dev, ptr, k.requested, k.held, k.tag); /* ordered by t's lock */
+  trace_note(TRACE_FREE, c->dev, ptr, k.requested, k.held, k.tag); /* ordered by the front */
   front_block_t b = {.addr = ptr,
                      .size = k.held,
                      .requested = k.requested,
@@ -369,7 +425,7 @@ int ctx_front_free(struct ctx *c, uint64_t ptr, CUresult *rc) {
     r = find(t, ptr);
     r->cached = 1;
   }
-  pthread_mutex_unlock(&t->mu);
+  leave(t);
   ledger_sub(c->dev, k.tag, k.held);
   if (n > 0) {
     pthread_mutex_lock(&c->lock);
@@ -387,18 +443,18 @@ struct ctx *ctx_front_owner(uint64_t addr) {
   struct tfront *t = mine;
   struct ctx *c = NULL;
   if (t) {
-    pthread_mutex_lock(&t->mu);
+    enter(t);
     if (t->c && !atomic_load_explicit(&t->c->dying, memory_order_acquire) && find(t, addr)) {
       c = t->c;
     }
-    pthread_mutex_unlock(&t->mu);
+    leave(t);
   }
   return c;
 }
 
 /* ---- under the context's lock ------------------------------------------------------------- */
 
-size_t ctx_front_spill(struct ctx *c) {
+size_t ctx_front_spill(struct ctx *c, uint64_t bytes) {
   CHECK_HELD(&c->lock);
   if (!ctx_fronts_on()) {
     return 0;
@@ -406,12 +462,16 @@ size_t ctx_front_spill(struct ctx *c) {
   struct tfront *t = mine;
   front_block_t out[FRONT_PUT_ROOM];
   size_t n = 0;
-  if (t) {
-    pthread_mutex_lock(&t->mu);
+  if (t && t->kept > 0) {
+    enter(t);
     if (t->c == c && t->epoch == atomic_load_explicit(&c->epoch, memory_order_acquire)) {
-      n = drain(t, out, FRONT_PUT_ROOM);
+      n = bytes ? front_drain_from(&t->f, bytes, out, FRONT_PUT_ROOM)
+                : front_drain(&t->f, out, FRONT_PUT_ROOM);
+      for (size_t i = 0; i < n; i++) {
+        forget(t, out[i].addr);
+      }
     }
-    pthread_mutex_unlock(&t->mu);
+    leave(t);
     give_back(c, out, n);
   }
   return n;
@@ -422,7 +482,7 @@ bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim) {
   bool cached = false;
   pthread_mutex_lock(&registry);
   for (struct tfront *t = fronts; t && !cached; t = t->next) {
-    pthread_mutex_lock(&t->mu);
+    visit(t, false);
     struct rec *r = t->c == c ? find(t, addr) : NULL;
     if (r) {
       cached = r->cached;
@@ -430,7 +490,7 @@ bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim) {
         forget(t, addr);
       }
     }
-    pthread_mutex_unlock(&t->mu);
+    unvisit(t);
   }
   pthread_mutex_unlock(&registry);
   return cached;
@@ -447,8 +507,8 @@ bool ctx_fronts_flush(struct ctx *c, bool bounded) {
     return false;
   }
   for (struct tfront *t = fronts; t; t = t->next) {
-    if (bounded ? !exit_lock(&t->mu) : pthread_mutex_lock(&t->mu) != 0) {
-      whole = false;
+    if (!visit(t, bounded)) {
+      whole = false; /* still busy at exit: it keeps its blocks (and its count) */
       continue;
     }
     if (t->c == c) {
@@ -456,8 +516,10 @@ bool ctx_fronts_flush(struct ctx *c, bool bounded) {
       while ((n = drain(t, out, 64)) > 0) {
         give_back(c, out, n);
       }
+      atomic_fetch_add_explicit(&c->front_allocs, t->served, memory_order_relaxed);
+      t->served = 0;
     }
-    pthread_mutex_unlock(&t->mu);
+    unvisit(t);
   }
   pthread_mutex_unlock(&registry);
   return whole;
@@ -471,12 +533,12 @@ void ctx_fronts_unbind(struct ctx *c) {
   ctx_fronts_flush(c, false);
   pthread_mutex_lock(&registry);
   for (struct tfront *t = fronts; t; t = t->next) {
-    pthread_mutex_lock(&t->mu);
+    visit(t, false);
     if (t->c == c) {
       forget_all(t);
       t->c = NULL;
     }
-    pthread_mutex_unlock(&t->mu);
+    unvisit(t);
   }
   pthread_mutex_unlock(&registry);
 }

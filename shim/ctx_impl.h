@@ -11,16 +11,18 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* Laid out for the fronts' fast paths (shim/ctx_front.c), which read handle, dev, dying,
+ * pressure, epoch and the sync counters on every call from every thread but write none of
+ * them: those share a cache line that stays in every core's cache, while the lock, written by
+ * every call through the pool, has a line of its own. */
 struct ctx {
-  _Atomic(CUcontext) handle; /* set once the object is ready; NULL when free or dropped */
-  int dev;                   /* the device its pool charges */
-  int index;                 /* among the contexts seen on dev */
-  pthread_mutex_t lock;      /* guards everything below and pool */
+  _Alignas(64) _Atomic(CUcontext) handle; /* set once ready; NULL when free or dropped */
+  int dev;                                /* the device its pool charges */
+  int index;                              /* among the contexts seen on dev */
   /* The driver is destroying the context: it may free the regions and hand their addresses
    * out again before gpucap learns the outcome, so other threads leave this object alone. */
   atomic_bool dying;
   atomic_int pressure; /* threads in the pool's slow path: frees bypass the fronts (below) */
-  pool_t pool;
   /* Per-thread fronts (shim/ctx_front.c). epoch: bumped (lock held) when the object is made or
    * dropped, so a front bound to an earlier life of this slot is known stale. The two sync
    * counters stamp cached blocks: a synchronisation gpucap makes of the context takes a ticket
@@ -28,9 +30,14 @@ struct ctx {
    * freed while sync_started was S is safe to hand out again once sync_done > S. pressure
    * (above): threads in the pool's slow path (growth or refusal). */
   atomic_uint_least64_t epoch;
-  uint64_t front_budget; /* bytes one thread's front may keep for this context */
   atomic_uint_least64_t sync_started, sync_done;
-  atomic_uint_least64_t front_allocs; /* allocations the fronts served (the report's) */
+  uint64_t front_budget; /* bytes one thread's front may keep for this context */
+  /* Allocations the fronts served (the report's): each front counts its own and adds them here
+   * when it is flushed or unloaded, so no hit writes this line. */
+  atomic_uint_least64_t front_allocs;
+  /* Guards pool, and dev, index and front_budget when a slot is made. */
+  _Alignas(64) pthread_mutex_t lock;
+  pool_t pool;
 };
 
 /* ctx_owning's scan of the table (the fronts are not asked), returning the context whose pool
@@ -38,8 +45,10 @@ struct ctx {
 struct ctx *ctx_owning_locked(uint64_t addr);
 
 /* ---- per-thread fronts (shim/ctx_front.c) --------------------------------------------------
- * Lock order: a context's lock, then the fronts' registry, then one front's own lock; a front's
- * lock is never held while a context's lock is taken. */
+ * A front has no lock: its owner goes in by a flag of its own, another thread (a visitor, under
+ * the registry lock) asks and waits until the owner is out (shim/ctx_front.c). Order: a
+ * context's lock, then the fronts' registry, then a visit; an owner inside its front takes no
+ * lock and waits for nothing but a visit to end. */
 
 /* True iff GPUCAP_FRONTS is on (read once). Inline: with fronts off, the hot paths ask it
  * instead of calling into the fronts (ctx_fronts_setting: -1 until read, then 0 or 1). */
@@ -71,12 +80,16 @@ struct ctx *ctx_front_owner(uint64_t addr);
 bool ctx_fronts_cached(struct ctx *c, uint64_t addr, bool claim);
 
 /* c's lock held: up to FRONT_PUT_ROOM of the calling thread's cached blocks of c (the largest
- * first) go back into c's pool; returns their number (0: none left). */
-size_t ctx_front_spill(struct ctx *c);
+ * first) go back into c's pool; returns their number (0: none left). bytes > 0: only those of
+ * the class of a request of that size and above, which the pool's best fit could choose for it
+ * (front_drain_from; one not yet safe goes back as the deferred free it would be there), so that
+ * a miss is placed, and the pool retires, as with no front. */
+size_t ctx_front_spill(struct ctx *c, uint64_t bytes);
 
 /* c's lock held: every front's cached blocks of c go back into c's pool: freed at once when a
  * completed synchronisation covers their stamp, else deferred. `bounded`: the exit path's,
- * each lock taken with exit_lock; false when one stayed busy. */
+ * the registry taken with exit_lock and each front's owner waited for with exit_wait; false
+ * when one stayed busy (that front keeps its blocks and the count of what it served). */
 bool ctx_fronts_flush(struct ctx *c, bool bounded);
 
 /* c's lock held, its pool about to go: flushes c's fronts and unbinds them. */

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ typedef struct options {
   double cap_factor;   /* 0: no cap */
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
   int preallocate, deferred, threads, runs, spin, find_min_cap, driver, scaling, count;
+  int count_fronts;
   long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
   uint64_t vmm_unit;  /* --vmm: mapped mode in units of this many bytes */
 } options_t;
@@ -371,12 +373,45 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
 
 /* ---- threads ------------------------------------------------------------------------------ */
 
-/* A thread's front (core/front.h) behind its own lock, as the shim keeps one: the owner takes
- * it uncontended; another thread takes it only to flush the front before a refusal. */
+/* A thread's front (core/front.h) as the shim keeps one (shim/ctx_front.c): no lock; its owner
+ * marks it busy with one atomic exchange on a line of its own, and another thread that must
+ * flush it (before the pool grows or refuses) asks with `want` and waits until it is not busy.
+ * Each on its own cache lines: nothing another thread writes is touched by a hit. */
 typedef struct front_slot {
-  pthread_mutex_t mu;
+  _Alignas(64) atomic_int busy; /* the owner is in it */
+  atomic_int want;              /* another thread flushes it: the owner waits */
   front_t f;
 } front_slot_t;
+
+/* The owner's way in and out: honours a flush asked for meanwhile by waiting it out. */
+static inline void front_enter(front_slot_t *s) {
+  for (;;) {
+    atomic_exchange_explicit(&s->busy, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&s->want, memory_order_seq_cst) == 0) {
+      return;
+    }
+    atomic_store_explicit(&s->busy, 0, memory_order_release);
+    while (atomic_load_explicit(&s->want, memory_order_acquire) != 0) {
+      sched_yield();
+    }
+  }
+}
+
+static inline void front_leave(front_slot_t *s) {
+  atomic_store_explicit(&s->busy, 0, memory_order_release);
+}
+
+/* Another thread's: asks, and waits until the owner is out (it never waits inside). */
+static void front_visit(front_slot_t *s) {
+  atomic_store_explicit(&s->want, 1, memory_order_seq_cst);
+  while (atomic_load_explicit(&s->busy, memory_order_seq_cst) != 0) {
+    sched_yield();
+  }
+}
+
+static void front_unvisit(front_slot_t *s) {
+  atomic_store_explicit(&s->want, 0, memory_order_release);
+}
 
 typedef struct shared {
   bfc_pool_t *pool;
@@ -387,11 +422,15 @@ typedef struct shared {
   pthread_barrier_t barrier;
   front_slot_t *fronts; /* --scaling with fronts: one per thread; NULL: the single lock */
   int nfronts;
-  atomic_int pressure; /* threads flushing before a refusal: frees bypass the fronts */
+  pthread_mutex_t flushing; /* one flush of every front at a time (the shim's registry lock) */
+  /* threads flushing before a refusal: frees bypass the fronts. Read by every free: a line of
+   * its own, away from the lock every miss writes. */
+  _Alignas(64) atomic_int pressure;
+  char pad[60];
 } shared_t;
 
 typedef struct worker {
-  shared_t *sh;
+  _Alignas(64) shared_t *sh; /* each worker on lines of its own: takes/hits are written per call */
   uint64_t *addr;
   uint64_t *held; /* fronts: each live block's chunk size */
   int index;
@@ -412,15 +451,17 @@ static void give_back(shared_t *sh, const front_block_t *b, size_t n) {
 /* Before a refusal: every thread's front is flushed into the pool (the shim does the same). */
 static void flush_fronts(shared_t *sh) {
   front_block_t out[64];
+  pthread_mutex_lock(&sh->flushing);
   for (int i = 0; i < sh->nfronts; i++) {
     size_t n;
     do {
-      pthread_mutex_lock(&sh->fronts[i].mu);
+      front_visit(&sh->fronts[i]);
       n = front_drain(&sh->fronts[i].f, out, 64);
-      pthread_mutex_unlock(&sh->fronts[i].mu);
+      front_unvisit(&sh->fronts[i]);
       give_back(sh, out, n);
     } while (n > 0);
   }
+  pthread_mutex_unlock(&sh->flushing);
 }
 
 /* One pass over the trace through the thread's front, the pool behind the shared lock. */
@@ -437,9 +478,9 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
       if (w->skip > 0) { /* as shim/ctx_front.c: a front that rarely serves steps aside */
         w->skip--;
       } else {
-        pthread_mutex_lock(&me->mu);
+        front_enter(me);
         hit = front_take(&me->f, e->size, 0, 1, &b);
-        pthread_mutex_unlock(&me->mu);
+        front_leave(me);
         w->takes++;
         w->hits += (uint32_t)hit;
         if (w->takes == 256) {
@@ -454,11 +495,20 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
       }
       uint64_t a = NONE, h = 0;
       lock_take(&sh->lock);
+      size_t spilt; /* the thread's blocks the best fit could choose go back first (the shim's) */
+      do {
+        front_enter(me);
+        spilt = front_drain_from(&me->f, e->size, out, FRONT_PUT_ROOM);
+        front_leave(me);
+        for (size_t k = 0; k < spilt; k++) {
+          bfc_free(sh->pool, out[k].addr);
+        }
+      } while (spilt == FRONT_PUT_ROOM);
       int rc = bfc_alloc_fit(sh->pool, e->size, 0, &a, &h);
       while (rc == -ENOSPC) { /* the thread's own cached blocks first, a few at a time */
-        pthread_mutex_lock(&me->mu);
+        front_enter(me);
         size_t n = front_drain(&me->f, out, FRONT_PUT_ROOM);
-        pthread_mutex_unlock(&me->mu);
+        front_leave(me);
         if (n == 0) {
           break;
         }
@@ -489,9 +539,9 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
       size_t n = 1;
       out[0] = mine;
       if (w->skip == 0 && atomic_load_explicit(&sh->pressure, memory_order_acquire) == 0) {
-        pthread_mutex_lock(&me->mu);
+        front_enter(me);
         n = front_put(&me->f, &mine, out);
-        pthread_mutex_unlock(&me->mu);
+        front_leave(me);
       }
       if (n > 0) {
         give_back(sh, out, n);
@@ -510,6 +560,16 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
   lock_drop(&sh->lock);
 }
 
+/* The timed passes in functions of their own, for callgrind's --toggle-collect (--count-fronts:
+ * the instructions of one warm pass through the pool's lock, and through a front). */
+static __attribute__((noinline)) void count_locked_pass(shared_t *sh, worker_t *w, pass_t *r) {
+  replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, r);
+}
+
+static __attribute__((noinline)) void count_fronts_pass(shared_t *sh, worker_t *w, pass_t *r) {
+  replay_fronts(sh, w, r);
+}
+
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   shared_t *sh = w->sh;
@@ -518,8 +578,12 @@ static void *worker_main(void *arg) {
     if (pass == 1) {
       pthread_barrier_wait(&sh->barrier);
       w->start = now_ns();
-    }
-    if (sh->fronts) {
+      if (sh->fronts) {
+        count_fronts_pass(sh, w, r);
+      } else {
+        count_locked_pass(sh, w, r);
+      }
+    } else if (sh->fronts) {
       replay_fronts(sh, w, r);
     } else {
       replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, r);
@@ -544,9 +608,11 @@ static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t lim
   sh.pool = make_pool(limit, !o->preallocate, &as);
   sh.nfronts = fronts ? o->threads : 0;
   atomic_init(&sh.pressure, 0);
-  sh.fronts = fronts ? calloc((size_t)o->threads, sizeof(front_slot_t)) : NULL;
+  sh.fronts = fronts ? aligned_alloc(64, (size_t)o->threads * sizeof(front_slot_t)) : NULL;
+  pthread_mutex_init(&sh.flushing, NULL);
   for (int i = 0; i < sh.nfronts; i++) {
-    pthread_mutex_init(&sh.fronts[i].mu, NULL);
+    atomic_init(&sh.fronts[i].busy, 0);
+    atomic_init(&sh.fronts[i].want, 0);
     front_init(&sh.fronts[i].f, front_budget(limit));
   }
   sh.t = t;
@@ -583,8 +649,8 @@ static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t lim
   for (int i = 0; i < sh.nfronts; i++) {
     hits += sh.fronts[i].f.hits;
     misses += sh.fronts[i].f.misses;
-    pthread_mutex_destroy(&sh.fronts[i].mu);
   }
+  pthread_mutex_destroy(&sh.flushing);
   if (hit_rate) {
     *hit_rate = hits + misses ? (double)hits / (double)(hits + misses) : 0;
   }
@@ -636,7 +702,9 @@ static void usage(void) {
           "  --vmm UNIT      the mapped mode (VMM-backed pool) in units of UNIT bytes (a power\n"
           "                  of two); limit = F x peak live bytes + UNIT (needs --cap-factor)\n"
           "  --count         one cold and one warm pass only, the warm one in count_warm_pass()\n"
-          "                  (for callgrind's --toggle-collect=count_warm_pass)\n");
+          "                  (for callgrind's --toggle-collect=count_warm_pass)\n"
+          "  --count-fronts  one thread, a warm-up and a timed pass through the pool's lock\n"
+          "                  (count_locked_pass()), then through a front (count_fronts_pass())\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -669,6 +737,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
       o->scaling = 1;
     } else if (strcmp(a, "--count") == 0) {
       o->count = 1;
+    } else if (strcmp(a, "--count-fronts") == 0) {
+      o->count_fronts = 1;
     } else if (strcmp(a, "--find-min-cap") == 0) {
       o->find_min_cap = 1;
     } else if (strcmp(a, "--driver") == 0) {
@@ -867,6 +937,18 @@ int main(int argc, char **argv) {
   uint64_t *addr = malloc(t.nslots * sizeof(uint64_t));
   for (uint64_t s = 0; s < t.nslots; s++) {
     addr[s] = NONE;
+  }
+  if (o.count_fronts) {
+    uint64_t lim = limit_for(&t, o.cap_factor, 1), lf = 0, ff = 0;
+    double hit = 0;
+    threaded_fronts(&t, &o, lim, 0, &lf, NULL);
+    threaded_fronts(&t, &o, lim, 1, &ff, &hit);
+    printf("{\"trace\":\"%s\",\"count_fronts\":true,\"pairs\":%" PRIu64
+           ",\"fronts_hit_rate\":%.3f,\"lock_failed\":%" PRIu64 ",\"fronts_failed\":%" PRIu64 "}\n",
+           base_name(o.path), t.pairs, hit, lf, ff);
+    free(addr);
+    free(t.ev);
+    return 0;
   }
   if (o.count) {
     int rc = count_replay(&t, &o, addr);

@@ -8,6 +8,9 @@
  *   exit           a thread frees blocks into its front and exits (its front goes back)
  *   fork           a thread frees a block into its front, keeps another, and forks: the child
  *                  (no CUDA context) gets the driver's answer for the block, not the parent's
+ *   mix SLOTS ITER one thread keeps up to SLOTS blocks of a few sizes live, freeing and
+ *                  allocating at random (one fixed seed) near the cap; prints "# refused N",
+ *                  which the script compares with fronts on and off at the same cap
  * The script checks from the driver's side (FAKECUDA_STATS) that its peak never passed the cap.
  */
 #include "shim/cudadefs.h"
@@ -60,6 +63,38 @@ static void *churn(void *arg) {
     }
   }
   return NULL;
+}
+
+/* mix: SLOTS slots, each free or holding one block of a size from a small set; each step
+ * frees a live slot or fills an empty one, so sizes come back and placement matters. Returns
+ * the allocations refused; *other counts anything but success or out-of-memory. */
+static int mix(int slots, int iter, int *other) {
+  static const size_t sizes[] = {24 * KiB,  40 * KiB,  64 * KiB + 512, 100 * KiB,
+                                 160 * KiB, 256 * KiB, 400 * KiB};
+  enum { NSIZES = sizeof sizes / sizeof sizes[0] };
+  CUdeviceptr *live = calloc((size_t)slots, sizeof(*live));
+  unsigned seed = 12345;
+  int refused = 0;
+  for (int i = 0; live && i < iter; i++) {
+    int k = rand_r(&seed) % slots;
+    if (live[k]) {
+      *other += cuMemFree_v2(live[k]) != CUDA_SUCCESS;
+      live[k] = 0;
+      continue;
+    }
+    CUresult rc = cuMemAlloc_v2(&live[k], sizes[rand_r(&seed) % NSIZES]);
+    if (rc != CUDA_SUCCESS) {
+      live[k] = 0;
+    }
+    refused += rc == CUDA_ERROR_OUT_OF_MEMORY;
+    *other += rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (int k = 0; live && k < slots; k++) {
+    *other += live[k] && cuMemFree_v2(live[k]) != CUDA_SUCCESS;
+  }
+  *other += live == NULL;
+  free(live);
+  return refused;
 }
 
 /* Allocates and frees 1 MiB as four 256 KiB blocks, which the thread's front keeps. */
@@ -177,8 +212,12 @@ int main(int argc, char **argv) {
     pthread_join(tid[0], NULL);
     TAP_EQ(res[0].ok, 0, "the fork child got the driver's answers, not the parent's front's");
     TAP_EQ(res[0].other, 0, "the parent's allocations and frees all succeeded");
+  } else if (strcmp(mode, "mix") == 0) {
+    int refused = mix(n < 1 ? 1 : atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20000, &other);
+    printf("# refused %d\n", refused);
+    TAP_EQ(other, 0, "every call answered success or out-of-memory");
   } else {
-    fprintf(stderr, "usage: fronts churn|room|exit|fork [N [ITER|BIG]]\n");
+    fprintf(stderr, "usage: fronts churn|room|exit|fork|mix [N [ITER|BIG]]\n");
     return 2;
   }
   size_t f = 0, t = 0;

@@ -71,6 +71,37 @@ static void test_take_put(void) {
   tap_ok(front_take(&f, 4096, 3, 1, &got) == 1 && got.addr == 0x50000, "the newest block first");
   front_take(&f, 4096, 3, 1, &got);
   tap_ok(f.bytes == 0, "empty again");
+  /* A chunk larger than the class of its request (the pool did not split off a remainder too
+   * small to keep) is filed by its request, where a request of that size looks. */
+  front_put(&f, &(front_block_t){.addr = 0x60000, .size = 1280, .requested = 1000, .tag = 3}, out);
+  tap_ok(front_class(1280) != front_class(1000) && front_take(&f, 1000, 3, 1, &got) == 1 &&
+             got.addr == 0x60000 && got.size == 1280 && f.bytes == 0,
+         "a chunk larger than its request's class is taken by a request of its size");
+}
+
+/* front_drain_from: the blocks of a request's class and of larger classes, largest first. */
+static void test_drain_from(void) {
+  front_block_t out[FRONT_PUT_ROOM], got;
+  front_init(&f, 64 * MiB);
+  front_put(&f, BLK(0x100000, 4 * KiB, 0), out);
+  front_put(&f, BLK(0x200000, 64 * KiB, 0), out);
+  front_put(&f, BLK(0x300000, 60 * KiB, 0), out);
+  front_put(&f, BLK(0x400000, 1 * MiB, 0), out);
+  size_t n = front_drain_from(&f, 62 * KiB, out, FRONT_PUT_ROOM);
+  tap_ok(front_class(62 * KiB) == front_class(64 * KiB) &&
+             front_class(60 * KiB) < front_class(62 * KiB) && n == 2 && out[0].addr == 0x400000 &&
+             out[1].addr == 0x200000 && f.bytes == 64 * KiB,
+         "a drain from 62 KiB gives up its class and the larger ones, largest first");
+  tap_ok(front_take(&f, 60 * KiB, 3, 1, &got) == 1 && front_take(&f, 4 * KiB, 3, 1, &got) == 1,
+         "... and keeps the smaller classes");
+  front_put(&f, BLK(0x500000, 8 * MiB, 0), out);
+  tap_ok(front_drain_from(&f, FRONT_MAX_BLOCK + 1, out, FRONT_PUT_ROOM) == 0 &&
+             front_drain_from(&f, 1, out, 0) == 0 && f.bytes == 8 * MiB,
+         "nothing for a request larger than any kept block, nor with no room");
+  front_put(&f, BLK(0x600000, 8 * MiB, 7), out);
+  n = front_drain_from(&f, 1, out, FRONT_PUT_ROOM);
+  tap_ok(n == 2 && out[0].addr == 0x500000 && out[1].addr == 0x600000 && f.bytes == 0,
+         "a drain from the smallest size gives up everything, whatever the stamps, oldest first");
 }
 
 static void test_limits(void) {
@@ -188,6 +219,7 @@ int main(void) {
   test_classes();
   test_take_put();
   test_limits();
+  test_drain_from();
   test_model();
   return tap_done();
 }
