@@ -130,15 +130,15 @@ uint64_t bfc_min_system_memory(uint64_t free_bytes, int cc_major) {
   return 1800 * mib;
 }
 
-/* Monotone in size: every chunk of class c is smaller than every chunk of class c + 1. */
+/* Monotone in size: every chunk of class c is smaller than every chunk of class c + 1. Units of
+ * 256 bytes below 2 * SL_COUNT are their own class; above, with fl the top bit of u, class
+ * (fl - SL_BITS) * SL_COUNT + (u >> (fl - SL_BITS)), the shifted value lying in [SL_COUNT,
+ * 2 * SL_COUNT): one formula covers both (fl is at least SL_BITS), with no branch, which random
+ * sizes mispredicted about once per pair. */
 static inline unsigned class_of(uint64_t size) {
   uint64_t u = size >> 8;
-  if (u < SL_COUNT) {
-    return (unsigned)u;
-  }
-  unsigned fl = 63u - (unsigned)__builtin_clzll(u);
-  unsigned sl = (unsigned)(u >> (fl - SL_BITS)) & (SL_COUNT - 1);
-  return (fl - SL_BITS + 1) * SL_COUNT + sl;
+  unsigned sh = 63u - (unsigned)__builtin_clzll(u | SL_COUNT) - SL_BITS;
+  return sh * SL_COUNT + (unsigned)(u >> sh);
 }
 
 static inline void bit_set(bfc_pool_t *p, unsigned c) {
