@@ -610,6 +610,33 @@ static void test_lookup(void) {
   done(p, "lookup");
 }
 
+/* The pointer map keys a block by its 256-byte unit truncated to 32 bits: two blocks 1 TiB apart
+ * share a key (and a probe run) and must still be told apart, whichever of them goes first. */
+static void test_map_aliases(void) {
+  const uint64_t tib = (uint64_t)1 << 40;
+  bfc_pool_t *p =
+      mk(64 * MiB, 1, tib - 2 * MiB); /* the second region starts 1 TiB after the first */
+  uint64_t a = must(p, 2 * MiB);
+  uint64_t b = must(p, 3 * MiB);
+  TAP_EQ(b - a, tib, "aliases: two blocks 1 TiB apart");
+  uint64_t base = 0, size = 0, req = 0;
+  TAP_EQ(bfc_lookup(p, a, &base, &size, &req), 0, "aliases: the first is found");
+  tap_ok(base == a && size == 2 * MiB && req == 2 * MiB, "aliases: as itself");
+  TAP_EQ(bfc_lookup(p, b, &base, &size, &req), 0, "aliases: the second is found");
+  tap_ok(base == b && size == 3 * MiB && req == 3 * MiB, "aliases: as itself");
+  TAP_EQ(bfc_free(p, a), 0, "aliases: the first freed");
+  TAP_EQ(bfc_lookup(p, a, NULL, NULL, NULL), -ENOENT, "aliases: the first is gone");
+  TAP_EQ(bfc_free(p, a), -EALREADY, "aliases: freeing it again is a double free");
+  TAP_EQ(bfc_lookup(p, b, &base, &size, NULL), 0, "aliases: the second stays");
+  tap_ok(base == b && size == 3 * MiB, "aliases: unchanged");
+  TAP_EQ(must(p, 2 * MiB - 256), a, "aliases: the first's place reused");
+  TAP_EQ(bfc_free(p, b), 0, "aliases: the second freed while the first's place is in use");
+  TAP_EQ(bfc_free(p, b), -EALREADY, "aliases: the second's double free");
+  TAP_EQ(bfc_lookup(p, a, &base, &size, &req), 0, "aliases: the new block stays");
+  tap_ok(base == a && req == 2 * MiB - 256, "aliases: as itself");
+  done(p, "aliases");
+}
+
 static void test_stats(void) {
   bfc_pool_t *p = mk(MiB, 0, 0);
   must(p, 1000);
@@ -674,6 +701,7 @@ int main(void) {
   test_retire_upto();
   test_bad_frees();
   test_lookup();
+  test_map_aliases();
   test_stats();
   return tap_done();
 }

@@ -61,10 +61,10 @@ int main(void) {
   BREAKS("the dv also in a bin", bin_insert(p, B), bin_remove(p, B));
   BREAKS("a free chunk neither binned nor the dv", p->dv = NULL, p->dv = B);
   BREAKS("the dv points to an in-use chunk", p->dv = A, p->dv = B);
-  BREAKS("in-use chunk missing from the map", addrmap_take(&p->map, a), addrmap_put(&p->map, a, A));
+  BREAKS("in-use chunk missing from the map", map_take(p, a), map_put(p, A));
 
   /* C becomes free next to free B without being merged: exactly one violation. */
-  addrmap_take(&p->map, c);
+  map_take(p, c);
   C->state = BFC_FREE;
   C->requested = 0;
   p->st.num_in_use--;
@@ -80,7 +80,7 @@ int main(void) {
   p->st.bytes_in_use += C->size;
   p->st.bytes_requested_in_use += 4096;
   p->st.num_free_chunks--;
-  addrmap_put(&p->map, c, C);
+  map_put(p, C);
 
   chunk_t *D = p->deferred;
   BREAKS("deferred chunk missing from the deferred list", p->deferred = NULL, p->deferred = D);
