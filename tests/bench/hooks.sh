@@ -53,17 +53,24 @@ ir() {
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f\n", a - b }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.1f%%\n", 100 * a / b }'; }
 
-# With and without the ledger alternately, five times each: the host's drift hits both alike.
+# With and without the ledger, and the fake's share alone, alternately, five times each: the
+# host's drift hits all three alike (the share is subtracted from the pair, so a share measured
+# at another moment would move gpucap's own figure by the host's drift).
 with=""
 without=""
+queries=""
 for i in 1 2 3 4 5; do
   with="$with $(ns "$SHIM" pair)"
   without="$without $(ns "$NOLEDGER" pair)"
+  queries="$queries $(ns "" query)"
 done
 # shellcheck disable=SC2086 # word splitting intended
 pair_ns=$(least $with)
 # shellcheck disable=SC2086
 pair_nl_ns=$(least $without)
+# shellcheck disable=SC2086
+query_ns=$(least $queries)
+query_ir=$(ir "" query)
 # measure NAME SHIM WHAT [POOL]: NAME_ns and NAME_ir of one configuration.
 measure() {
   eval "$1_ns=\$(ns \"\$2\" \"\$3\" \"\${4:-on}\")"
@@ -72,7 +79,6 @@ measure() {
 pair_ir=$(ir "$SHIM" pair)
 pair_nl_ir=$(ir "$NOLEDGER" pair)
 measure pt "$SHIM" pair off
-measure query "" query
 measure fake "" pair
 measure info "$SHIM" info
 measure info_fake "" info
