@@ -22,13 +22,13 @@
 #include "shim/check.h"
 #include "shim/exit.h"
 #include "shim/fork.h"
+#include "shim/gate.h"
 #include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/settings.h"
 #include "shim/trace.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,11 +40,8 @@ struct rec {
 };
 
 struct tfront {
-  /* The way in (enter/visit): busy, written by the owner alone, while it is inside; want,
-   * written by a visitor (under the registry lock) while it asks to see inside or is there.
-   * Together they guard everything below but next/prev (the registry's). */
-  _Alignas(64) atomic_int busy;
-  atomic_int want;
+  gate_t gate;    /* the way in (enter/visit): guards everything below but next/prev (the
+                    registry's) */
   struct ctx *c;  /* the context it serves, NULL when unbound */
   uint64_t epoch; /* c's epoch when bound */
   addrmap_t map;  /* block address -> record index + 1 */
@@ -93,47 +90,25 @@ void ctx_sync_end(struct ctx *c, uint64_t ticket) {
   }
 }
 
-/* ---- the way in ----------------------------------------------------------------------------
- * Dekker's handshake on two flags, sequentially consistent: the owner raises busy, then reads
- * want; a visitor raises want, then reads busy. Either the visitor sees the owner inside (and
- * waits for it to leave) or the owner sees the visitor's request (and waits for it to end), so
- * the two are never inside together. A visitor's stay is short and the owner's never waits for a
- * lock while inside, so neither wait is long; visitors are serialised by the registry lock. */
+/* ---- the way in (shim/gate.h): visitors are serialised by the registry lock --------------- */
 
-/* The owner's way in: waits out a visitor there or asking. */
 static void enter(struct tfront *t) {
-  for (;;) {
-    atomic_exchange_explicit(&t->busy, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&t->want, memory_order_seq_cst) == 0) {
-      return;
-    }
-    atomic_store_explicit(&t->busy, 0, memory_order_release);
-    while (atomic_load_explicit(&t->want, memory_order_acquire) != 0) {
-      sched_yield();
-    }
-  }
+  gate_enter(&t->gate);
 }
 
 static void leave(struct tfront *t) {
   t->kept = t->f.bytes;
-  atomic_store_explicit(&t->busy, 0, memory_order_release);
+  gate_leave(&t->gate);
 }
 
 /* Another thread's way in (the registry lock held): true once the owner is out. `bounded`: the
  * exit path's, which gives up (false, nothing asked any more) once exit_wait's time is spent. */
 static bool visit(struct tfront *t, bool bounded) {
-  atomic_store_explicit(&t->want, 1, memory_order_seq_cst);
-  while (atomic_load_explicit(&t->busy, memory_order_seq_cst) != 0) {
-    if (bounded ? !exit_wait() : sched_yield() != 0) {
-      atomic_store_explicit(&t->want, 0, memory_order_release);
-      return false;
-    }
-  }
-  return true;
+  return gate_visit(&t->gate, bounded ? exit_wait : gate_yield);
 }
 
 static void unvisit(struct tfront *t) {
-  atomic_store_explicit(&t->want, 0, memory_order_release);
+  gate_unvisit(&t->gate);
 }
 
 /* ---- the thread's map of known blocks (the front entered or visited) ---------------------- */
@@ -297,8 +272,7 @@ static struct tfront *front_for(struct ctx *c) {
       return NULL;
     }
     memset(t, 0, sizeof(*t));
-    atomic_init(&t->busy, 0);
-    atomic_init(&t->want, 0);
+    gate_init(&t->gate);
     if (pthread_setspecific(key, t) != 0) {
       free(t);
       return NULL;

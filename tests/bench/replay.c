@@ -19,12 +19,12 @@
 #include "core/front.h"
 #include "scripts/tracecsv.h"
 #include "shim/cudadefs.h"
+#include "shim/gate.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -373,45 +373,15 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
 
 /* ---- threads ------------------------------------------------------------------------------ */
 
-/* A thread's front (core/front.h) as the shim keeps one (shim/ctx_front.c): no lock; its owner
- * marks it busy with one atomic exchange on a line of its own, and another thread that must
- * flush it (before the pool grows or refuses) asks with `want` and waits until it is not busy.
- * Each on its own cache lines: nothing another thread writes is touched by a hit. */
+/* A thread's front (core/front.h) as the shim keeps one (shim/ctx_front.c), behind the same
+ * gate (shim/gate.h): no lock; its owner enters with one atomic exchange on a line of its own,
+ * and another thread that must flush it (before the pool grows or refuses) visits, waiting until
+ * the owner is out. Each on its own cache lines: nothing another thread writes is touched by a
+ * hit. */
 typedef struct front_slot {
-  _Alignas(64) atomic_int busy; /* the owner is in it */
-  atomic_int want;              /* another thread flushes it: the owner waits */
+  gate_t gate;
   front_t f;
 } front_slot_t;
-
-/* The owner's way in and out: honours a flush asked for meanwhile by waiting it out. */
-static inline void front_enter(front_slot_t *s) {
-  for (;;) {
-    atomic_exchange_explicit(&s->busy, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&s->want, memory_order_seq_cst) == 0) {
-      return;
-    }
-    atomic_store_explicit(&s->busy, 0, memory_order_release);
-    while (atomic_load_explicit(&s->want, memory_order_acquire) != 0) {
-      sched_yield();
-    }
-  }
-}
-
-static inline void front_leave(front_slot_t *s) {
-  atomic_store_explicit(&s->busy, 0, memory_order_release);
-}
-
-/* Another thread's: asks, and waits until the owner is out (it never waits inside). */
-static void front_visit(front_slot_t *s) {
-  atomic_store_explicit(&s->want, 1, memory_order_seq_cst);
-  while (atomic_load_explicit(&s->busy, memory_order_seq_cst) != 0) {
-    sched_yield();
-  }
-}
-
-static void front_unvisit(front_slot_t *s) {
-  atomic_store_explicit(&s->want, 0, memory_order_release);
-}
 
 typedef struct shared {
   bfc_pool_t *pool;
@@ -455,9 +425,9 @@ static void flush_fronts(shared_t *sh) {
   for (int i = 0; i < sh->nfronts; i++) {
     size_t n;
     do {
-      front_visit(&sh->fronts[i]);
+      gate_visit(&sh->fronts[i].gate, gate_yield);
       n = front_drain(&sh->fronts[i].f, out, 64);
-      front_unvisit(&sh->fronts[i]);
+      gate_unvisit(&sh->fronts[i].gate);
       give_back(sh, out, n);
     } while (n > 0);
   }
@@ -478,9 +448,9 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
       if (w->skip > 0) { /* as shim/ctx_front.c: a front that rarely serves steps aside */
         w->skip--;
       } else {
-        front_enter(me);
+        gate_enter(&me->gate);
         hit = front_take(&me->f, e->size, 0, 1, &b);
-        front_leave(me);
+        gate_leave(&me->gate);
         w->takes++;
         w->hits += (uint32_t)hit;
         if (w->takes == 256) {
@@ -497,18 +467,18 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
       lock_take(&sh->lock);
       size_t spilt; /* the thread's blocks the best fit could choose go back first (the shim's) */
       do {
-        front_enter(me);
+        gate_enter(&me->gate);
         spilt = front_drain_from(&me->f, e->size, out, FRONT_PUT_ROOM);
-        front_leave(me);
+        gate_leave(&me->gate);
         for (size_t k = 0; k < spilt; k++) {
           bfc_free(sh->pool, out[k].addr);
         }
       } while (spilt == FRONT_PUT_ROOM);
       int rc = bfc_alloc_fit(sh->pool, e->size, 0, &a, &h);
       while (rc == -ENOSPC) { /* the thread's own cached blocks first, a few at a time */
-        front_enter(me);
+        gate_enter(&me->gate);
         size_t n = front_drain(&me->f, out, FRONT_PUT_ROOM);
-        front_leave(me);
+        gate_leave(&me->gate);
         if (n == 0) {
           break;
         }
@@ -539,9 +509,9 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
       size_t n = 1;
       out[0] = mine;
       if (w->skip == 0 && atomic_load_explicit(&sh->pressure, memory_order_acquire) == 0) {
-        front_enter(me);
+        gate_enter(&me->gate);
         n = front_put(&me->f, &mine, out);
-        front_leave(me);
+        gate_leave(&me->gate);
       }
       if (n > 0) {
         give_back(sh, out, n);
@@ -611,8 +581,7 @@ static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t lim
   sh.fronts = fronts ? aligned_alloc(64, (size_t)o->threads * sizeof(front_slot_t)) : NULL;
   pthread_mutex_init(&sh.flushing, NULL);
   for (int i = 0; i < sh.nfronts; i++) {
-    atomic_init(&sh.fronts[i].busy, 0);
-    atomic_init(&sh.fronts[i].want, 0);
+    gate_init(&sh.fronts[i].gate);
     front_init(&sh.fronts[i].f, front_budget(limit));
   }
   sh.t = t;
