@@ -156,7 +156,10 @@ static cell_t pct_cell(const report_row_t *r, uint64_t tenths, bool known) {
 
 static cell_t device_cell(const report_row_t *r) {
   cell_t c = {""};
-  if (r->context == 0 && !r->destroyed) {
+  if (r->arena > 0) {
+    snprintf(c.text, sizeof c.text, "%d:%d.%d%s", r->device, r->context, r->arena,
+             r->destroyed ? "*" : "");
+  } else if (r->context == 0 && !r->destroyed) {
     snprintf(c.text, sizeof c.text, "%d", r->device);
   } else {
     snprintf(c.text, sizeof c.text, "%d:%d%s", r->device, r->context, r->destroyed ? "*" : "");
@@ -296,6 +299,12 @@ size_t report_format_text(const report_row_t *rows, int n, const report_run_t *r
   strbuf_str(&o,
              "  d:c = context c; cap none = no cap; - = pass-through (no pool); ? = not known\n");
   for (int i = 0; i < n; i++) {
+    if (rows[i].arena > 0) {
+      strbuf_str(&o, "  d:c.a = arena a of context c (GPUCAP_ARENAS): a pool of its own\n");
+      break;
+    }
+  }
+  for (int i = 0; i < n; i++) {
     if (rows[i].destroyed) {
       strbuf_str(&o, "  * = context destroyed before exit: its pool as the driver freed it\n");
       break;
@@ -430,9 +439,9 @@ static void put_json_row(strbuf_t *o, const report_row_t *r) {
   view_of(r, &v);
   const bfc_stats_t *s = &v.s;
   strbuf_printf(o,
-                "    {\n      \"device\": %d,\n      \"context\": %d,\n      \"pooled\": %s,\n"
-                "      \"context_destroyed\": %s",
-                r->device, r->context, r->pooled ? "true" : "false",
+                "    {\n      \"device\": %d,\n      \"context\": %d,\n      \"arena\": %d,\n"
+                "      \"pooled\": %s,\n      \"context_destroyed\": %s",
+                r->device, r->context, r->arena, r->pooled ? "true" : "false",
                 r->destroyed ? "true" : "false");
   if (r->cap == REPORT_NO_CAP) {
     strbuf_str(o, ",\n      \"cap_bytes\": null");

@@ -113,17 +113,19 @@ typedef struct report_run {
 typedef struct report_row {
   int device;    /* CUDA ordinal */
   int context;   /* 0-based index of the pool's context among the contexts of that device */
+  int arena;     /* which of the context's pools (GPUCAP_ARENAS), from 0 */
   int pooled;    /* nonzero: served by the BFC pool; 0: pass-through (GPUCAP_POOL=off) */
   int destroyed; /* nonzero: the context was destroyed before exit; the stats are the pool's
                   * as the driver freed it (in use: blocks the program still held then) */
-  uint64_t cap;  /* the device cap in bytes, or REPORT_NO_CAP */
+  /* A VMM-backed pool (vmm nonzero): its address space, the bytes it mapped and unmapped over
+   * its life, and its driver calls cuMemMap and cuMemUnmap (one per unit); 0 otherwise. */
+  int vmm;
+  uint64_t cap;             /* the device cap in bytes, or REPORT_NO_CAP */
   uint64_t largest_request; /* the largest single request the pool could serve at that moment:
                              * its largest free chunk, or its wholly free regions plus its
                              * room to grow under bytes_limit (bfc_alloc steps 3 and 5), the
                              * larger; REPORT_UNKNOWN when not known */
-  /* A VMM-backed pool (vmm nonzero): its address space, the bytes it mapped and unmapped over
-   * its life, and its driver calls cuMemMap and cuMemUnmap (one per unit); 0 otherwise. */
-  int vmm;
+  /* vmm's figures (above): zero for a pool of regions */
   uint64_t address_space_bytes, mapped_bytes_total, released_bytes_total;
   uint64_t driver_map_calls, driver_unmap_calls;
   bfc_stats_t stats; /* bfc_stats() of the pool. For a pass-through row the pool-only

@@ -45,6 +45,7 @@ static const struct key {
 } keys[] = {
     {"device", K_ORDINAL, offsetof(report_row_t, device), false},
     {"context", K_ORDINAL, offsetof(report_row_t, context), false},
+    {"arena", K_ORDINAL, offsetof(report_row_t, arena), true},
     {"pooled", K_POOLED, 0, false},
     {"context_destroyed", K_DESTROYED, 0, false},
     {"cap_bytes", K_CAP, 0, false},

@@ -515,6 +515,8 @@ static void check_json_row(int d, const report_row_t *r) {
   expect_key(d, "device", w);
   snprintf(w, sizeof w, "%d", r->context);
   expect_key(d, "context", w);
+  snprintf(w, sizeof w, "%d", r->arena);
+  expect_key(d, "arena", w);
   expect_key(d, "pooled", pool ? "true" : "false");
   expect_key(d, "context_destroyed", r->destroyed ? "true" : "false");
   if (r->cap == REPORT_NO_CAP) {
@@ -582,7 +584,7 @@ static void check_json_row(int d, const report_row_t *r) {
   tap_ok(got != NULL && strcmp(got, backing) == 0, "json device %d: backing %s", d, backing);
   char prefix[32];
   snprintf(prefix, sizeof prefix, "devices.%d.", d);
-  TAP_EQ(jcount(prefix), 43, "json device %d: exactly 43 keys", d);
+  TAP_EQ(jcount(prefix), 44, "json device %d: exactly 44 keys", d);
 }
 
 static void python_check(const char *doc, const char *what) {
@@ -615,8 +617,8 @@ static void test_json(void) {
              strcmp(jget("gpucap_version"), "\"" GPUCAP_VERSION "\"") == 0,
          "json: gpucap_version is the build's (" GPUCAP_VERSION ")");
   tap_ok(jget("pid") != NULL && strcmp(jget("pid"), "4242") == 0, "json: pid");
-  TAP_EQ(jcount("devices."), 43 * NROWS, "json: %d devices of 43 keys, in row order", NROWS);
-  TAP_EQ(jcount(""), 7 + 43 * NROWS,
+  TAP_EQ(jcount("devices."), 44 * NROWS, "json: %d devices of 44 keys, in row order", NROWS);
+  TAP_EQ(jcount(""), 7 + 44 * NROWS,
          "json: the run's scalars (version, pid, host, times, ended_by, complete) and no more");
   tap_ok(strcmp(jget("hostname"), "null") == 0 && strcmp(jget("start_time"), "null") == 0 &&
              strcmp(jget("end_time"), "null") == 0 && strcmp(jget("ended_by"), "null") == 0 &&
@@ -953,6 +955,7 @@ static void test_bounds(void) {
     memset(&worst[k], 0xff, sizeof worst[k]);
     worst[k].device = INT_MIN;
     worst[k].context = INT_MIN;
+    worst[k].arena = INT_MIN;
     worst[k].pooled = k % 2;
     worst[k].cap = UINT64_MAX - 1;
     worst[k].stats.fragmentation = 0.5;
