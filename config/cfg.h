@@ -67,6 +67,7 @@ typedef struct cfg {
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
   int pool;                            /* GPUCAP_POOL: a cfg_pool_t */
   bool fronts;                         /* GPUCAP_FRONTS: per-thread caches of freed blocks */
+  int arenas;                          /* GPUCAP_ARENAS: pools per context, 1..16 */
   cfg_dest_t report;                   /* GPUCAP_REPORT */
   char report_json[PATH_MAX];          /* GPUCAP_REPORT_JSON, "" = none */
   char trace[PATH_MAX];                /* GPUCAP_TRACE, "" = none */

@@ -13,6 +13,7 @@
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/settings.h"
 
 #include <string.h>
 
@@ -26,6 +27,10 @@ static int contexts_seen[GPUCAP_MAX_DEVICES];
 static atomic_int nslots;
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local struct ctx *last_used;
+/* The calling thread's arena, given at its first look-up (-1 until then), and the next to give
+ * (docs/design.md, "Arenas"). */
+static _Thread_local int my_arena = -1;
+static atomic_uint next_arena;
 
 bool ctx_pooling(void) {
   return pool_enabled();
@@ -45,16 +50,47 @@ static uint64_t front_budget(uint64_t limit) {
   return limit / 64 < most ? limit / 64 : most;
 }
 
-static struct ctx *create(CUcontext handle, int dev) {
-  pthread_mutex_lock(&registry);
-  int n = atomic_load_explicit(&nslots, memory_order_relaxed);
+/* The calling thread's arena: threads take them in turn, in the order of their first look-up.
+ * A preallocating pool reserves the whole cap: then a context has one. */
+static int thread_arena(void) {
+  if (my_arena < 0) {
+    const cfg_t *s = settings_get();
+    int n = settings_valid() && s->allow_growth ? s->arenas : 1;
+    my_arena =
+        n > 1 ? (int)(atomic_fetch_add_explicit(&next_arena, 1, memory_order_relaxed) % (unsigned)n)
+              : 0;
+  }
+  return my_arena;
+}
+
+/* The object of arena `arena` of the context `handle`, or NULL. index: set to the index of any
+ * of the context's objects (-1 when it has none). */
+static struct ctx *find(CUcontext handle, int arena, int *index) {
+  int n = ctx_count();
+  if (index) {
+    *index = -1;
+  }
   for (int i = 0; i < n; i++) {
     if (atomic_load_explicit(&slots[i].handle, memory_order_acquire) == handle) {
-      pthread_mutex_unlock(&registry);
-      return &slots[i];
+      if (atomic_load_explicit(&slots[i].arena, memory_order_relaxed) == arena) {
+        return &slots[i];
+      }
+      if (index) {
+        *index = slots[i].index;
+      }
     }
   }
-  struct ctx *c = NULL;
+  return NULL;
+}
+
+static struct ctx *create(CUcontext handle, int dev, int arena) {
+  pthread_mutex_lock(&registry);
+  int n = atomic_load_explicit(&nslots, memory_order_relaxed), index;
+  struct ctx *c = find(handle, arena, &index);
+  if (c) {
+    pthread_mutex_unlock(&registry);
+    return c;
+  }
   int slot = n;
   for (int i = 0; i < n; i++) {
     if (!slots[i].pool.bfc && !atomic_load_explicit(&slots[i].handle, memory_order_relaxed)) {
@@ -74,12 +110,16 @@ static struct ctx *create(CUcontext handle, int dev) {
     /* A dropped context's slot is still visible to other threads (trims, look-ups). */
     pthread_mutex_lock(&c->lock);
     c->dev = dev;
-    c->index = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? contexts_seen[dev]++ : 0;
+    c->index = index >= 0                             ? index /* another arena's */
+               : dev >= 0 && dev < GPUCAP_MAX_DEVICES ? contexts_seen[dev]++
+                                                      : 0;
+    atomic_store_explicit(&c->arena, arena, memory_order_relaxed);
     atomic_store_explicit(&c->dying, false, memory_order_relaxed);
     int made = pool_open(&c->pool, dev, &setup);
     atomic_fetch_add_explicit(&c->epoch, 1, memory_order_acq_rel); /* fronts of a former life */
     c->front_budget = front_budget(setup.limit);
     atomic_store_explicit(&c->front_allocs, 0, memory_order_relaxed);
+    c->ooms_taken_back = 0;
     atomic_store_explicit(&c->pressure, 0, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
     if (made != 0) {
@@ -108,11 +148,10 @@ ctx_t *ctx_current(CUresult *rc) {
   if (c && atomic_load_explicit(&c->handle, memory_order_acquire) == handle) {
     return c;
   }
-  int n = ctx_count();
-  for (int i = 0; i < n; i++) {
-    if (atomic_load_explicit(&slots[i].handle, memory_order_acquire) == handle) {
-      return last_used = &slots[i];
-    }
+  int arena = thread_arena();
+  c = find(handle, arena, NULL);
+  if (c) {
+    return last_used = c;
   }
   CUresult drc = cap_current_device(&dev);
   if (drc != CUDA_SUCCESS) {
@@ -121,22 +160,36 @@ ctx_t *ctx_current(CUresult *rc) {
                                            : drc;
     return NULL;
   }
-  c = create(handle, dev);
+  c = create(handle, dev, arena);
   *rc = c ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
   return last_used = c;
 }
 
+/* c, locked, iff its pool holds addr and the driver is not destroying its context. */
+static bool holds(struct ctx *c, uint64_t addr) {
+  if (atomic_load_explicit(&c->dying, memory_order_acquire)) {
+    return false;
+  }
+  pthread_mutex_lock(&c->lock);
+  if (c->pool.bfc && bfc_owns(c->pool.bfc, addr)) {
+    return true;
+  }
+  pthread_mutex_unlock(&c->lock);
+  return false;
+}
+
 struct ctx *ctx_owning_locked(uint64_t addr) {
+  /* The thread's own pool first: a block is most often freed by the thread that allocated it,
+   * and with arenas that takes no other thread's lock. */
+  struct ctx *mine = last_used;
+  if (mine && holds(mine, addr)) {
+    return mine;
+  }
   int n = ctx_count();
   for (int i = 0; i < n; i++) {
-    if (atomic_load_explicit(&slots[i].dying, memory_order_acquire)) {
-      continue;
-    }
-    pthread_mutex_lock(&slots[i].lock);
-    if (slots[i].pool.bfc && bfc_owns(slots[i].pool.bfc, addr)) {
+    if (&slots[i] != mine && holds(&slots[i], addr)) {
       return &slots[i];
     }
-    pthread_mutex_unlock(&slots[i].lock);
   }
   return NULL;
 }
@@ -227,10 +280,12 @@ static void drop(struct ctx *c) {
   CHECK_HELD(&registry);
   pthread_mutex_lock(&c->lock);
   if (c->pool.bfc) {
-    struct ctx_report r = {.dev = c->dev, .index = c->index, .destroyed = true};
+    struct ctx_report r = {
+        .dev = c->dev, .index = c->index, .arena = atomic_load(&c->arena), .destroyed = true};
     ctx_fronts_unbind(c); /* cached blocks back into the pool, which goes */
     pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
     r.stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
+    r.stats.num_ooms -= c->ooms_taken_back;
     if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
       ended[nended++] = r;
     }
@@ -292,9 +347,11 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
       bfc_retire(c->pool.bfc);
       pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
       r.stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
+      r.stats.num_ooms -= c->ooms_taken_back;
     }
     r.dev = c->dev;
     r.index = c->index;
+    r.arena = atomic_load_explicit(&c->arena, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
     if (r.stats.num_allocs > 0 || r.stats.num_ooms > 0) {
       fn(arg, &r);

@@ -8,6 +8,13 @@
  * in a fork child, and listed at exit (ctx_each). A hook looks its context up through these
  * functions, which answer in CUresult terms.
  *
+ * Arenas (GPUCAP_ARENAS=N, docs/design.md "Arenas"): a context has up to N objects, one per
+ * arena, each with its own lock and pool, all charged to the one device cap; a thread allocates
+ * from the arena it was given at its first look-up (round-robin), and a block is freed into the
+ * pool that holds it, whichever thread frees it. Before a refusal, the other arenas' wholly free
+ * regions are given back as other contexts' are (ctx_alloc). A preallocating pool reserves the
+ * whole cap, so a context whose pool preallocates has one arena.
+ *
  * Locking: a registry mutex guards creation and dropping and the list of destroyed contexts'
  * figures; each object's own mutex guards its pool, held across driver calls only on growth
  * and trims, never on the steady-state path and never across a context synchronize. Objects
@@ -117,6 +124,7 @@ void ctx_device_reset(int dev);
 struct ctx_report {
   int dev;                  /* its device */
   int index;                /* among the contexts gpucap saw on that device, in that order */
+  int arena;                /* which of the context's pools (GPUCAP_ARENAS), from 0 */
   bool destroyed;           /* the driver destroyed the context: the figures of that moment */
   bfc_stats_t stats;        /* a snapshot of its pool's counters */
   uint64_t largest_request; /* the largest single request it could serve (docs/report.md) */

@@ -215,6 +215,36 @@ static void measure_driver(int dev) {
   }
 }
 
+/* Borrowing (docs/design.md, "Arenas"): c's pool refused `bytes` after the device's wholly free
+ * regions came back, but another arena of c's context may have a free chunk that fits. Called
+ * with c's lock held; drops it while each other arena is asked under its own lock (never two
+ * at once), and takes it again. Returns the arena that served the block, its trace row and
+ * ledger entry made there, with *addr and *held; NULL when none could. */
+static struct ctx *borrow(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint64_t *held) {
+  CHECK_HELD(&c->lock);
+  CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
+  struct ctx *lender = NULL;
+  pthread_mutex_unlock(&c->lock);
+  int n = ctx_count();
+  for (int i = 0; i < n && !lender && handle; i++) {
+    struct ctx *o = ctx_slot(i);
+    if (o == c || atomic_load_explicit(&o->handle, memory_order_acquire) != handle ||
+        atomic_load_explicit(&o->dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->pool.bfc && atomic_load_explicit(&o->handle, memory_order_acquire) == handle &&
+        bfc_alloc_fit(o->pool.bfc, bytes, (uint8_t)lib, addr, held) == 0) {
+      lender = o;
+      trace_note(TRACE_ALLOC, o->dev, *addr, bytes, *held, lib);
+      ledger_add(o->dev, lib, *held);
+    }
+    pthread_mutex_unlock(&o->lock);
+  }
+  pthread_mutex_lock(&c->lock);
+  return lender;
+}
+
 CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult rc;
   answer_asks();
@@ -230,7 +260,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     *dptr = addr;
     return CUDA_SUCCESS;
   }
-  int err;
+  int err, nooms = 0; /* the pool's refusals in this call (counted in its num_ooms) */
   pthread_mutex_lock(&c->lock);
   /* The thread's cached blocks the best fit could choose go back first: held apart, they
    * would make the pool place this request elsewhere, and that drift refused allocations at
@@ -274,6 +304,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
           ctx_fronts_flush(c, false);
         }
         err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
+        nooms += err == -ENOMEM;
       }
       if (err == -ENOMEM && !trimmed_others) {
         /* Other contexts' pools on this device may hold fully free regions under the same
@@ -316,6 +347,20 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   }
   static _Thread_local char oom_text[8192];
   bool refused = err == -ENOMEM || err == -EAGAIN;
+  struct ctx *lender = refused && c->pool.bfc ? borrow(c, bytes, lib, &addr, &held) : NULL;
+  if (c->pool.bfc) { /* the program sees one refusal at most, and none when served */
+    c->ooms_taken_back += (uint64_t)nooms - (err == -ENOMEM && !lender && nooms > 0);
+  }
+  if (lender) {
+    unpress(c, pressed);
+    pthread_mutex_unlock(&c->lock);
+    trace_poll();
+    if (fronts) {
+      ctx_front_track(lender, addr, held, bytes, lib);
+    }
+    *dptr = addr;
+    return CUDA_SUCCESS;
+  }
   uint64_t rank = 0, pool_idle = 0;
   oom_facts_t facts = {.dev = c->dev,
                        .bytes = bytes,

@@ -19,6 +19,9 @@ struct ctx {
   _Alignas(64) _Atomic(CUcontext) handle; /* set once ready; NULL when free or dropped */
   int dev;                                /* the device its pool charges */
   int index;                              /* among the contexts seen on dev */
+  /* Which of its context's pools (GPUCAP_ARENAS): set before handle is published; read with no
+   * lock by look-ups, which may meet a slot being made again. */
+  atomic_int arena;
   /* The driver is destroying the context: it may free the regions and hand their addresses
    * out again before gpucap learns the outcome, so other threads leave this object alone. */
   atomic_bool dying;
@@ -32,12 +35,16 @@ struct ctx {
   atomic_uint_least64_t epoch;
   atomic_uint_least64_t sync_started, sync_done;
   uint64_t front_budget; /* bytes one thread's front may keep for this context */
-  /* Allocations the fronts served (the report's): each front counts its own and adds them here
-   * when it is flushed or unloaded, so no hit writes this line. */
-  atomic_uint_least64_t front_allocs;
-  /* Guards pool, and dev, index and front_budget when a slot is made. */
+  /* Guards pool, ooms_taken_back, and dev, index and front_budget when a slot is made. */
   _Alignas(64) pthread_mutex_t lock;
+  /* Allocations the fronts served (the report's): each front counts its own and adds them here
+   * when it is flushed or unloaded, so no hit writes a line that every call reads. */
+  atomic_uint_least64_t front_allocs;
   pool_t pool;
+  /* The pool's refusals (its num_ooms) that the program did not see: the call served the
+   * request after all (other pools' regions given back, another arena's chunk), or counted one
+   * refusal more than once. The report takes them out. */
+  uint64_t ooms_taken_back;
 };
 
 /* ctx_owning's scan of the table (the fronts are not asked), returning the context whose pool

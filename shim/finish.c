@@ -45,13 +45,14 @@ enum { RUNNING, ENDING, ENDED };
 static atomic_int phase;
 static atomic_int pending_signal; /* a terminating signal that arrived while ENDING */
 
-static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bool destroyed,
-                    uint64_t largest_request) {
+static void add_row(int dev, int index, int arena, const bfc_stats_t *stats, int pooled,
+                    bool destroyed, uint64_t largest_request) {
   if (nrows < MAX_ROWS) {
     report_row_t *r = &rows[nrows++];
     memset(r, 0, sizeof *r);
     r->device = dev;
     r->context = index;
+    r->arena = arena;
     r->pooled = pooled;
     r->destroyed = destroyed;
     r->cap = cap_limit(dev, 0);
@@ -63,7 +64,7 @@ static void add_row(int dev, int index, const bfc_stats_t *stats, int pooled, bo
 static void add_pool(void *arg, const struct ctx_report *p) {
   (void)arg;
   int before = nrows;
-  add_row(p->dev, p->index, &p->stats, 1, p->destroyed, p->largest_request);
+  add_row(p->dev, p->index, p->arena, &p->stats, 1, p->destroyed, p->largest_request);
   if (p->backing.vmm && nrows > before) {
     report_row_t *r = &rows[nrows - 1];
     r->vmm = 1;
@@ -107,7 +108,7 @@ static void add_passthrough(int dev) {
   s.num_ooms = c.ooms;
   s.num_in_use = c.allocs - c.frees;
   s.bytes_limit = cap_limit(dev, 0) == CAP_NONE ? 0 : cap_limit(dev, 0);
-  add_row(dev, 0, &s, 0, false, 0);
+  add_row(dev, 0, 0, &s, 0, false, 0);
 }
 
 static void add_lib(void *arg, const struct ledger_line *l) {

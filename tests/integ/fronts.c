@@ -8,6 +8,13 @@
  *   exit           a thread frees blocks into its front and exits (its front goes back)
  *   fork           a thread frees a block into its front, keeps another, and forks: the child
  *                  (no CUDA context) gets the driver's answer for the block, not the parent's
+ *   cross N BIG    a thread allocates N blocks of 1 MiB and exits; another frees them (with
+ *                  GPUCAP_ARENAS, blocks of another thread's arena), then frees one again and an
+ *                  interior address (both invalid values, the pool intact); the main thread
+ *                  then gets BIG bytes, which fit only once the freed blocks' room is back
+ *   borrow CAP     a thread allocates two blocks of 1 MiB and frees the first; another
+ *                  allocates 1 MiB blocks until refused: it must get all of the CAP but the
+ *                  1 MiB the first holds (with GPUCAP_ARENAS, the last one in the first's arena)
  *   mix SLOTS ITER one thread keeps up to SLOTS blocks of a few sizes live, freeing and
  *                  allocating at random (one fixed seed) near the cap; prints "# refused N",
  *                  which the script compares with fronts on and off at the same cap
@@ -127,6 +134,59 @@ static void *leaver(void *arg) {
   return NULL;
 }
 
+/* cross: blocks made by one thread, freed by another. */
+static CUdeviceptr made[64];
+static int nmade;
+
+static void *maker(void *arg) {
+  struct result *r = arg;
+  cuCtxSetCurrent(ctx);
+  for (int k = 0; k < nmade; k++) {
+    r->other += cuMemAlloc_v2(&made[k], 1 * MiB) != CUDA_SUCCESS;
+  }
+  return NULL;
+}
+
+static void *freer(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr mine = 0;
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(&mine, 4 * KiB) != CUDA_SUCCESS;           /* this thread's own arena */
+  r->other += cuMemFree_v2(made[0] + 256) != CUDA_ERROR_INVALID_VALUE; /* interior: refused */
+  for (int k = 0; k < nmade; k++) {
+    r->other += cuMemFree_v2(made[k]) != CUDA_SUCCESS;
+  }
+  r->other += cuMemFree_v2(made[0]) != CUDA_ERROR_INVALID_VALUE; /* a double free */
+  r->other += cuMemFree_v2(mine) != CUDA_SUCCESS;
+  return NULL;
+}
+
+/* borrow: the first thread keeps one block of two, the second takes what it can. */
+static void *keeper(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr a = 0, b = 0;
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(&a, 1 * MiB) != CUDA_SUCCESS;
+  r->other += cuMemAlloc_v2(&b, 1 * MiB) != CUDA_SUCCESS;
+  r->other += cuMemFree_v2(a) != CUDA_SUCCESS;
+  return NULL;
+}
+
+static void *taker(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr got[256];
+  CUresult rc = CUDA_SUCCESS;
+  cuCtxSetCurrent(ctx);
+  while (r->ok < 256 && (rc = cuMemAlloc_v2(&got[r->ok], 1 * MiB)) == CUDA_SUCCESS) {
+    r->ok++;
+  }
+  r->other += rc != CUDA_ERROR_OUT_OF_MEMORY;
+  for (int k = 0; k < r->ok; k++) {
+    r->other += cuMemFree_v2(got[k]) != CUDA_SUCCESS;
+  }
+  return NULL;
+}
+
 /* fork: this thread knows one block as cached and one as live when it forks. */
 static void *forker(void *arg) {
   struct result *r = arg;
@@ -212,12 +272,36 @@ int main(int argc, char **argv) {
     pthread_join(tid[0], NULL);
     TAP_EQ(res[0].ok, 0, "the fork child got the driver's answers, not the parent's front's");
     TAP_EQ(res[0].other, 0, "the parent's allocations and frees all succeeded");
+  } else if (strcmp(mode, "cross") == 0) {
+    nmade = n;
+    size_t big = argc > 3 ? strtoull(argv[3], NULL, 10) : 60 * MiB;
+    pthread_create(&tid[0], NULL, maker, &res[0]);
+    pthread_join(tid[0], NULL);
+    pthread_create(&tid[1], NULL, freer, &res[1]);
+    pthread_join(tid[1], NULL);
+    TAP_EQ(res[0].other, 0, "one thread allocated %d blocks of 1 MiB", n);
+    TAP_EQ(res[1].other, 0,
+           "another freed them; an interior address and a second free of one were refused");
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAlloc_v2(&p, big);
+    TAP_EQ(rc, CUDA_SUCCESS, "then %zu bytes in the main thread: served", big);
+    if (rc == CUDA_SUCCESS) {
+      TAP_EQ(cuMemFree_v2(p), CUDA_SUCCESS, "and freed");
+    }
+  } else if (strcmp(mode, "borrow") == 0) {
+    int cap_mib = (int)(strtoull(argc > 2 ? argv[2] : "0", NULL, 10) / MiB);
+    pthread_create(&tid[0], NULL, keeper, &res[0]);
+    pthread_join(tid[0], NULL);
+    pthread_create(&tid[1], NULL, taker, &res[1]);
+    pthread_join(tid[1], NULL);
+    TAP_EQ(res[0].other + res[1].other, 0, "every call answered as expected");
+    TAP_EQ(res[1].ok, cap_mib - 1, "the second thread got all of the cap but the 1 MiB held");
   } else if (strcmp(mode, "mix") == 0) {
     int refused = mix(n < 1 ? 1 : atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20000, &other);
     printf("# refused %d\n", refused);
     TAP_EQ(other, 0, "every call answered success or out-of-memory");
   } else {
-    fprintf(stderr, "usage: fronts churn|room|exit|fork|mix [N [ITER|BIG]]\n");
+    fprintf(stderr, "usage: fronts churn|room|exit|fork|cross|borrow|mix [N [ITER|BIG]]\n");
     return 2;
   }
   size_t f = 0, t = 0;

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Arenas (GPUCAP_ARENAS, docs/design.md "Arenas") seen from outside: one context's threads
+# allocate from pools of their own, all under the one cap, and the driver's own record
+# (FAKECUDA_STATS) shows its peak never passed the cap; a thread gets the room other arenas hold
+# free (their wholly free regions are given back before a refusal); a block is freed into the
+# arena that holds it, whichever thread frees it; a preallocating pool keeps one arena. The
+# programs are the fronts' (tests/integ/fronts.c). Also run under TSan by `make test`.
+. "$TOP/tests/integ/lib.sh"
+export GPUCAP_ARENAS=4 GPUCAP_FRONTS=false
+
+for pool in vmm regions; do
+  stats="$WORK/churn-$pool.json"
+  GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+    GPUCAP_REPORT_JSON="$WORK/churn-$pool-report.json" FAKECUDA_STATS="$stats" \
+    tap_program "8 threads on 4 arenas churn under a 64 MiB cap ($pool)" \
+    with_shim "$TESTBIN/fronts" churn 8 3000
+  peak=$(json_num "$stats" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+  ok $? "  the driver's peak ($peak bytes) never passed the cap"
+  refused=$(printf '%s\n' "$out" | sed -n 's/.* \([0-9]*\) refused at the cap.*/\1/p')
+  is "$(grep -o '"num_ooms": [0-9]*' "$WORK/churn-$pool-report.json" |
+    awk '{ n += $2 } END { print n + 0 }')" "$refused" \
+    "  the report's refusals add up to those the program saw ($refused)"
+  is "$(grep -o '"arena": [0-9]*' "$WORK/churn-$pool-report.json" | sort -u | tr -d '\n')" \
+    '"arena": 0"arena": 1"arena": 2"arena": 3' "  the report has a row for each of the 4 arenas"
+  if [ $pool = vmm ]; then
+    is "$(json_obj_num "$stats" calls cuMemAddressReserve)" 4 \
+      "  the driver reserved one address range per arena"
+  fi
+
+  # Seven threads each hold 1 MiB of free blocks in their arenas (no fronts): the main thread's
+  # 60 MiB fit the cap only once the other arenas' regions or units are given back.
+  stats="$WORK/room-$pool.json"
+  GPUCAP_ARENAS=8 GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+    FAKECUDA_STATS="$stats" tap_program "one thread gets the room seven other arenas hold ($pool)" \
+    with_shim "$TESTBIN/fronts" room 7 $((60 << 20)) $((64 << 20))
+  peak=$(json_num "$stats" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+  ok $? "  the driver's peak ($peak bytes) never passed the cap"
+
+  # The last megabyte of the cap lies in another arena's region, beside a block it holds: lent.
+  stats="$WORK/borrow-$pool.json"
+  GPUCAP_ARENAS=2 GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT=off \
+    GPUCAP_REPORT_JSON="$WORK/borrow-$pool-report.json" FAKECUDA_STATS="$stats" \
+    tap_program "a free chunk of another arena is lent before a refusal ($pool)" \
+    with_shim "$TESTBIN/fronts" borrow $((8 << 20))
+  peak=$(json_num "$stats" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le $((8 << 20)) ]
+  ok $? "  the driver's peak ($peak bytes) never passed the cap"
+  is "$(grep -o '"num_ooms": [0-9]*' "$WORK/borrow-$pool-report.json" | tr -d '\n')" \
+    '"num_ooms": 0"num_ooms": 1' "  the report counts the one refusal the program saw"
+
+  # Blocks of one arena freed by a thread of another, then the room they held used elsewhere.
+  stats="$WORK/cross-$pool.json"
+  GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off FAKECUDA_STATS="$stats" \
+    tap_program "blocks freed by a thread of another arena ($pool)" \
+    with_shim "$TESTBIN/fronts" cross 48 $((56 << 20))
+  peak=$(json_num "$stats" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+  ok $? "  the driver's peak ($peak bytes) never passed the cap"
+done
+
+# Fronts and arenas together.
+stats="$WORK/fronts.json"
+GPUCAP_FRONTS=true GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off FAKECUDA_STATS="$stats" \
+  tap_program "8 threads on 4 arenas through their fronts" \
+  with_shim "$TESTBIN/fronts" churn 8 3000
+peak=$(json_num "$stats" peak_bytes)
+[ -n "$peak" ] && [ "$peak" -le $((64 << 20)) ]
+ok $? "  the driver's peak ($peak bytes) never passed the cap"
+
+# A preallocating pool reserves the whole cap at once: a second arena could not, so a context
+# whose pool preallocates has one.
+stats="$WORK/prealloc.json"
+GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+  GPUCAP_REPORT_JSON="$WORK/prealloc-report.json" FAKECUDA_STATS="$stats" \
+  tap_program "8 threads, preallocated: one arena" with_shim "$TESTBIN/fronts" churn 8 2000
+is "$(json_obj_num "$stats" calls cuMemAddressReserve)" 1 "  the driver reserved one range"
+is "$(grep -c '"arena": 0' "$WORK/prealloc-report.json")" 1 "  the report has one pool"
+like "$(cat "$WORK/prealloc-report.json")" '"num_ooms": 0,' "  and it refused nothing"
+done_testing
