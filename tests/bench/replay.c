@@ -5,7 +5,8 @@
  * only pool work. The device primitive hands out addresses and never memory. Cold = a fresh pool,
  * warm = the same pool replaying again; both are medians over --runs. A no-pool baseline (bump
  * addresses plus the same hash map a pass-through shim would keep) is timed in the same run.
- * `--threads N` replays the trace in N threads sharing one pool behind one lock. `--driver`
+ * `--threads N` replays the trace in N threads sharing one pool behind one lock; `--scaling` in
+ * 1, 2 and 8 threads under one cap, three ways (scaling(): one lock, fronts, arenas). `--driver`
  * replays it instead through the CUDA driver API of libcuda.so.1 (dlopen'ed: with gpucap
  * preloaded, through gpucap), for the driver calls and the driver's time it costs. Options: see
  * usage(). `--vmm UNIT` replays through the pool's mapped mode (the VMM-backed pool: one
@@ -94,19 +95,57 @@ static inline void lock_drop(lock_t *l) {
   }
 }
 
+static void lock_init(lock_t *l, int spin) {
+  l->spin = spin;
+  atomic_init(&l->flag, 0);
+  pthread_mutex_init(&l->mu, NULL);
+}
+
 /* ---- the device primitive: addresses only ------------------------------------------------ */
+
+/* One device cap that several pools charge (the shim's cap_charge/cap_credit): the bytes they
+ * hold reserved, never above limit. On a line of its own: every growth and release writes it. */
+typedef struct device_cap {
+  _Alignas(64) _Atomic uint64_t used;
+  uint64_t limit;
+} device_cap_t;
 
 typedef struct addr_space {
   uint64_t next;
   uint64_t reserves, releases;
   uint64_t units_mapped, units_unmapped; /* mapped mode: the driver's map and unmap calls */
+  device_cap_t *cap; /* charged before a reserve, credited after a release; NULL: none */
 } addr_space_t;
 
 /* Mapped mode's unit (--vmm), 0 for regions. */
 static uint64_t vmm_unit;
 
+/* 1 iff `bytes` more fit under the cap (and are now charged to it); always 1 with no cap. */
+static int charge(device_cap_t *c, uint64_t bytes) {
+  if (c == NULL) {
+    return 1;
+  }
+  uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
+  do {
+    if (bytes > c->limit || used > c->limit - bytes) {
+      return 0;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&c->used, &used, used + bytes,
+                                                  memory_order_relaxed, memory_order_relaxed));
+  return 1;
+}
+
+static void credit(device_cap_t *c, uint64_t bytes) {
+  if (c != NULL) {
+    atomic_fetch_sub_explicit(&c->used, bytes, memory_order_relaxed);
+  }
+}
+
 static int as_reserve(void *ctx, uint64_t bytes, uint64_t *base) {
   addr_space_t *as = ctx;
+  if (!charge(as->cap, bytes)) {
+    return -ENOMEM; /* the pool backs off, as from a driver's refusal */
+  }
   *base = as->next;
   as->next += (bytes + (2u << 20) + 0xfffff) & ~(uint64_t)0xfffff; /* keep regions apart */
   as->reserves++;
@@ -116,7 +155,7 @@ static int as_reserve(void *ctx, uint64_t bytes, uint64_t *base) {
 static int as_release(void *ctx, uint64_t base, uint64_t bytes) {
   addr_space_t *as = ctx;
   (void)base;
-  (void)bytes;
+  credit(as->cap, bytes);
   as->releases++;
   return 0;
 }
@@ -125,6 +164,9 @@ static int as_release(void *ctx, uint64_t base, uint64_t bytes) {
 static int as_map(void *ctx, uint64_t bytes, uint64_t *base) {
   addr_space_t *as = ctx;
   (void)base;
+  if (!charge(as->cap, bytes)) {
+    return -ENOMEM;
+  }
   as->reserves++;
   as->units_mapped += bytes / vmm_unit;
   return 0;
@@ -133,6 +175,7 @@ static int as_map(void *ctx, uint64_t bytes, uint64_t *base) {
 static int as_unmap(void *ctx, uint64_t base, uint64_t bytes) {
   addr_space_t *as = ctx;
   (void)base;
+  credit(as->cap, bytes);
   as->releases++;
   as->units_unmapped += bytes / vmm_unit;
   return 0;
@@ -352,14 +395,18 @@ static uint64_t baseline(const trace_t *t, uint64_t *addr, addrmap_t *m, uint64_
   return now_ns() - t0;
 }
 
-static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
+/* A pool of `limit` bytes over *as, its addresses from `base` up, its reserves charged to `cap`
+ * (NULL: none) as well as held under its own limit. Exits when it cannot be made. */
+static bfc_pool_t *make_pool_at(uint64_t limit, int growth, addr_space_t *as, uint64_t base,
+                                device_cap_t *cap) {
   memset(as, 0, sizeof(*as));
-  as->next = (uint64_t)1 << 40;
+  as->next = base;
+  as->cap = cap;
   bfc_prim_t prim = {as, as_reserve, as_release, NULL};
   bfc_options_t opts = {.limit = limit, .allow_growth = growth};
   if (vmm_unit != 0) { /* twice the limit of address space, as the shim reserves */
     opts.unit = vmm_unit;
-    opts.space_base = (uint64_t)1 << 40;
+    opts.space_base = base;
     opts.space_bytes = 2 * ((limit + vmm_unit - 1) / vmm_unit * vmm_unit);
     prim = (bfc_prim_t){as, as_map, as_unmap, NULL};
   }
@@ -369,6 +416,10 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
     exit(1);
   }
   return p;
+}
+
+static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
+  return make_pool_at(limit, growth, as, (uint64_t)1 << 40, NULL);
 }
 
 /* ---- threads ------------------------------------------------------------------------------ */
@@ -383,8 +434,20 @@ typedef struct front_slot {
   front_t f;
 } front_slot_t;
 
-typedef struct shared {
+/* An arena as the shim keeps one (GPUCAP_ARENAS): a pool of its own behind a lock of its own,
+ * its addresses apart from every other arena's, its growth charged to the one device cap. On
+ * lines of its own: a thread alone in its arena writes nothing another thread reads. */
+typedef struct arena {
+  _Alignas(64) lock_t lock;
   bfc_pool_t *pool;
+  addr_space_t as;
+} arena_t;
+
+/* How threads reach memory in threaded_setup(). */
+typedef enum setup { SETUP_LOCK, SETUP_FRONTS, SETUP_ARENAS } setup_t;
+
+typedef struct shared {
+  bfc_pool_t *pool; /* NULL with arenas */
   const trace_t *t;
   lock_t lock;
   int deferred;
@@ -392,6 +455,9 @@ typedef struct shared {
   pthread_barrier_t barrier;
   front_slot_t *fronts; /* --scaling with fronts: one per thread; NULL: the single lock */
   int nfronts;
+  arena_t *arenas; /* --scaling with arenas: thread k allocates from arena k mod narenas */
+  int narenas;
+  device_cap_t cap;         /* arenas: the cap they all charge */
   pthread_mutex_t flushing; /* one flush of every front at a time (the shim's registry lock) */
   /* threads flushing before a refusal: frees bypass the fronts. Read by every free: a line of
    * its own, away from the lock every miss writes. */
@@ -530,6 +596,112 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
   lock_drop(&sh->lock);
 }
 
+/* Frees addr into ar's pool iff that pool holds it (bfc_owns under ar's lock, as the shim finds
+ * a block's arena); 1 iff it did. */
+static int free_if_owned(arena_t *ar, uint64_t addr) {
+  lock_take(&ar->lock);
+  int mine = bfc_owns(ar->pool, addr);
+  if (mine) {
+    bfc_free(ar->pool, addr);
+  }
+  lock_drop(&ar->lock);
+  return mine;
+}
+
+/* A free goes to the arena whose pool holds the block: the thread's own first, then others. */
+static void arena_free(shared_t *sh, arena_t *own, uint64_t addr) {
+  if (free_if_owned(own, addr)) {
+    return;
+  }
+  for (int k = 0; k < sh->narenas; k++) {
+    if (&sh->arenas[k] != own && free_if_owned(&sh->arenas[k], addr)) {
+      return;
+    }
+  }
+}
+
+/* An allocation from the thread's own arena. When the arena cannot serve it within the cap
+ * (-ENOMEM: its own wholly free regions already went back), the other arenas' wholly free
+ * regions go back too, each under its lock (never two locks held at once), and the arena is
+ * asked once more: borrowing before refusal. Returns bfc_alloc's result. */
+static int arena_alloc(shared_t *sh, arena_t *own, uint64_t size, uint64_t *addr) {
+  lock_take(&own->lock);
+  int rc = bfc_alloc(own->pool, size, addr);
+  lock_drop(&own->lock);
+  if (rc == -ENOMEM && sh->narenas > 1) {
+    for (int k = 0; k < sh->narenas; k++) {
+      if (&sh->arenas[k] != own) {
+        lock_take(&sh->arenas[k].lock);
+        bfc_trim(sh->arenas[k].pool, NULL);
+        lock_drop(&sh->arenas[k].lock);
+      }
+    }
+    lock_take(&own->lock);
+    rc = bfc_alloc(own->pool, size, addr);
+    lock_drop(&own->lock);
+  }
+  return rc;
+}
+
+/* One pass over the trace from the thread's arena (thread k: arena k mod N, as the shim deals
+ * them out on each thread's first allocation); frees are immediate, as with fronts. Leftovers are
+ * freed after the clock stops. */
+static void replay_arenas(shared_t *sh, worker_t *w, pass_t *r) {
+  const trace_t *t = sh->t;
+  arena_t *own = &sh->arenas[w->index % sh->narenas];
+  memset(r, 0, sizeof(*r));
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < t->nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->op == OP_ALLOC) {
+      uint64_t a = NONE;
+      if (arena_alloc(sh, own, e->size, &a) != 0) {
+        r->failed++;
+        a = NONE;
+      }
+      w->addr[e->slot] = a;
+    } else if (w->addr[e->slot] != NONE) {
+      arena_free(sh, own, w->addr[e->slot]);
+      w->addr[e->slot] = NONE;
+    }
+  }
+  r->ns = now_ns() - t0;
+  for (uint64_t s = 0; s < t->nslots; s++) {
+    if (w->addr[s] != NONE) {
+      arena_free(sh, own, w->addr[s]);
+      w->addr[s] = NONE;
+    }
+  }
+}
+
+/* n arenas under one cap of `limit` bytes (sh->cap). Each pool's own limit is the whole cap, so
+ * the shared count alone decides how far each may grow; they always grow (a preallocated arena
+ * would take the whole cap). Arena k's addresses start at 2^40 + k x 2^48: never another's. */
+static void arenas_open(shared_t *sh, int n, uint64_t limit, int spin) {
+  atomic_init(&sh->cap.used, 0);
+  sh->cap.limit = limit;
+  sh->narenas = n;
+  sh->arenas = aligned_alloc(64, (size_t)n * sizeof(arena_t));
+  if (sh->arenas == NULL) {
+    fprintf(stderr, "gpucap-replay: error: out of memory\n");
+    exit(1);
+  }
+  for (int k = 0; k < n; k++) {
+    arena_t *ar = &sh->arenas[k];
+    lock_init(&ar->lock, spin);
+    uint64_t base = ((uint64_t)1 << 40) + ((uint64_t)k << 48);
+    ar->pool = make_pool_at(limit, 1, &ar->as, base, &sh->cap);
+  }
+}
+
+static void arenas_close(shared_t *sh) {
+  for (int k = 0; k < sh->narenas; k++) {
+    bfc_destroy(sh->arenas[k].pool);
+    pthread_mutex_destroy(&sh->arenas[k].lock.mu);
+  }
+  free(sh->arenas);
+}
+
 /* The timed passes in functions of their own, for callgrind's --toggle-collect (--count-fronts:
  * the instructions of one warm pass through the pool's lock, and through a front). */
 static __attribute__((noinline)) void count_locked_pass(shared_t *sh, worker_t *w, pass_t *r) {
@@ -548,6 +720,10 @@ static void *worker_main(void *arg) {
     if (pass == 1) {
       pthread_barrier_wait(&sh->barrier);
       w->start = now_ns();
+    }
+    if (sh->arenas) {
+      replay_arenas(sh, w, r);
+    } else if (pass == 1) {
       if (sh->fronts) {
         count_fronts_pass(sh, w, r);
       } else {
@@ -569,13 +745,21 @@ static uint64_t front_budget(uint64_t limit) {
   return b < ((uint64_t)256 << 20) ? b : (uint64_t)256 << 20;
 }
 
-/* Aggregate ns per pair with o->threads threads on one pool, each through its own front when
- * `fronts`; *failed counts failed allocations, *hits the fronts' hits (may be NULL). */
-static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t limit, int fronts,
-                              uint64_t *failed, double *hit_rate) {
+/* Aggregate ns per pair with o->threads threads under a cap of `limit` bytes: on one pool behind
+ * its lock (SETUP_LOCK), each thread through its own front to it (SETUP_FRONTS), or each from its
+ * own arena, one per thread (SETUP_ARENAS). *failed counts failed allocations, *hit_rate the
+ * fronts' hit rate (may be NULL). */
+static double threaded_setup(const trace_t *t, const options_t *o, uint64_t limit, setup_t setup,
+                             uint64_t *failed, double *hit_rate) {
   shared_t sh;
   addr_space_t as;
-  sh.pool = make_pool(limit, !o->preallocate, &as);
+  int fronts = setup == SETUP_FRONTS;
+  sh.pool = setup == SETUP_ARENAS ? NULL : make_pool(limit, !o->preallocate, &as);
+  sh.arenas = NULL;
+  sh.narenas = 0;
+  if (setup == SETUP_ARENAS) {
+    arenas_open(&sh, o->threads, limit, o->spin);
+  }
   sh.nfronts = fronts ? o->threads : 0;
   atomic_init(&sh.pressure, 0);
   sh.fronts = fronts ? aligned_alloc(64, (size_t)o->threads * sizeof(front_slot_t)) : NULL;
@@ -587,9 +771,7 @@ static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t lim
   sh.t = t;
   sh.deferred = o->deferred;
   sh.retire_ratio = o->retire_ratio;
-  sh.lock.spin = o->spin;
-  atomic_init(&sh.lock.flag, 0);
-  pthread_mutex_init(&sh.lock.mu, NULL);
+  lock_init(&sh.lock, o->spin);
   pthread_barrier_init(&sh.barrier, NULL, (unsigned)o->threads);
   worker_t w[MAX_THREADS];
   pthread_t tid[MAX_THREADS];
@@ -627,11 +809,12 @@ static double threaded_fronts(const trace_t *t, const options_t *o, uint64_t lim
   pthread_barrier_destroy(&sh.barrier);
   pthread_mutex_destroy(&sh.lock.mu);
   bfc_destroy(sh.pool);
+  arenas_close(&sh);
   return (double)(end - start) / (double)(t->pairs * (uint64_t)o->threads);
 }
 
 static double threaded(const trace_t *t, const options_t *o, uint64_t limit, uint64_t *failed) {
-  return threaded_fronts(t, o, limit, 0, failed, NULL);
+  return threaded_setup(t, o, limit, SETUP_LOCK, failed, NULL);
 }
 
 /* ---- main --------------------------------------------------------------------------------- */
@@ -662,8 +845,9 @@ static void usage(void) {
           "  --deferred      free with bfc_free_deferred; retire on -EAGAIN (counts retires)\n"
           "  --retire-ratio R  also retire after a free once deferred >= R x free bytes\n"
           "  --threads N     also replay in N threads sharing one pool behind one lock\n"
-          "  --scaling       1, 2 and 8 threads, each replaying the trace on one shared pool:\n"
-          "                  behind its one lock, and through per-thread fronts\n"
+          "  --scaling       1, 2 and 8 threads, each replaying the trace under one cap: on one\n"
+          "                  pool behind its lock, through per-thread fronts, and from arenas\n"
+          "                  (a pool and lock per thread, borrowing before a refusal)\n"
           "  --find-min-cap  min_cap_factor: smallest F (step 0.01) such that every factor\n"
           "                  from F to 2.00 completes; first_cap_factor: first F that does\n"
           "  --driver [N]    replay once through libcuda.so.1's cuMemAlloc_v2/cuMemFree_v2 on\n"
@@ -824,33 +1008,37 @@ static int driver_replay(const trace_t *t, const options_t *o) {
 }
 
 /* --scaling: aggregate ns per pair with 1, 2 and 8 threads, each replaying its own copy of the
- * trace on one pool (limit: the cap factor x the peak x the threads), behind the pool's one lock
- * (today's shim) and through per-thread fronts; throughput ratios are taken per run (the
- * machine's speed drifts between runs) and their medians printed. */
+ * trace under one cap (the cap factor x the peak x the threads): on one pool behind its one lock
+ * (the shim with neither fronts nor arenas), through per-thread fronts to that pool, and from
+ * arenas, one per thread; throughput ratios are taken per run (the machine's speed drifts between
+ * runs) and their medians printed. */
 static void scaling(const trace_t *t, const options_t *o) {
   enum { NC = 3 };
   static const int counts[NC] = {1, 2, 8};
-  static double lk[NC][MAX_RUNS], fr[NC][MAX_RUNS], gain[NC][MAX_RUNS], up[NC][MAX_RUNS],
-      lup[NC][MAX_RUNS], hits[NC][MAX_RUNS];
-  uint64_t lfailed = 0, ffailed = 0;
+  static double lk[NC][MAX_RUNS], fr[NC][MAX_RUNS], ar[NC][MAX_RUNS], gain[NC][MAX_RUNS],
+      up[NC][MAX_RUNS], lup[NC][MAX_RUNS], aup[NC][MAX_RUNS], hits[NC][MAX_RUNS], aone[MAX_RUNS];
+  uint64_t lfailed = 0, ffailed = 0, afailed = 0;
   for (int run = 0; run < o->runs; run++) {
     for (int c = 0; c < NC; c++) {
       options_t on = *o;
       on.threads = counts[c];
       uint64_t lim = limit_for(t, o->cap_factor, counts[c]), f = 0;
       double h = 0;
-      lk[c][run] = threaded_fronts(t, &on, lim, 0, &f, NULL);
+      lk[c][run] = threaded_setup(t, &on, lim, SETUP_LOCK, &f, NULL);
       lfailed += f;
-      fr[c][run] = threaded_fronts(t, &on, lim, 1, &f, &h);
+      fr[c][run] = threaded_setup(t, &on, lim, SETUP_FRONTS, &f, &h);
       ffailed += f;
-
       hits[c][run] = h;
+      ar[c][run] = threaded_setup(t, &on, lim, SETUP_ARENAS, &f, NULL);
+      afailed += f;
     }
     for (int c = 0; c < NC; c++) {
       gain[c][run] = lk[c][run] / fr[c][run]; /* fronts' throughput over the lock's, same n */
       up[c][run] = fr[0][run] / fr[c][run];   /* fronts: n threads over one thread */
       lup[c][run] = lk[0][run] / lk[c][run];  /* the lock: n threads over one thread */
+      aup[c][run] = ar[0][run] / ar[c][run];  /* arenas: n threads over one thread */
     }
+    aone[run] = lk[0][run] / ar[0][run]; /* one arena's throughput over the lock's, one thread */
   }
   for (int c = 0; c < NC; c++) {
     printf(",\"lock_ns_%d\":%.1f,\"fronts_ns_%d\":%.1f,\"fronts_vs_lock_%d\":%.2f"
@@ -862,6 +1050,11 @@ static void scaling(const trace_t *t, const options_t *o) {
   printf(",\"fronts_hit_rate_1\":%.3f,\"fronts_hit_rate_8\":%.3f,\"lock_failed\":%" PRIu64
          ",\"fronts_failed\":%" PRIu64,
          median(hits[0], o->runs), median(hits[NC - 1], o->runs), lfailed, ffailed);
+  for (int c = 0; c < NC; c++) {
+    printf(",\"arenas_ns_%d\":%.1f,\"arenas_scaling_%d\":%.2f", counts[c], median(ar[c], o->runs),
+           counts[c], median(aup[c], o->runs));
+  }
+  printf(",\"arenas_vs_lock_1\":%.2f,\"arenas_failed\":%" PRIu64, median(aone, o->runs), afailed);
 }
 
 /* --count: the warm pass alone in a function of its own, so that callgrind's --toggle-collect
@@ -910,8 +1103,8 @@ int main(int argc, char **argv) {
   if (o.count_fronts) {
     uint64_t lim = limit_for(&t, o.cap_factor, 1), lf = 0, ff = 0;
     double hit = 0;
-    threaded_fronts(&t, &o, lim, 0, &lf, NULL);
-    threaded_fronts(&t, &o, lim, 1, &ff, &hit);
+    threaded_setup(&t, &o, lim, SETUP_LOCK, &lf, NULL);
+    threaded_setup(&t, &o, lim, SETUP_FRONTS, &ff, &hit);
     printf("{\"trace\":\"%s\",\"count_fronts\":true,\"pairs\":%" PRIu64
            ",\"fronts_hit_rate\":%.3f,\"lock_failed\":%" PRIu64 ",\"fronts_failed\":%" PRIu64 "}\n",
            base_name(o.path), t.pairs, hit, lf, ff);
@@ -948,9 +1141,7 @@ int main(int argc, char **argv) {
       units_unmapped = as.units_unmapped;
     }
     lock_t lk;
-    lk.spin = o.spin;
-    atomic_init(&lk.flag, 0);
-    pthread_mutex_init(&lk.mu, NULL);
+    lock_init(&lk, o.spin);
     replay(p, &t, addr, o.deferred, o.retire_ratio, &lk, &r);
     locked[run] = (double)r.ns / (double)t.pairs;
     pthread_mutex_destroy(&lk.mu);
