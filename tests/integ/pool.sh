@@ -42,6 +42,19 @@ like "$(grep -m 1 ',alloc,' "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9
 if [ -x "$BUILD/gpucap-replay" ]; then
   like "$("$BUILD/gpucap-replay" "$trace" --runs 1 2>&1)" '"completed": *true' \
     "trace: gpucap-replay replays it"
+  # --scaling's third setup, arenas (a pool and lock per thread under one cap): its figures are
+  # printed, and with no cap borrowing never comes into it and nothing is refused.
+  out=$("$BUILD/gpucap-replay" "$trace" --runs 1 --scaling 2>&1)
+  num='[0-9]+\.[0-9]+'
+  keys=
+  for n in 1 2 8; do
+    keys="$keys\"arenas_ns_$n\":$num,\"arenas_scaling_$n\":$num,"
+  done
+  like "$out" "$keys\"arenas_vs_lock_1\":$num," \
+    "trace: gpucap-replay --scaling replays it from arenas in 1, 2 and 8 threads"
+  like "$out" '"arenas_failed":0}' "  with no cap, arenas refuse nothing"
+  like "$("$BUILD/gpucap-replay" "$trace" --runs 1 --scaling --cap-factor 1.10 2>&1)" \
+    '"arenas_failed":[0-9]+}$' "  at a cap of 1.10 x peak live, their refusals are counted"
 else
   skip "trace: gpucap-replay replays it" "gpucap-replay not built"
 fi
