@@ -454,15 +454,14 @@ typedef struct shared {
   double retire_ratio;
   pthread_barrier_t barrier;
   front_slot_t *fronts; /* --scaling with fronts: one per thread; NULL: the single lock */
-  int nfronts;
-  arena_t *arenas; /* --scaling with arenas: thread k allocates from arena k mod narenas */
-  int narenas;
-  device_cap_t cap;         /* arenas: the cap they all charge */
+  arena_t *arenas;      /* --scaling with arenas: thread k allocates from arena k mod narenas */
+  int nfronts, narenas;
   pthread_mutex_t flushing; /* one flush of every front at a time (the shim's registry lock) */
   /* threads flushing before a refusal: frees bypass the fronts. Read by every free: a line of
    * its own, away from the lock every miss writes. */
   _Alignas(64) atomic_int pressure;
   char pad[60];
+  device_cap_t cap; /* arenas: the cap they all charge */
 } shared_t;
 
 typedef struct worker {
