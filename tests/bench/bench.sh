@@ -298,9 +298,10 @@ echo
 echo "### 1, 2 and 8 threads under one cap: arenas, one per thread"
 echo
 echo "The same threads and cap from arenas (GPUCAP_ARENAS, as many as threads): each thread's"
-echo "pool behind its own mutex, their growth charged to the one cap, the other arenas' wholly"
-echo "free regions released before a refusal. arenas/lock 1t: one arena's throughput over the one"
-echo "lock's, one thread; the 2t/1t columns of the lock and the fronts repeat the table above."
+echo "pool behind its own mutex, their growth charged to the one cap; before a refusal the other"
+echo "arenas' wholly free regions are released and their free chunks lent. arenas/lock 1t: one"
+echo "arena's throughput over the one lock's, one thread; the 2t/1t columns of the lock and the"
+echo "fronts repeat the table above."
 echo "A refused allocation does no pool work: times with many refusals are not comparable."
 echo
 cat "$tmp/arenas"

@@ -595,16 +595,14 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
   lock_drop(&sh->lock);
 }
 
-/* Frees addr into ar's pool iff that pool holds it (bfc_owns under ar's lock, as the shim finds
- * a block's arena); 1 iff it did. */
+/* Frees addr into ar's pool iff that pool holds it (bfc_free's -ENOENT: not this pool's; the
+ * shim finds a block's context with the same one look-up per pool whatever the arenas, so the
+ * model charges none beyond the free); 1 iff it did. */
 static int free_if_owned(arena_t *ar, uint64_t addr) {
   lock_take(&ar->lock);
-  int mine = bfc_owns(ar->pool, addr);
-  if (mine) {
-    bfc_free(ar->pool, addr);
-  }
+  int rc = bfc_free(ar->pool, addr);
   lock_drop(&ar->lock);
-  return mine;
+  return rc != -ENOENT;
 }
 
 /* A free goes to the arena whose pool holds the block: the thread's own first, then others. */
@@ -622,7 +620,8 @@ static void arena_free(shared_t *sh, arena_t *own, uint64_t addr) {
 /* An allocation from the thread's own arena. When the arena cannot serve it within the cap
  * (-ENOMEM: its own wholly free regions already went back), the other arenas' wholly free
  * regions go back too, each under its lock (never two locks held at once), and the arena is
- * asked once more: borrowing before refusal. Returns bfc_alloc's result. */
+ * asked once more; then each other arena lends a free chunk that fits (bfc_alloc_fit), as the
+ * shim borrows before a refusal. Returns 0 or the own arena's refusal. */
 static int arena_alloc(shared_t *sh, arena_t *own, uint64_t size, uint64_t *addr) {
   lock_take(&own->lock);
   int rc = bfc_alloc(own->pool, size, addr);
@@ -638,6 +637,15 @@ static int arena_alloc(shared_t *sh, arena_t *own, uint64_t size, uint64_t *addr
     lock_take(&own->lock);
     rc = bfc_alloc(own->pool, size, addr);
     lock_drop(&own->lock);
+    for (int k = 0; k < sh->narenas && rc == -ENOMEM; k++) {
+      arena_t *o = &sh->arenas[k];
+      uint64_t held;
+      if (o != own) {
+        lock_take(&o->lock);
+        rc = bfc_alloc_fit(o->pool, size, 0, addr, &held) == 0 ? 0 : -ENOMEM;
+        lock_drop(&o->lock);
+      }
+    }
   }
   return rc;
 }
