@@ -138,9 +138,10 @@ row "$tmp/scaling" trace "lock 1t ns" "lock 2t ns" "lock 8t ns" "fronts 1t ns" "
   "fronts 8t ns" "fronts/lock 1t" "fronts 2t/1t" "fronts 8t/1t" "lock 2t/1t" "lock 8t/1t" \
   "front hits 1t/8t" "failed: lock/fronts"
 row "$tmp/scaling" --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: :-:
-row "$tmp/arenas" trace "arenas 1t ns" "arenas 2t ns" "arenas 8t ns" "arenas/lock 1t" \
-  "arenas 2t/1t" "arenas 8t/1t" "lock 2t/1t" "fronts 2t/1t" "failed: lock/arenas"
-row "$tmp/arenas" --- ---: ---: ---: ---: ---: ---: ---: ---: :-:
+row "$tmp/arenas" trace "vmm: arenas 1t ns" "arenas 2t ns" "arenas/lock 1t" "arenas 2t/1t" \
+  "arenas 8t/1t" "lock 2t/1t" "failed: lock/arenas" "regions: arenas 2t/1t" "arenas 8t/1t" \
+  "lock 2t/1t" "failed: lock/arenas"
+row "$tmp/arenas" --- ---: ---: ---: ---: ---: ---: :-: ---: ---: ---: :-:
 row "$tmp/deferred" trace "on demand: warm ns/pair" "retires per pass" "completes @$CAP" \
   "min cap" "ratio 0.25: warm ns/pair" "retires per pass" "completes @$CAP" "min cap"
 row "$tmp/deferred" --- ---: ---: :-: ---: ---: ---: :-: ---:
@@ -173,8 +174,11 @@ worst_eight=9
 worst_one_arenas=9
 worst_two_arenas=9
 worst_eight_arenas=9
+worst_two_arenas_regions=9
 lock_refusals=0
 arena_refusals=0
+lock_refusals_regions=0
+arena_refusals_regions=0
 for k in $TRACES; do
   f="$BUILD/traces/$k.csv"
   echo "  $k ..." >&2
@@ -195,20 +199,28 @@ for k in $TRACES; do
     "$(get "$sc" fronts_scaling_8)" "$(get "$sc" lock_scaling_2)" "$(get "$sc" lock_scaling_8)" \
     "$(get "$sc" fronts_hit_rate_1)/$(get "$sc" fronts_hit_rate_8)" \
     "$(get "$sc" lock_failed)/$(get "$sc" fronts_failed)"
-  row "$tmp/arenas" "$k" "$(get "$sc" arenas_ns_1)" "$(get "$sc" arenas_ns_2)" \
-    "$(get "$sc" arenas_ns_8)" "$(get "$sc" arenas_vs_lock_1)" "$(get "$sc" arenas_scaling_2)" \
-    "$(get "$sc" arenas_scaling_8)" "$(get "$sc" lock_scaling_2)" "$(get "$sc" fronts_scaling_2)" \
+  # Arenas judged on the backing the shim uses where the device has VMM (mapped mode), and
+  # shown over regions too: there a region's doubling lets one arena hold more of the cap.
+  sv=$("$REPLAY" "$f" --runs "$SRUNS" --cap-factor $CAP --vmm $UNIT --scaling)
+  printf '%s\n' "$sv" >> "$BUILD/bench-results.jsonl"
+  row "$tmp/arenas" "$k" "$(get "$sv" arenas_ns_1)" "$(get "$sv" arenas_ns_2)" \
+    "$(get "$sv" arenas_vs_lock_1)" "$(get "$sv" arenas_scaling_2)" "$(get "$sv" arenas_scaling_8)" \
+    "$(get "$sv" lock_scaling_2)" "$(get "$sv" lock_failed)/$(get "$sv" arenas_failed)" \
+    "$(get "$sc" arenas_scaling_2)" "$(get "$sc" arenas_scaling_8)" "$(get "$sc" lock_scaling_2)" \
     "$(get "$sc" lock_failed)/$(get "$sc" arenas_failed)"
   worst_one=$(min "$worst_one" "$(get "$sc" fronts_vs_lock_1)")
   worst_two=$(min "$worst_two" "$(get "$sc" fronts_scaling_2)")
   worst_eight=$(min "$worst_eight" \
     "$(ratio "$(get "$sc" fronts_scaling_8)" "$(get "$sc" fronts_scaling_2)")")
-  worst_one_arenas=$(min "$worst_one_arenas" "$(get "$sc" arenas_vs_lock_1)")
-  worst_two_arenas=$(min "$worst_two_arenas" "$(get "$sc" arenas_scaling_2)")
+  worst_one_arenas=$(min "$worst_one_arenas" "$(get "$sv" arenas_vs_lock_1)")
+  worst_two_arenas=$(min "$worst_two_arenas" "$(get "$sv" arenas_scaling_2)")
   worst_eight_arenas=$(min "$worst_eight_arenas" \
-    "$(ratio "$(get "$sc" arenas_scaling_8)" "$(get "$sc" arenas_scaling_2)")")
-  lock_refusals=$((lock_refusals + $(get "$sc" lock_failed)))
-  arena_refusals=$((arena_refusals + $(get "$sc" arenas_failed)))
+    "$(ratio "$(get "$sv" arenas_scaling_8)" "$(get "$sv" arenas_scaling_2)")")
+  worst_two_arenas_regions=$(min "$worst_two_arenas_regions" "$(get "$sc" arenas_scaling_2)")
+  lock_refusals=$((lock_refusals + $(get "$sv" lock_failed)))
+  arena_refusals=$((arena_refusals + $(get "$sv" arenas_failed)))
+  lock_refusals_regions=$((lock_refusals_regions + $(get "$sc" lock_failed)))
+  arena_refusals_regions=$((arena_refusals_regions + $(get "$sc" arenas_failed)))
   # The VMM-backed pool (mapped mode) at the tight cap, and the region pool there as baseline;
   # speed compared at the common cap.
   vg=$("$REPLAY" "$f" --runs 1 --cap-factor $VCAP --vmm $UNIT --find-min-cap)
@@ -299,10 +311,13 @@ echo "### 1, 2 and 8 threads under one cap: arenas, one per thread"
 echo
 echo "The same threads and cap from arenas (GPUCAP_ARENAS, as many as threads): each thread's"
 echo "pool behind its own mutex, their growth charged to the one cap; before a refusal the other"
-echo "arenas' wholly free regions are released and their free chunks lent. arenas/lock 1t: one"
-echo "arena's throughput over the one lock's, one thread; the 2t/1t columns of the lock and the"
-echo "fronts repeat the table above."
-echo "A refused allocation does no pool work: times with many refusals are not comparable."
+echo "arenas' wholly free memory is given back and their free chunks lent. vmm: the pools' mapped"
+echo "mode (--vmm, the shim's backing where the device has VMM), where growth maps what a request"
+echo "needs and a trim unmaps free units; regions: the region pool, whose growth doubles, so that"
+echo "one arena may come to hold most of the cap and the others borrow from it under its lock."
+echo "arenas/lock 1t: one arena's throughput over the one lock's, one thread; lock 2t/1t: the one"
+echo "lock's scaling in the same run. A refused allocation does no pool work: times with many"
+echo "refusals are not comparable."
 echo
 cat "$tmp/arenas"
 echo
@@ -338,12 +353,14 @@ echo "- 1 thread: no more than 5% slower than the lock: fronts $(atleast "$worst
   "(worst $worst_one x the lock's throughput), arenas $(atleast "$worst_one_arenas" 0.95)" \
   "(worst $worst_one_arenas x)"
 echo "- 2 threads >= 1.6x one thread's throughput: fronts $(atleast "$worst_two" 1.6)" \
-  "(worst $worst_two), arenas $(atleast "$worst_two_arenas" 1.6) (worst $worst_two_arenas)"
+  "(worst $worst_two), arenas $(atleast "$worst_two_arenas" 1.6) (worst $worst_two_arenas;" \
+  "over regions, not judged: $worst_two_arenas_regions)"
 echo "- no loss at 8 threads (>= 0.95x the 2-thread throughput): fronts" \
   "$(atleast "$worst_eight" 0.95) (worst $worst_eight), arenas" \
   "$(atleast "$worst_eight_arenas" 0.95) (worst $worst_eight_arenas)"
 echo "- arenas refuse no more than the one lock at $CAP x peak live x threads:" \
-  "$(atleast "$lock_refusals" "$arena_refusals") ($arena_refusals refusals, the lock $lock_refusals)"
+  "$(atleast "$lock_refusals" "$arena_refusals") ($arena_refusals refusals, the lock" \
+  "$lock_refusals; over regions: $arena_refusals_regions, the lock $lock_refusals_regions)"
 ok_vmm_speed=$(awk -v r="$worst_vmm_ratio" 'BEGIN { print (r <= 1.10) ? "yes" : "no" }')
 echo "- VMM-backed pool: every trace completes at $VCAP x peak live + one unit, growing and" \
   "preallocated: $(verdict "$vmm_complete")"
