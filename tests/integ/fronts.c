@@ -161,14 +161,19 @@ static void *freer(void *arg) {
   return NULL;
 }
 
+/* Makes ctx current, allocates two blocks of 1 MiB, frees the first (*freed) and keeps the
+ * second (*kept); failures are counted in r->other. */
+static void keep_one_of_two(struct result *r, CUdeviceptr *freed, CUdeviceptr *kept) {
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(freed, 1 * MiB) != CUDA_SUCCESS;
+  r->other += cuMemAlloc_v2(kept, 1 * MiB) != CUDA_SUCCESS;
+  r->other += cuMemFree_v2(*freed) != CUDA_SUCCESS;
+}
+
 /* borrow: the first thread keeps one block of two, the second takes what it can. */
 static void *keeper(void *arg) {
-  struct result *r = arg;
   CUdeviceptr a = 0, b = 0;
-  cuCtxSetCurrent(ctx);
-  r->other += cuMemAlloc_v2(&a, 1 * MiB) != CUDA_SUCCESS;
-  r->other += cuMemAlloc_v2(&b, 1 * MiB) != CUDA_SUCCESS;
-  r->other += cuMemFree_v2(a) != CUDA_SUCCESS;
+  keep_one_of_two(arg, &a, &b);
   return NULL;
 }
 
@@ -191,10 +196,7 @@ static void *taker(void *arg) {
 static void *forker(void *arg) {
   struct result *r = arg;
   CUdeviceptr freed = 0, kept = 0;
-  cuCtxSetCurrent(ctx);
-  r->other += cuMemAlloc_v2(&freed, 1 * MiB) != CUDA_SUCCESS;
-  r->other += cuMemAlloc_v2(&kept, 1 * MiB) != CUDA_SUCCESS;
-  r->other += cuMemFree_v2(freed) != CUDA_SUCCESS;
+  keep_one_of_two(r, &freed, &kept);
   pid_t pid = fork();
   if (pid == 0) {
     /* The child has no CUDA context: the driver answers for both blocks and for a new one. */
