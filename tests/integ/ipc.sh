@@ -20,6 +20,7 @@ pair() {
   npair=$((npair + 1))
   d="$WORK/pair$npair"
   mkdir -p "$d"
+  shm_mark "$d/mark"
   (for kv in "$@"; do export "${kv?}"; done
    "$erun" "$TESTBIN/ipcpeer" export "$d" > "$d/e.out" 2> "$d/e.err") &
   epid=$!
@@ -28,7 +29,7 @@ pair() {
   local pid
   pid=$(od -An -td8 -N8 "$d/pid" 2>/dev/null | tr -d ' ')
   stat -c '%a %U' "$shm" > "$d/files" 2>/dev/null
-  stat -c '%a %U %s' "$shm/$pid-"* >> "$d/files" 2>/dev/null
+  exports_of "$pid" "$d/mark" | xargs -r stat -c '%a %U %s' >> "$d/files" 2>/dev/null
   (for kv in "$@"; do export "${kv?}"; done
    "$irun" "$TESTBIN/ipcpeer" "$mode" "$d" > "$d/i.out" 2> "$d/i.err")
   istatus=$?
@@ -49,7 +50,7 @@ like "$(cat "$last/i.err")" \
 is "$(cat "$last/files")" "700 $(id -un)
 600 $(id -un) 88" "  while shared: one 88-byte export file, 0600 in a 0700 directory of the user"
 exporter=$(od -An -td8 -N8 "$last/pid" | tr -d ' ')
-is "$(ls "$shm" 2>/dev/null | grep -c "^$exporter-")" 0 "  the exporter left no export file behind"
+is "$(exports_of "$exporter" "$last/mark" | wc -l)" 0 "  the exporter left no export file behind"
 
 pair "a pooled block, importer without gpucap" with_shim without_shim refuse
 is "$(cat "$last/i.err")" "" "  the refusal is the driver's (nothing printed in a process without gpucap)"

@@ -13,7 +13,6 @@ case "${SAN_PRELOAD:-}" in
 *tsan*) RUNS=${LIFE_RUNS:-3} ;;
 *) RUNS=${LIFE_RUNS:-10} ;;
 esac
-SHM="/dev/shm/gpucap-$(id -u)"
 
 # valid_report FILE: gpucap report reads FILE (a JSON exit report).
 valid_report() {
@@ -154,12 +153,13 @@ ok "$ok" "each a valid report of that worker's allocations"
 
 # ---- IPC export files: none outlives a process that exits while threads export ----
 left=0
+shm_mark "$WORK/mark"
 for i in $(seq "$((2 * RUNS))"); do
   GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off LD_LIBRARY_PATH="$FAKE_DIR" \
     LD_PRELOAD="$(preload)" "$LIFE" exports >/dev/null 2>&1 &
   pid=$!
   wait "$pid"
-  n=$(ls "$SHM" 2>/dev/null | grep -c "^$pid-")
+  n=$(exports_of "$pid" "$WORK/mark" | wc -l)
   [ "$n" -gt 0 ] && left=$((left + 1))
 done
 is "$left" 0 "exit while 4 threads export: no export file of the process is left ($((2 * RUNS)) runs)"

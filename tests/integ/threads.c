@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define LIVE 16
@@ -58,14 +60,19 @@ static void *worker(void *arg) {
 }
 
 /* Export files of this process in gpucap's directory (shim/ipc.h). */
-static int exports_left(void) {
-  char dir[64], prefix[32];
+/* This process's IPC export files made since `since` (seconds): a file that an earlier process
+ * of the same pid left behind, killed before it could remove it, is older and not ours. */
+static int exports_left(time_t since) {
+  char dir[64], prefix[32], path[320];
   int n = 0;
   snprintf(dir, sizeof dir, "/dev/shm/gpucap-%u", (unsigned)getuid());
   snprintf(prefix, sizeof prefix, "%d-", (int)getpid());
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0 && stat(path, &st) == 0 &&
+         st.st_mtime >= since;
   }
   if (d) {
     closedir(d);
@@ -74,6 +81,7 @@ static int exports_left(void) {
 }
 
 int main(int argc, char **argv) {
+  time_t started = time(NULL) - 1; /* file times come from a coarser clock */
   int n = argc > 1 ? atoi(argv[1]) : 4;
   iterations = argc > 2 ? atoi(argv[2]) : 2000;
   share = argc <= 3 || strcmp(argv[3], "noipc") != 0;
@@ -100,6 +108,6 @@ int main(int argc, char **argv) {
   cuCtxSetCurrent(ctx);
   TAP_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS, "get-info");
   TAP_EQ(f, t, "all memory is back");
-  TAP_EQ(exports_left(), 0, "every block was freed, so no export of this process is left");
+  TAP_EQ(exports_left(started), 0, "every block was freed, so no export of this process is left");
   return tap_done();
 }

@@ -7,6 +7,7 @@
 
 # The export files of the run are named after its process id, which the fake's report file
 # tells (other tests and worktrees may export blocks in the same folder meanwhile).
+shm_mark "$WORK/mark"
 GPUCAP_POOL=regions GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$WORK/pooled.%p.json" tap_program \
   "4 threads under a 256 MiB cap" with_shim "$TESTBIN/threads" 4 3000
 stats=$(ls "$WORK"/pooled.*.json 2>/dev/null | head -n 1)
@@ -18,7 +19,7 @@ ok $? "the driver's peak ($peak bytes) never passed the cap"
 exports=$(json_obj_num "$stats" calls cuIpcGetMemHandle)
 [ "${exports:-0}" -gt 100 ]
 ok $? "blocks were exported meanwhile ($exports driver exports)"
-like "$pid/$(ls "/dev/shm/gpucap-$(id -u)" 2>/dev/null | grep -c "^$pid-")" '^[0-9]+/0$' \
+like "$pid/$(exports_of "$pid" "$WORK/mark" | wc -l)" '^[0-9]+/0$' \
   "no export file outlived the process ($pid)"
 stats="$WORK/vmm.json"
 GPUCAP_MEMORY_LIMIT=256MiB GPUCAP_REPORT_JSON="$WORK/vmm-report.json" FAKECUDA_STATS="$stats" \
