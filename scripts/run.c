@@ -53,6 +53,8 @@ static const struct runopt {
     {"--growth", NULL, CFG_OPT_ALLOW_GROWTH, "true", "grow the pool as the program asks (default)"},
     {"--preallocate", NULL, CFG_OPT_ALLOW_GROWTH, "false",
      "reserve the whole cap at the first allocation"},
+    {"--arenas", "N", CFG_OPT_ARENAS, NULL,
+     "N pools per context (1-16), each with its own lock: for many allocating threads"},
     {"--report", "PATH", CFG_OPT_REPORT, NULL,
      "exit report table to PATH (report.txt), stderr or off"},
     {"--json", "PATH", CFG_OPT_REPORT_JSON, NULL, "also write the exit report as JSON to PATH"},

@@ -234,6 +234,17 @@ GPUCAP_TRACE=./t.csv" ]
 
 # ---- Bad settings: the shim's message, exit 125, nothing started ----
 
+@test "--arenas N sets GPUCAP_ARENAS; a count out of 1-16 stops the run" {
+  run grun --arenas 4 -- sh -c 'echo "$GPUCAP_ARENAS"'
+  status_is 0
+  [ "$output" = "4" ]
+  run --separate-stderr grun --arenas 17 -- touch ran
+  status_is 125
+  err_has "GPUCAP_ARENAS='17'"
+  err_has "GPUCAP_ARENAS comes from --arenas N"
+  [ ! -e ran ]
+}
+
 @test "a bad option value: the shim's message, where it came from, exit 125, nothing run" {
   run --separate-stderr grun --limit 1GB -- touch ran
   status_is 125
