@@ -444,7 +444,8 @@ static void killed(void) {
 
 static int sleeper(struct fk_machine *m, void *arg) {
   (void)m;
-  (void)arg;
+  put_byte(*(int *)arg); /* joined: a slot forged for this pid from now on is not "its own from
+                            before an exec", which its join would reclaim */
   pause();
   return 0;
 }
@@ -490,7 +491,12 @@ static void forged(void) {
   struct fk_machine m;
   fk_machine_open(name, &cfg, &m, err, sizeof err);
   fk_machine_join(&m);
-  pid_t kid = spawn(sleeper, NULL);
+  int ready[2];
+  (void)!pipe(ready);
+  pid_t kid = spawn(sleeper, &ready[1]);
+  wait_byte(ready[0]);
+  close(ready[0]);
+  close(ready[1]);
   unsigned long long start = proc_start(kid);
   tap_ok(start > 0, "the sleeper (pid %d) started at tick %llu", (int)kid, start);
   forge_slot(&m, kid, start, 4 * MiB);
