@@ -15,6 +15,10 @@
  *   borrow CAP     a thread allocates two blocks of 1 MiB and frees the first; another
  *                  allocates 1 MiB blocks until refused: it must get all of the CAP but the
  *                  1 MiB the first holds (with GPUCAP_ARENAS, the last one in the first's arena)
+ *   share HOLD CAP a thread allocates 1 MiB (with GPUCAP_ARENAS, opening an arena of its own)
+ *                  and waits while another allocates HOLD blocks of 1 MiB and keeps them; then
+ *                  the first allocates 1 MiB blocks until refused; prints "# second N" (its
+ *                  blocks, the first included); it must get all of the CAP left
  *   mix SLOTS ITER one thread keeps up to SLOTS blocks of a few sizes live, freeing and
  *                  allocating at random (one fixed seed) near the cap; prints "# refused N",
  *                  which the script compares with fronts on and off at the same cap
@@ -192,6 +196,40 @@ static void *taker(void *arg) {
   return NULL;
 }
 
+/* share: the grabber holds hold_mib blocks of 1 MiB while the latecomer, whose arena is already
+ * open, waits; then the latecomer takes what it can (taker). */
+static int hold_mib;
+
+static void *grabber(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr got[256];
+  cuCtxSetCurrent(ctx);
+  pthread_barrier_wait(&cached); /* the latecomer's arena is open */
+  while (r->ok < hold_mib && r->ok < 256 && cuMemAlloc_v2(&got[r->ok], 1 * MiB) == CUDA_SUCCESS) {
+    r->ok++;
+  }
+  pthread_barrier_wait(&done); /* the latecomer takes */
+  pthread_barrier_wait(&done); /* ... until refused */
+  for (int k = 0; k < r->ok; k++) {
+    r->other += cuMemFree_v2(got[k]) != CUDA_SUCCESS;
+  }
+  return NULL;
+}
+
+static void *latecomer(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr first = 0;
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(&first, 1 * MiB) != CUDA_SUCCESS;
+  pthread_barrier_wait(&cached);
+  pthread_barrier_wait(&done);
+  taker(r);
+  r->ok++; /* the first block */
+  pthread_barrier_wait(&done);
+  r->other += cuMemFree_v2(first) != CUDA_SUCCESS;
+  return NULL;
+}
+
 /* fork: this thread knows one block as cached and one as live when it forks. */
 static void *forker(void *arg) {
   struct result *r = arg;
@@ -298,12 +336,25 @@ int main(int argc, char **argv) {
     pthread_join(tid[1], NULL);
     TAP_EQ(res[0].other + res[1].other, 0, "every call answered as expected");
     TAP_EQ(res[1].ok, cap_mib - 1, "the second thread got all of the cap but the 1 MiB held");
+  } else if (strcmp(mode, "share") == 0) {
+    hold_mib = n;
+    int cap_mib = (int)(strtoull(argc > 3 ? argv[3] : "0", NULL, 10) / MiB);
+    pthread_barrier_init(&cached, NULL, 2);
+    pthread_barrier_init(&done, NULL, 2);
+    pthread_create(&tid[1], NULL, latecomer, &res[1]);
+    pthread_create(&tid[0], NULL, grabber, &res[0]);
+    pthread_join(tid[0], NULL);
+    pthread_join(tid[1], NULL);
+    printf("# second %d\n", res[1].ok);
+    TAP_EQ(res[0].other + res[1].other, 0, "every call answered as expected");
+    TAP_EQ(res[0].ok, hold_mib, "one thread holds %d MiB", hold_mib);
+    TAP_EQ(res[1].ok, cap_mib - hold_mib, "the other then got all the rest of the cap");
   } else if (strcmp(mode, "mix") == 0) {
     int refused = mix(n < 1 ? 1 : atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20000, &other);
     printf("# refused %d\n", refused);
     TAP_EQ(other, 0, "every call answered success or out-of-memory");
   } else {
-    fprintf(stderr, "usage: fronts churn|room|exit|fork|cross|borrow|mix [N [ITER|BIG]]\n");
+    fprintf(stderr, "usage: fronts churn|room|exit|fork|cross|borrow|share|mix [N [ITER|BIG]]\n");
     return 2;
   }
   size_t f = 0, t = 0;
