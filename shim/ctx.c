@@ -274,18 +274,27 @@ static int unledger(void *arg, const bfc_chunk_info_t *k) {
   return 0;
 }
 
+/* c's figures for the exit report (its lock held, its pool open): its pool's, with the
+ * allocations its fronts served added and the refusals the program did not see taken out. */
+static void report_of(struct ctx *c, struct ctx_report *r) {
+  CHECK_HELD(&c->lock);
+  r->dev = c->dev;
+  r->index = c->index;
+  r->arena = atomic_load_explicit(&c->arena, memory_order_relaxed);
+  pool_report(&c->pool, &r->stats, &r->largest_request, &r->backing);
+  r->stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
+  r->stats.num_ooms -= c->ooms_taken_back;
+}
+
 /* Forgets c's pool, keeping its figures for the exit report: its regions went with its
  * context, so the pool only returns charges. Registry lock held. */
 static void drop(struct ctx *c) {
   CHECK_HELD(&registry);
   pthread_mutex_lock(&c->lock);
   if (c->pool.bfc) {
-    struct ctx_report r = {
-        .dev = c->dev, .index = c->index, .arena = atomic_load(&c->arena), .destroyed = true};
+    struct ctx_report r = {.destroyed = true};
     ctx_fronts_unbind(c); /* cached blocks back into the pool, which goes */
-    pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
-    r.stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
-    r.stats.num_ooms -= c->ooms_taken_back;
+    report_of(c, &r);
     if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
       ended[nended++] = r;
     }
@@ -333,7 +342,7 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
   int n = ctx_count();
   for (int i = 0; i < n; i++) {
     struct ctx *c = &slots[i];
-    /* dev and index only change when a slot is reused, under its lock: read again below. */
+    /* dev and index only change when a slot is reused, under its lock: read again there. */
     struct ctx_report r = {.dev = c->dev, .index = c->index};
     if (!exit_lock(&c->lock)) {
       busy(arg, r.dev, r.index); /* still busy in another thread at exit: say so, never hang */
@@ -345,13 +354,8 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
        * (bookkeeping only). */
       ctx_fronts_flush(c, true);
       bfc_retire(c->pool.bfc);
-      pool_report(&c->pool, &r.stats, &r.largest_request, &r.backing);
-      r.stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
-      r.stats.num_ooms -= c->ooms_taken_back;
+      report_of(c, &r);
     }
-    r.dev = c->dev;
-    r.index = c->index;
-    r.arena = atomic_load_explicit(&c->arena, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
     if (r.stats.num_allocs > 0 || r.stats.num_ooms > 0) {
       fn(arg, &r);
