@@ -131,6 +131,15 @@ json_num() {
   grep -o "\"$2\": *-\{0,1\}[0-9][0-9]*" "$1" | head -n 1 | sed 's/.*: *//'
 }
 
+# peak_within STATS CAP [PREFIX]: one check that the fake driver's peak (its FAKECUDA_STATS file
+# STATS) never passed CAP bytes, its text led by PREFIX.
+peak_within() {
+  local peak
+  peak=$(json_num "$1" peak_bytes)
+  [ -n "$peak" ] && [ "$peak" -le "$2" ]
+  ok $? "${3:-}the driver's peak ($peak bytes) never passed the cap"
+}
+
 # json_obj_num FILE OBJECT KEY: the numeric "KEY" inside the first "OBJECT": { ... }.
 json_obj_num() {
   tr -d '\n' < "$1" | grep -o "\"$2\": *{[^}]*}" | head -n 1 | grep -o "\"$3\": *[0-9][0-9]*" \
