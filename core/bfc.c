@@ -9,6 +9,7 @@
 #include "core/bfc.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1120,8 +1121,10 @@ static int retire_would_fit(bfc_pool_t *p, uint64_t rounded) {
   return 0;
 }
 
-static int alloc_slow(bfc_pool_t *p, uint64_t rounded, chunk_t **out) {
-  if (p->st.num_deferred > 0 && retire_would_fit(p, rounded)) {
+/* Steps 2-6 of bfc_alloc_tagged; `retire` false (bfc_alloc_nosync): the deferred chunks stay
+ * as they are, and steps 2 and 4 are skipped. */
+static int alloc_slow(bfc_pool_t *p, uint64_t rounded, bool retire, chunk_t **out) {
+  if (retire && p->st.num_deferred > 0 && retire_would_fit(p, rounded)) {
     return -EAGAIN;
   }
   int rc = extend(p, rounded);
@@ -1132,7 +1135,7 @@ static int alloc_slow(bfc_pool_t *p, uint64_t rounded, chunk_t **out) {
   if (rc != -ENOMEM) {
     return rc;
   }
-  if (p->st.num_deferred > 0) {
+  if (retire && p->st.num_deferred > 0) {
     return -EAGAIN;
   }
   if (collect(p, rounded)) {
@@ -1187,8 +1190,8 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr) {
   return bfc_alloc_tagged(pool, bytes, 0, addr, NULL);
 }
 
-int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr,
-                     uint64_t *held) {
+static int alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, bool retire, uint64_t *addr,
+                        uint64_t *held) {
   if (pool == NULL || addr == NULL || bytes == 0) {
     return -EINVAL;
   }
@@ -1205,7 +1208,7 @@ int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *ad
   }
   chunk_t *c = take_best(pool, rounded);
   if (c == NULL) {
-    int rc = alloc_slow(pool, rounded, &c);
+    int rc = alloc_slow(pool, rounded, retire, &c);
     if (rc != 0) {
       if (rc == -ENOMEM) {
         pool->st.num_ooms++;
@@ -1224,6 +1227,16 @@ int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *ad
   }
   DEBUG_CHECK(pool);
   return 0;
+}
+
+int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr,
+                     uint64_t *held) {
+  return alloc_tagged(pool, bytes, tag, true, addr, held);
+}
+
+int bfc_alloc_nosync(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr,
+                     uint64_t *held) {
+  return alloc_tagged(pool, bytes, tag, false, addr, held);
 }
 
 /* Makes c free and coalesces it with free address neighbours; the result becomes the dv.

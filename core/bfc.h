@@ -128,6 +128,13 @@ int bfc_alloc(bfc_pool_t *pool, uint64_t bytes, uint64_t *addr);
  * size in *held (may be NULL). Same errors and cost. */
 int bfc_alloc_tagged(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr, uint64_t *held);
 
+/* bfc_alloc_tagged for a caller that cannot synchronise the device now (the shim, while a CUDA
+ * graph is being captured): the deferred chunks stay deferred, so steps 2 and 4 are skipped and
+ * the request is served by best fit, growth or garbage collection (a region holding a deferred
+ * chunk is not fully free), else refused with -ENOMEM (counted), deferred chunks or not. Never
+ * -EAGAIN. Same other errors and cost as bfc_alloc_tagged. Not thread-safe: the caller locks. */
+int bfc_alloc_nosync(bfc_pool_t *pool, uint64_t bytes, uint8_t tag, uint64_t *addr, uint64_t *held);
+
 /* bfc_alloc_tagged's step 1 alone: best fit among the free chunks, with no retire, growth or
  * garbage collection; -ENOSPC (not counted as an out-of-memory) when no free chunk fits. A
  * front (core/front.h) asks this first and flushes before the full call, so the pool grows and

@@ -112,7 +112,7 @@ static uint64_t available_frag_scaled(const view_t *v, uint64_t scale) {
 
 const char *report_verdict_name(int v) {
   static const char *const names[REPORT_VERDICTS] = {"cap_full", "fragmentation", "device_full",
-                                                     "other_pools"};
+                                                     "other_pools", "capture"};
   return v >= 0 && v < REPORT_VERDICTS ? names[v] : "unknown";
 }
 

@@ -36,7 +36,7 @@
 #define REPORT_NOTE_MAX 256
 #define REPORT_LIBS_MAX 96 /* lines of the per-library ledger, all devices together */
 #define REPORT_LIB_NAME_MAX 64
-#define REPORT_VERDICTS 4 /* kinds of refusal: report_verdict_name */
+#define REPORT_VERDICTS 5 /* kinds of refusal: report_verdict_name */
 
 /* Bytes that always hold the full text or JSON report of n rows, NUL included, whatever the
  * rows and the run hold and for a GPUCAP_VERSION under 100 characters
@@ -79,7 +79,7 @@ typedef struct report_usage {
 } report_usage_t;
 
 /* The name of refusal verdict v (0..REPORT_VERDICTS-1): "cap_full", "fragmentation",
- * "device_full", "other_pools"; "unknown" otherwise. */
+ * "device_full", "other_pools", "capture"; "unknown" otherwise. */
 const char *report_verdict_name(int v);
 
 /* The right size for a run that held at most `peak` bytes while the driver used `driver`

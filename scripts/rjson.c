@@ -245,7 +245,10 @@ static int read_usage(const json_t *doc, report_run_t *run, char *err, size_t er
               u64_or_null(json_get(o, "right_size_bytes"), &d->right_size) == 0 &&
               json_type(refusals) == JSON_OBJECT;
     for (int v = 0; ok && v < REPORT_VERDICTS; v++) {
-      ok = json_u64(json_get(refusals, report_verdict_name(v)), &d->refusals[v]) == 0;
+      /* A verdict newer than the report's gpucap is absent from it: none of those. */
+      const json_t *n = json_get(refusals, report_verdict_name(v));
+      d->refusals[v] = 0;
+      ok = n == NULL || json_u64(n, &d->refusals[v]) == 0;
     }
     for (size_t i = 0; ok && i < json_count(libs) && run->nlibs < REPORT_LIBS_MAX; i++) {
       ok = read_lib(json_at(libs, i, NULL), (int)dev, &run->libs[run->nlibs]) == 0;

@@ -15,8 +15,13 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-static atomic_long active;  /* captures announced (about to begin) or begun, not ended */
-static atomic_long syncing; /* gpucap's own context synchronisations under way */
+static atomic_long active;   /* captures announced (about to begin) or begun, not ended */
+static atomic_long syncing;  /* gpucap's own context synchronisations under way */
+static void (*before)(void); /* capture_before_begin's */
+
+void capture_before_begin(void (*fn)(void)) {
+  before = fn;
+}
 
 bool capture_any(void) {
   return atomic_load_explicit(&active, memory_order_acquire) > 0;
@@ -38,8 +43,13 @@ void capture_sync_leave(void) {
   atomic_fetch_sub(&syncing, 1);
 }
 
-/* Before a capture begins: counts it, then waits for gpucap's synchronisations under way. */
+/* Before a capture begins: lets the pools retire what they can (their last chance to
+ * synchronise until the capture ends), counts it, then waits for gpucap's synchronisations
+ * under way. */
 static void announce(void) {
+  if (before) {
+    before();
+  }
   atomic_fetch_add(&active, 1);
   while (atomic_load(&syncing) > 0) {
     sched_yield();

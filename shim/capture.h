@@ -23,6 +23,10 @@ bool capture_stream(CUstream stream, bool ptsz);
  * counts until the process ends): gpucap must not synchronise a context then. */
 bool capture_any(void);
 
+/* Sets the function a begin calls before its capture is counted, while gpucap may still
+ * synchronise (the context layer's ctx_settle_all). Set once, from a constructor. */
+void capture_before_begin(void (*fn)(void));
+
 /* Brackets a context synchronisation gpucap makes on its own: enter returns false (and the
  * synchronisation must not be made) while a capture is counted; while entered, a capture
  * about to begin waits for capture_sync_leave. Checking capture_any and then synchronising

@@ -98,6 +98,12 @@ bool ctx_vmm_backed(uint64_t addr);
  * deferred chunks. Takes each object's lock briefly. */
 uint64_t ctx_idle_bytes(int dev);
 
+/* Retires the deferred frees of every pool that has some, synchronising its context once
+ * (skipped while a capture is counted: shim/capture.h). Called just before a capture begins,
+ * the last moment a synchronisation is allowed, so that the capture's allocations can reuse
+ * what the program freed before it. Takes each object's lock in turn; the caller holds none. */
+void ctx_settle_all(void);
+
 /* Gives back the idle memory of device dev's VMM-backed pools whose GPUCAP_RELEASE_AFTER
  * window has passed (see ctx_alloc): called where a program looks at free memory. Takes each
  * object's lock in turn; the caller holds none. */

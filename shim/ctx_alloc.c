@@ -86,6 +86,30 @@ void ctx_release_idle(int dev) {
   }
 }
 
+void ctx_settle_all(void) {
+  CUcontext mine = NULL;
+  if (!real.cuCtxGetCurrent || real.cuCtxGetCurrent(&mine) != CUDA_SUCCESS) {
+    return; /* the thread's context, to restore, is not known */
+  }
+  int n = ctx_count();
+  for (int i = 0; i < n; i++) {
+    struct ctx *o = ctx_slot(i);
+    if (atomic_load_explicit(&o->dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->pool.bfc) {
+      ctx_fronts_flush(o, false); /* cached blocks are deferred frees too */
+      settle_other(o, mine);
+    }
+    pthread_mutex_unlock(&o->lock);
+  }
+}
+
+__attribute__((constructor)) static void settle_before_captures(void) {
+  capture_before_begin(ctx_settle_all);
+}
+
 /* Releases the fully free regions of the pools on device dev but `skip`'s (settling their
  * deferred frees first, `mine` being the thread's current context); returns the bytes
  * released. Takes each object's lock in turn: the caller holds none. */
@@ -303,7 +327,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
           }
           ctx_fronts_flush(c, false);
         }
-        err = bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
+        /* While a capture goes on nothing deferred can be retired: the pool grows past it. */
+        err = can_sync ? bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held)
+                       : bfc_alloc_nosync(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
         nooms += err == -ENOMEM;
       }
       if (err == -ENOMEM && !trimmed_others) {
@@ -373,6 +399,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     bfc_stats(c->pool.bfc, &st);
     facts.free_bytes = st.free_bytes;
     facts.largest = st.largest_free_block_bytes;
+    facts.in_capture = capture_any() ? st.deferred_bytes : 0;
     pool_idle = st.pool_bytes - st.bytes_in_use;
     rank = oom_rank();
     if (oom_wants_report(rank)) {

@@ -18,12 +18,20 @@ _Static_assert(OOM_VERDICTS == REPORT_VERDICTS, "the report names every verdict"
 static atomic_uint_fast64_t refusals;
 static _Atomic uint64_t counts[GPUCAP_MAX_DEVICES][OOM_VERDICTS];
 
+/* a + b, saturated. */
+static uint64_t sum(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 enum oom_verdict oom_judge(const oom_facts_t *f) {
+  uint64_t headroom = f->cap == CAP_NONE ? 0 : f->cap > f->charged ? f->cap - f->charged : 0;
+  uint64_t here = sum(f->free_bytes, headroom);
+  if (f->in_capture > 0 && sum(here, f->in_capture) >= f->bytes) {
+    return OOM_CAPTURE;
+  }
   if (f->driver_full || f->cap == CAP_NONE) {
     return OOM_DEVICE_FULL;
   }
-  uint64_t headroom = f->cap > f->charged ? f->cap - f->charged : 0;
-  uint64_t here = f->free_bytes > UINT64_MAX - headroom ? UINT64_MAX : f->free_bytes + headroom;
   if (here >= f->bytes && f->largest < f->bytes && headroom < f->bytes) {
     return OOM_FRAGMENTED;
   }
@@ -96,6 +104,14 @@ static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap)
                "device full: the driver refused below the cap, so other processes (or memory "
                "outside gpucap) hold the device; run where the device has room");
     }
+    break;
+  case OOM_CAPTURE:
+    report_format_size(f->in_capture, a, sizeof a);
+    snprintf(buf, cap,
+             "capture: %s freed on device %d could serve this, but the device may still be "
+             "using it and gpucap cannot wait for the device while a CUDA graph is being "
+             "captured; free that memory before the capture begins, or raise the cap",
+             a, f->dev);
     break;
   case OOM_OTHER_POOLS:
     report_format_size(f->others_idle, a, sizeof a);

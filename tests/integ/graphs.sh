@@ -21,6 +21,28 @@ for pool in on off; do
   done
 done
 
+# Captures under the pools (VMM-backed and regions): what was freed before a capture serves it
+# (retired as it begins), the pool grows past what is freed during one, and refuses only what
+# nothing but those frees could serve, with the verdict "capture". The same warm-up without
+# the pool (every free a driver free) for comparison.
+for pool in on regions off; do
+  modes="warm during"
+  [ $pool = off ] && modes=warm
+  for mode in $modes; do
+    name="$mode (pool $pool)"
+    GPUCAP_POOL=$pool GPUCAP_REPORT_JSON="$WORK/$mode-$pool-report.json" \
+      FAKECUDA_STATS="$WORK/$mode-$pool.json" tap_program "$name" \
+      with_shim "$TESTBIN/graphs" $mode
+    peak_within "$WORK/$mode-$pool.json" $cap "  $name: "
+  done
+done
+for pool in on regions; do
+  is "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['usage'][0]['refusals'])" \
+    "$WORK/during-$pool-report.json")" \
+    "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 1}" \
+    "during (pool $pool): the one refusal has the verdict capture"
+done
+
 # The per-library ledger counts the graph pool as its own line, "CUDA graphs": the captured
 # graph's 48 MiB beside the program's own 16 MiB block, so the libraries add up to the total and
 # the total's peak is what the driver held at its peak (64 MiB, measured by the fake).

@@ -527,6 +527,37 @@ static void test_retire_upto(void) {
   done(p, "retire_upto");
 }
 
+/* bfc_alloc_nosync: no synchronisation possible (a capture going on), so the deferred chunks
+ * are never asked for; the pool grows past them, collects whole free regions, and refuses
+ * (an out-of-memory) only when neither helps. */
+static void test_nosync(void) {
+  bfc_pool_t *p = mk(4 * MiB, 1, 0);
+  uint64_t a = must(p, MiB), x = 0, held = 0;
+  must(p, MiB);
+  bfc_free_deferred(p, a);
+  TAP_EQ(bfc_alloc(p, MiB, &x), -EAGAIN, "nosync: the full call would ask to retire");
+  TAP_EQ(bfc_alloc_nosync(p, MiB, 5, &x, &held), 0, "nosync: grows instead");
+  tap_ok(x != a && held == MiB, "nosync: a new block, not the deferred one");
+  TAP_EQ(stats(p).num_deferred, 1, "nosync: the deferred chunk stays deferred");
+  TAP_EQ(bfc_alloc_nosync(p, 2 * MiB, 5, &x, &held), -ENOMEM,
+         "nosync: past the limit with only deferred bytes left -> -ENOMEM, never -EAGAIN");
+  TAP_EQ(stats(p).num_ooms, 1, "nosync: counted as an out-of-memory");
+  TAP_EQ(bfc_retire(p), 1, "nosync: retire after the capture");
+  TAP_EQ(must(p, MiB), a, "nosync: then the deferred block is reused");
+  done(p, "nosync");
+
+  p = mk(4 * MiB, 1, 0);
+  a = must(p, 2 * MiB);
+  uint64_t b = must(p, 2 * MiB);
+  bfc_free_deferred(p, a);
+  bfc_free(p, b);
+  TAP_EQ(bfc_alloc_nosync(p, 2 * MiB + 256 * KiB, 0, &x, &held), -ENOMEM,
+         "nosync: a region holding a deferred chunk is never collected to make room");
+  tap_ok(stats(p).pool_bytes == 4 * MiB && stats(p).num_deferred == 1,
+         "nosync: both regions kept, the deferred chunk with its region");
+  done(p, "nosync collect");
+}
+
 typedef struct live {
   uint64_t addr, size, requested;
 } live_t;
@@ -699,6 +730,7 @@ int main(void) {
   test_deferred();
   test_free_deferred_tagged();
   test_retire_upto();
+  test_nosync();
   test_bad_frees();
   test_lookup();
   test_map_aliases();
