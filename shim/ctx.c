@@ -116,6 +116,7 @@ static struct ctx *create(CUcontext handle, int dev, int arena) {
     atomic_store_explicit(&c->arena, arena, memory_order_relaxed);
     atomic_store_explicit(&c->dying, false, memory_order_relaxed);
     int made = pool_open(&c->pool, dev, &setup);
+    exit_arm(); /* the runtime has started: its teardown at exit is told from a program's destroy */
     atomic_fetch_add_explicit(&c->epoch, 1, memory_order_acq_rel); /* fronts of a former life */
     c->front_budget = front_budget(setup.limit);
     atomic_store_explicit(&c->front_allocs, 0, memory_order_relaxed);
@@ -292,13 +293,18 @@ static void drop(struct ctx *c) {
   CHECK_HELD(&registry);
   pthread_mutex_lock(&c->lock);
   if (c->pool.bfc) {
-    struct ctx_report r = {.destroyed = true};
+    /* Destroyed before exit, or released by the runtime's teardown at exit (reported as the
+     * live pools are); the driver completed the context's work, so no free is pending. */
+    struct ctx_report r = {.destroyed = !exit_started()};
     ctx_fronts_unbind(c); /* cached blocks back into the pool, which goes */
+    bfc_retire(c->pool.bfc);
     report_of(c, &r);
     if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
       ended[nended++] = r;
     }
-    bfc_walk(c->pool.bfc, unledger, &c->dev);
+    if (r.destroyed) { /* at exit, what the program held stays its own, as in a live pool */
+      bfc_walk(c->pool.bfc, unledger, &c->dev);
+    }
     pool_close(&c->pool);
     log_msg(LOG_DEBUG, "device %d: context destroyed, its pool dropped", c->dev);
   }

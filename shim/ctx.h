@@ -131,7 +131,8 @@ struct ctx_report {
   int dev;                  /* its device */
   int index;                /* among the contexts gpucap saw on that device, in that order */
   int arena;                /* which of the context's pools (GPUCAP_ARENAS), from 0 */
-  bool destroyed;           /* the driver destroyed the context: the figures of that moment */
+  bool destroyed;           /* the driver destroyed the context before exit began (exit.h): the
+                             * figures of that moment */
   bfc_stats_t stats;        /* a snapshot of its pool's counters */
   uint64_t largest_request; /* the largest single request it could serve (docs/report.md) */
   pool_backing_t backing;   /* what backs it */

@@ -6,10 +6,29 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static report_run_t run;
 static _Atomic int64_t deadline; /* CLOCK_MONOTONIC ns: exit_lock gives up then */
+static atomic_bool exiting;      /* exit() is running the atexit handlers */
+static pthread_once_t armed = PTHREAD_ONCE_INIT;
+
+static void mark_exiting(void) {
+  atomic_store(&exiting, true);
+}
+
+static void arm(void) {
+  atexit(mark_exiting); /* if it cannot be registered, contexts ended at exit look ended before */
+}
+
+void exit_arm(void) {
+  pthread_once(&armed, arm);
+}
+
+bool exit_started(void) {
+  return atomic_load(&exiting);
+}
 
 static int64_t monotonic_ns(void) {
   struct timespec ts;

@@ -18,6 +18,15 @@
 /* Starts the EXIT_WAIT_MS clock: the exit path or an exec begins. Async-signal-safe. */
 void exit_begin(void);
 
+/* Registers, once, an atexit handler that marks the process as exiting (exit_started). Call it
+ * after the CUDA runtime has started (at a context's first pooled allocation): handlers run
+ * in the reverse order of registration, so this one runs before the runtime's own teardown,
+ * which releases its primary contexts. Not async-signal-safe. */
+void exit_arm(void);
+
+/* True once exit() began running atexit handlers (after exit_arm). Async-signal-safe. */
+bool exit_started(void);
+
 /* Takes m for the exit path (or before an exec): tries until EXIT_WAIT_MS after exit_begin,
  * sleeping briefly between tries, then gives up. Returns true iff m is now held by the caller.
  * Async-signal-safe. */

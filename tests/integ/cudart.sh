@@ -46,6 +46,20 @@ for kind in shared static; do
     "$kind runtime: every query came through gpucap's wrapper"
   peak=$(grep -o '"peak_bytes": [0-9]*' "$stats" | head -n 1 | sed 's/.*: //')
   is "$peak" "2097152" "$kind runtime under gpucap: the driver held one 2 MiB pool region at most"
+
+  # At exit the runtime's teardown releases its primary context: the report shows that pool as
+  # it stood at exit (not as a context the program destroyed), nothing freed waits for the
+  # device any more, and what the program kept is in use and held by it in the ledger.
+  json="$WORK/$kind-exit.json"
+  out=$(GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT_JSON="$json" GPUCAP_REPORT=off \
+    with_shim "$WORK/$kind" exit 2>"$WORK/err")
+  is "$out" "exit_rc=0" "$kind runtime, at exit: the program ran"
+  is "$(python3 -c "import json,sys
+d = json.load(open(sys.argv[1]))
+p, u = d['devices'][0], d['usage'][0]
+print(p['context_destroyed'], p['deferred_bytes'], p['num_deferred'], p['bytes_in_use'],
+      u['held_bytes'])" "$json")" "False 0 0 4194304 4194304" \
+    "$kind runtime, at exit: not destroyed before exit, nothing deferred, 4 MiB in use and held"
 done
 
 done_testing
