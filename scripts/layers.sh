@@ -8,7 +8,7 @@
 #       4 entry    the CUDA hooks (every file that includes shim/hook.h) and the other ways in:
 #                  dlsym, deepbind, exec, finish (the exit path)
 #       3 context  ctx
-#       2 pool     pool passthru pending oom
+#       2 pool     pool passthru pending oom ordered
 #       1 base     everything else (cap, charges, exit, fork, log, real, settings, trace, ...)
 #     A file may include headers of its own layer or below, never above.
 # Prints nothing and exits 0 when the graph is clean; exits 1 otherwise.
@@ -16,7 +16,7 @@ set -euo pipefail
 dir=${1:-$(cd "$(dirname "$0")/../shim" && pwd)}
 entry_extra="dlsym deepbind exec finish hook nvml"
 context="ctx"
-pool="pool passthru pending oom"
+pool="pool passthru pending oom ordered"
 
 module() { local b=${1##*/}; b=${b%%.*}; printf '%s\n' "${b%%_*}"; }
 

@@ -243,6 +243,10 @@ static CUresult create(enum kind k, void *out, const void *desc, const CUDA_ARRA
   size_t before = 0, after = 0, total = 0;
   bool measured = real.cuMemGetInfo_v2 && real.cuMemGetInfo_v2(&before, &total) == CUDA_SUCCESS;
   rc = driver_create(k, out, desc, levels);
+  if (ctx_retry(dev, rc)) { /* idle memory came back: measure again from here */
+    measured = real.cuMemGetInfo_v2 && real.cuMemGetInfo_v2(&before, &total) == CUDA_SUCCESS;
+    rc = driver_create(k, out, desc, levels);
+  }
   if (rc != CUDA_SUCCESS) {
     cap_credit(dev, admitted);
     return rc;

@@ -1,95 +1,29 @@
 /* Stream-ordered allocation: cuMemAllocAsync, cuMemAllocFromPoolAsync and cuMemFreeAsync, each
- * with its per-thread-stream (_ptsz) variant. These stay with the driver's own stream-ordered
- * pools (which already give stream-ordered reuse: at once on the freeing stream, on other
- * streams after the free completes). gpucap charges each allocation, before the driver is
- * asked, to the device the memory comes from: the pool's device for cuMemAllocFromPoolAsync,
- * the stream's device otherwise (never the current context's, which may be another device's or
- * none at all). The memory belongs to no context: only a reset of its device's primary context
- * frees it. A cuMemFreeAsync keeps the charge until the stream has reached the free
- * (shim/pending.h). A cuMemFreeAsync of a block from gpucap's own pool is a deferred pool free,
- * reused only after the device has synchronised. On a stream being captured both become graph
- * nodes and go to the driver as they are: graph memory is charged when a launch maps it
- * (shim/graph.h).
- * Pools: the device of each pool is learnt from cuMemPoolCreate (hooked) and, for the default
- * and current pools, by asking the driver for each device's; a pool learnt neither way
- * (imported from another process) is charged to the stream's device until its first block
- * tells which device it is on. Locking: a mutex over the pool table, never held across a driver
- * call.
+ * with its per-thread-stream (_ptsz) variant, and cuMemPoolCreate / cuMemPoolDestroy. These stay
+ * with the driver's own stream-ordered pools (which already give stream-ordered reuse: at once
+ * on the freeing stream, on other streams after the free completes). Each pool is charged as a
+ * whole for what it holds (shim/ordered.h): an allocation admits what the pool may have to grow
+ * by before the driver is asked, on the device the memory comes from (the pool's; for
+ * cuMemAllocAsync the current pool of the stream's device, never the current context's, which
+ * may be another device's or none at all), and the pool's charge is read back after it. The
+ * memory belongs to no context: only a reset of its device's primary context frees it. A pool
+ * gpucap cannot place is charged block by block, each charge kept until the stream reaches the
+ * free (shim/pending.h). A cuMemFreeAsync of a block from gpucap's own pool is a deferred pool
+ * free, reused only after the device has synchronised. On a stream being captured both become
+ * graph nodes and go to the driver as they are: graph memory is charged when a launch maps it
+ * (shim/graph.h). No lock of its own.
  */
 #include "shim/cap.h"
 #include "shim/ctx.h"
-#include "shim/fork.h"
 #include "shim/capture.h"
 #include "shim/hook.h"
 #include "shim/ipc.h"
 #include "shim/log.h"
+#include "shim/ordered.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
 #include "shim/trace.h"
-
-#include <pthread.h>
-
-#define MAX_POOLS 256
-#define HOST_POOL (-2) /* a pool of host memory: not device memory, not charged */
-#define UNKNOWN (-1)
-
-static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  CUmemoryPool pool;
-  int dev; /* an ordinal, or HOST_POOL */
-} pools[MAX_POOLS];
-static int npools;
-
-/* Records pool -> dev (replacing what was recorded for that handle). */
-static void learn_pool(CUmemoryPool pool, int dev) {
-  pthread_mutex_lock(&pools_lock);
-  int i = 0;
-  while (i < npools && pools[i].pool != pool) {
-    i++;
-  }
-  if (i == npools && npools < MAX_POOLS) {
-    npools++;
-  }
-  if (i < npools) {
-    pools[i].pool = pool;
-    pools[i].dev = dev;
-  } /* else: the table is full; that pool is charged as an unknown one */
-  pthread_mutex_unlock(&pools_lock);
-}
-
-static int known_pool(CUmemoryPool pool) {
-  int dev = UNKNOWN;
-  pthread_mutex_lock(&pools_lock);
-  for (int i = 0; i < npools; i++) {
-    if (pools[i].pool == pool) {
-      dev = pools[i].dev;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&pools_lock);
-  return dev;
-}
-
-/* The device of pool: recorded, else found among the devices' default and current pools. */
-static int pool_device(CUmemoryPool pool) {
-  int dev = known_pool(pool), count = 0;
-  if (dev != UNKNOWN || !real.cuDeviceGetCount || real.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
-    return dev;
-  }
-  for (int d = 0; d < count && d < GPUCAP_MAX_DEVICES && dev == UNKNOWN; d++) {
-    CUmemoryPool p = NULL, q = NULL;
-    if ((real.cuDeviceGetDefaultMemPool && real.cuDeviceGetDefaultMemPool(&p, d) == CUDA_SUCCESS &&
-         p == pool) ||
-        (real.cuDeviceGetMemPool && real.cuDeviceGetMemPool(&q, d) == CUDA_SUCCESS && q == pool)) {
-      dev = d;
-    }
-  }
-  if (dev != UNKNOWN) {
-    learn_pool(pool, dev);
-  }
-  return dev;
-}
 
 /* The device of a context, without making it current where the driver can say. */
 static CUresult context_device(CUcontext ctx, int *dev) {
@@ -159,10 +93,12 @@ static CUresult free_async(uint64_t ptr, void *arg) {
   return real.cuMemFreeAsync ? real.cuMemFreeAsync(ptr, o->stream) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* A freed block's charge stays until the stream reaches the free. */
+/* A freed block's charge stays until the stream reaches the free. A block of a pool charged as
+ * a whole has none, but its free is tracked all the same: once the stream reaches it, the
+ * memory is the pool's to give back (ordered_relieve trims it after pending_wait). */
 static void after_free(const charge_t *e, void *arg) {
   const struct on *o = arg;
-  pending_add(e->dev, e->bytes, e->kind == PASSTHRU_ORDERED, o->stream, o->ptsz);
+  pending_add(e->dev, passthru_charge_of(e), e->kind != PASSTHRU_CONTEXT, o->stream, o->ptsz);
 }
 
 /* Gives back a block the driver just handed out that gpucap cannot keep, and waits for the
@@ -190,13 +126,64 @@ static int block_device(uint64_t ptr) {
   return ordinal;
 }
 
+/* whole_pool's answer when the pool was destroyed while its hold was let go: look again. */
+#define LOOK_AGAIN ((CUresult)-1)
+
+/* An allocation from a pool gpucap charges as a whole (shim/ordered.h), on device dev. Held
+ * from the admission's last step to the read of what the pool holds after the driver's answer,
+ * so that no other allocation grows the pool meanwhile: what it holds unused can serve this one
+ * without growth, so only the rest is admitted; relieving memory (which reads every pool) is
+ * done with the hold let go. */
+static CUresult whole_pool(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                           CUstream stream, CUmemoryPool whole, int dev, ordered_pool_t *p) {
+  struct on o = {.stream = stream, .ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ};
+  uint64_t spare = ordered_spare(p), admitted = bytes > spare ? bytes - spare : 0;
+  if (admitted > 0 && !cap_charge(dev, admitted)) {
+    ordered_drop(p);
+    if (!ctx_admit(dev, bytes)) { /* after relieving: the spare memory may be gone */
+      return passthru_refuse(dev, bytes);
+    }
+    admitted = bytes;
+    if (!(p = ordered_hold(whole, dev))) {
+      cap_credit(dev, admitted);
+      return LOOK_AGAIN;
+    }
+  }
+  CUresult rc = call(w, dptr, bytes, pool, stream);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+    /* The device refused: give idle memory back (the hold let go) and ask once more. */
+    ordered_drop(p);
+    bool retry = ctx_retry(dev, rc);
+    if (!(p = ordered_hold(whole, dev))) {
+      cap_credit(dev, admitted);
+      return retry ? LOOK_AGAIN : rc;
+    }
+    if (retry) {
+      rc = call(w, dptr, bytes, pool, stream);
+    }
+  }
+  if (!ordered_settle(p, admitted) && rc == CUDA_SUCCESS) {
+    /* The pool grew past the cap: the driver's rounding was more than was admitted. */
+    drop_block(*dptr, &o);
+    ordered_relieve(dev);
+    *dptr = 0;
+    return passthru_refuse(dev, bytes);
+  }
+  if (rc == CUDA_SUCCESS &&
+      (rc = passthru_track_in_pool(*dptr, dev, bytes, whole, free_and_wait, &o)) != CUDA_SUCCESS) {
+    ordered_refresh(dev); /* the block was given back */
+    *dptr = 0;
+  }
+  return rc;
+}
+
 static CUresult alloc_on(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                          CUstream stream) {
   struct on o = {.stream = stream, .ptsz = w == ASYNC_PTSZ || w == FROM_POOL_PTSZ};
   HOOK_PROLOGUE(true);
   bool from_pool = w == FROM_POOL || w == FROM_POOL_PTSZ;
-  int dev = from_pool && pool ? pool_device(pool) : UNKNOWN;
-  if (dev == HOST_POOL || !dptr || bytes == 0) {
+  int dev = from_pool && pool ? ordered_device(pool) : ORDERED_UNKNOWN;
+  if (dev == ORDERED_HOST || !dptr || bytes == 0) {
     return call(w, dptr, bytes, pool, stream); /* host memory, or the driver's own error */
   }
   if (capture_stream(stream, o.ptsz)) {
@@ -205,24 +192,39 @@ static CUresult alloc_on(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemory
   /* sure: dev is the device the driver will take the memory from. Otherwise the stream's device
    * is charged meanwhile (none when the driver does not describe the stream: it will refuse
    * it) and the block, if any, tells. */
-  bool sure = dev != UNKNOWN;
+  bool sure = dev != ORDERED_UNKNOWN;
   if (!sure) {
     CUresult q = stream_device(stream, &dev);
     if (q != CUDA_SUCCESS && !cap_no_context(q) && q != CUDA_ERROR_INVALID_HANDLE) {
       return q; /* never allocate what cannot be attributed */
     }
     if (q != CUDA_SUCCESS) {
-      dev = UNKNOWN;
+      dev = ORDERED_UNKNOWN;
     } else if (dev < 0) {
       return passthru_refuse(dev, bytes); /* a device beyond what gpucap can cap */
     } else {
       sure = !from_pool;
     }
   }
+  /* The pool this allocation may grow, when gpucap charges it as a whole. */
+  for (;;) {
+    CUmemoryPool whole = !sure ? NULL : from_pool ? pool : ordered_current(dev);
+    ordered_pool_t *held = whole ? ordered_hold(whole, dev) : NULL;
+    CUresult rc = held ? whole_pool(w, dptr, bytes, pool, stream, whole, dev, held) : LOOK_AGAIN;
+    if (!held) {
+      break;
+    }
+    if (rc != LOOK_AGAIN) {
+      return rc;
+    }
+  }
   if (dev >= 0 && !ctx_admit(dev, bytes)) {
     return passthru_refuse(dev, bytes);
   }
   CUresult rc = call(w, dptr, bytes, pool, stream);
+  if (ctx_retry(dev, rc)) { /* the device refused: idle memory came back, ask once more */
+    rc = call(w, dptr, bytes, pool, stream);
+  }
   if (rc != CUDA_SUCCESS) {
     if (dev >= 0) {
       cap_credit(dev, bytes);
@@ -243,7 +245,7 @@ static CUresult alloc_on(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemory
     }
     if (from_pool && pool) {
       log_msg(LOG_DEBUG, "stream-ordered pool %p is on device %d", (void *)pool, on);
-      learn_pool(pool, on);
+      ordered_learn(pool, on);
     }
   }
   rc = passthru_track(*dptr, on, bytes, PASSTHRU_ORDERED, free_and_wait, &o);
@@ -335,19 +337,23 @@ GPUCAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
   if (rc == CUDA_SUCCESS && pool && poolProps) {
     const CUmemLocation *loc = &poolProps->location;
     if (loc->type == CU_MEM_LOCATION_TYPE_DEVICE && loc->id >= 0 && loc->id < GPUCAP_MAX_DEVICES) {
-      learn_pool(*pool, loc->id);
+      ordered_learn(*pool, loc->id);
     } else if (loc->type == CU_MEM_LOCATION_TYPE_HOST ||
                loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
                loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
-      learn_pool(*pool, HOST_POOL);
+      ordered_learn(*pool, ORDERED_HOST);
     }
   }
   return rc;
 }
 
-/* In a fork child: forget which stream-ordered pool is on which device. */
-static void fork_child(void) {
-  pthread_mutex_init(&pools_lock, NULL);
-  npools = 0;
+GPUCAP_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  HOOK_PROLOGUE(real.cuMemPoolDestroy);
+  CUresult rc = real.cuMemPoolDestroy(pool);
+  if (rc == CUDA_SUCCESS) {
+    /* The driver released what the pool held unused; its live blocks stay until freed. */
+    passthru_pool_gone(pool);
+    ordered_forget(pool);
+  }
+  return rc;
 }
-FORK_CHILD(fork_child)

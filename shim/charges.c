@@ -146,12 +146,12 @@ void charges_drop_context(charges_t *c, CUcontext ctx,
   }
 }
 
-void charges_each(charges_t *c, void (*fn)(uint64_t key, const charge_t *e, void *arg), void *arg) {
+void charges_update(charges_t *c, void (*fn)(charge_t *e, void *arg), void *arg) {
   pthread_mutex_lock(&c->lock);
   for (uint64_t i = 0; c->map.slots && i <= c->map.mask; i++) {
     addrmap_slot_t *s = &c->map.slots[i];
     if (s->key != ADDRMAP_EMPTY) {
-      fn(s->key, &((struct charge_entry *)s->val)->c, arg);
+      fn(&((struct charge_entry *)s->val)->c, arg);
     }
   }
   pthread_mutex_unlock(&c->lock);

@@ -74,9 +74,10 @@ void charges_drop(charges_t *c, bool (*match)(const charge_t *e, const void *arg
 /* charges_drop of the entries made in ctx (ctx not NULL). */
 void charges_drop_context(charges_t *c, CUcontext ctx, void (*fn)(uint64_t key, const charge_t *e));
 
-/* Calls fn(key, entry, arg) for every entry under the lock: fn must not call back into c or
- * the driver. O(entries). */
-void charges_each(charges_t *c, void (*fn)(uint64_t key, const charge_t *e, void *arg), void *arg);
+/* Calls fn(entry, arg) for every entry under the lock; fn may change the entry's fields in place
+ * (a hold in progress settles with what it finds then) and must not call back into c or the
+ * driver. O(entries). */
+void charges_update(charges_t *c, void (*fn)(charge_t *e, void *arg), void *arg);
 
 /* fork() support, in the child only: forget every entry (the child holds no device memory)
  * with a fresh lock. Nothing is held across fork, so another thread of the parent may have

@@ -10,6 +10,7 @@
 #include "shim/fork.h"
 #include "shim/ledger.h"
 #include "shim/log.h"
+#include "shim/ordered.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -332,6 +333,7 @@ void ctx_destroyed(CUcontext handle) {
 
 void ctx_device_reset(int dev) {
   passthru_drop_ordered(dev);
+  ordered_reset(dev);
   pending_drop_device(dev);
 }
 

@@ -54,10 +54,23 @@ CUresult ctx_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t 
 
 /* Charges `bytes` of memory the pools do not serve (pass-through, stream-ordered, managed, VMM,
  * arrays, graphs) to dev iff that stays within the cap, as passthru_admit does, and, before
- * giving up, releases the wholly free regions of every pool on dev (their deferred frees
- * settled first): the program freed that memory, and this allocation must not fail for want of
- * it. Returns true iff charged; false for dev < 0. The caller holds no context's lock. */
+ * giving up, gives back the idle memory of dev (ctx_relieve): the program freed that memory,
+ * and this allocation must not fail for want of it. Returns true iff charged; false for
+ * dev < 0. The caller holds no context's lock. */
 bool ctx_admit(int dev, uint64_t bytes);
+
+/* Gives back device dev's idle memory of every kind gpucap can reach: the wholly free regions
+ * (or units) of every pool on dev, their deferred frees settled first; the charges of
+ * stream-ordered frees the streams have reached (waited for); what the driver's stream-ordered
+ * pools hold unused (shim/ordered.h). Returns true iff any came back. The caller holds no
+ * context's lock. */
+bool ctx_relieve(int dev);
+
+/* After the driver answered rc to an allocation on device dev: true iff rc is
+ * CUDA_ERROR_OUT_OF_MEMORY and ctx_relieve gave memory back, so that the caller asks the driver
+ * once more (the cap did not refuse, the device did: memory gpucap or the driver's pools hold
+ * idle must not make the program's allocation fail). The caller holds no context's lock. */
+bool ctx_retry(int dev, CUresult rc);
 
 /* Moves a charge of `admitted` bytes on dev to `exact` once the driver said what it used:
  * admits the difference (as ctx_admit) or returns it. Returns false, with the whole charge

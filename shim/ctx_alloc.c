@@ -14,6 +14,7 @@
 #include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/oom.h"
+#include "shim/ordered.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -173,14 +174,25 @@ static void answer_asks(void) {
   }
 }
 
+bool ctx_relieve(int dev) {
+  uint64_t released = trim(dev);
+  bool waited = pending_wait(dev);
+  released += ordered_relieve(dev);
+  return released > 0 || waited;
+}
+
+bool ctx_retry(int dev, CUresult rc) {
+  return rc == CUDA_ERROR_OUT_OF_MEMORY && dev >= 0 && ctx_relieve(dev);
+}
+
 bool ctx_admit(int dev, uint64_t bytes) {
   answer_asks();
   if (passthru_admit(dev, bytes)) {
     return true;
   }
-  /* Regions the pools hold that nothing is allocated in: the program freed that memory, and
-   * this allocation must not fail for want of it. */
-  return dev >= 0 && trim(dev) > 0 && cap_charge(dev, bytes);
+  /* Memory the program freed into a pool, or the driver's pools keep: this allocation must not
+   * fail for want of it. */
+  return dev >= 0 && ctx_relieve(dev) && cap_charge(dev, bytes);
 }
 
 bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
@@ -340,6 +352,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
         pthread_mutex_unlock(&c->lock);
         uint64_t released = trim_others(c);
         bool waited = pending_wait(c->dev);
+        released += ordered_relieve(c->dev);
         pthread_mutex_lock(&c->lock);
         if (!c->pool.bfc || released > 0 || waited) {
           continue; /* retry, or (context destroyed meanwhile) let the driver answer above */

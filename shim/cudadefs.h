@@ -536,6 +536,19 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool);
+typedef enum CUmemPool_attribute_enum {
+  CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+  CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+  CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+  CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+  CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+  CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+  CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
+} CUmemPool_attribute;
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
 
 /* Stream capture, graphs and graph memory. */
 

@@ -12,6 +12,7 @@
 #include "shim/ipc.h"
 #include "shim/ledger.h"
 #include "shim/log.h"
+#include "shim/ordered.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -46,6 +47,9 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
+  if (ctx_retry(dev, rc)) {
+    rc = real.cuMemAlloc_v2(dptr, bytesize);
+  }
   return passthru_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, PASSTHRU_CONTEXT,
                          free_v2, NULL);
 }
@@ -62,6 +66,9 @@ GPUCAP_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
     return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc(dptr, bytesize);
+  if (ctx_retry(dev, rc)) {
+    rc = real.cuMemAlloc(dptr, bytesize);
+  }
   return passthru_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, PASSTHRU_CONTEXT,
                          free_v1, NULL);
 }
@@ -97,6 +104,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
+    ordered_refresh(dev);
     ledger_measure_driver(dev, f, t, cap_used(dev));
     cap_view(dev, ctx_idle_bytes(dev), t, &f, &t);
     *freeBytes = (size_t)f;
@@ -113,6 +121,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *total
   if (rc == CUDA_SUCCESS && (rc = cap_current_device(&dev)) == CUDA_SUCCESS) {
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
+    ordered_refresh(dev);
     /* The device's size comes from the 64-bit query, never from this clamped one. */
     cap_view(dev, ctx_idle_bytes(dev), 0, &f, &t);
     *freeBytes = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
@@ -216,6 +225,9 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
     return passthru_refuse(dev, lower);
   }
   rc = pitch_call(legacy, dptr, pitch, width, height, elem, &ptr, &row);
+  if (ctx_retry(dev, rc)) {
+    rc = pitch_call(legacy, dptr, pitch, width, height, elem, &ptr, &row);
+  }
   if (rc != CUDA_SUCCESS) {
     cap_credit(dev, lower);
     return rc;

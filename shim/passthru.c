@@ -49,10 +49,14 @@ static void forget_block(uint64_t ptr, const charge_t *e, uint64_t ticket) {
   trace_fill(ticket, TRACE_FREE, e->dev, ptr, e->bytes, e->bytes, e->lib);
 }
 
+uint64_t passthru_charge_of(const charge_t *e) {
+  return e->kind == PASSTHRU_IN_POOL ? 0 : e->bytes;
+}
+
 /* Returns a tracked block's charge once the driver no longer has it. */
 static void credit_block(uint64_t ptr, const charge_t *e) {
   forget_block(ptr, e, trace_ticket());
-  cap_credit(e->dev, e->bytes);
+  cap_credit(e->dev, passthru_charge_of(e));
 }
 
 static void credit_array(uint64_t handle, const charge_t *e) {
@@ -61,9 +65,15 @@ static void credit_array(uint64_t handle, const charge_t *e) {
   cap_credit(e->dev, e->bytes);
 }
 
-CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
-                        passthru_free_fn driver_free, void *arg) {
-  charge_t e = {.bytes = bytes, .ctx = NULL, .dev = dev, .kind = (int)kind, .lib = ledger_caller()},
+/* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block). */
+static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind, uint64_t aux,
+                      passthru_free_fn driver_free, void *arg) {
+  charge_t e = {.bytes = bytes,
+                .aux = aux,
+                .ctx = NULL,
+                .dev = dev,
+                .kind = (int)kind,
+                .lib = ledger_caller()},
            old;
   if (kind == PASSTHRU_CONTEXT) {
     real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
@@ -71,7 +81,7 @@ CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kin
   int put = charges_put(&blocks, ptr, &e, &old);
   if (put < 0) {
     driver_free(ptr, arg);
-    cap_credit(dev, bytes);
+    cap_credit(dev, passthru_charge_of(&e));
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -83,6 +93,41 @@ CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kin
   trace_note(TRACE_ALLOC, dev, ptr, bytes, bytes, e.lib);
   trace_poll();
   return CUDA_SUCCESS;
+}
+
+CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
+                        passthru_free_fn driver_free, void *arg) {
+  return track(ptr, dev, bytes, kind, 0, driver_free, arg);
+}
+
+CUresult passthru_track_in_pool(uint64_t ptr, int dev, uint64_t bytes, CUmemoryPool pool,
+                                passthru_free_fn driver_free, void *arg) {
+  return track(ptr, dev, bytes, PASSTHRU_IN_POOL, (uint64_t)(uintptr_t)pool, driver_free, arg);
+}
+
+/* A block of a destroyed pool takes its own charge (passthru_pool_gone). */
+struct gone {
+  uint64_t pool;
+  uint64_t added[GPUCAP_MAX_DEVICES];
+};
+
+static void own_charge(charge_t *e, void *arg) {
+  struct gone *g = arg;
+  if (e->kind == PASSTHRU_IN_POOL && e->aux == g->pool) {
+    e->kind = PASSTHRU_ORDERED;
+    e->aux = 0;
+    g->added[e->dev] += e->bytes;
+  }
+}
+
+void passthru_pool_gone(CUmemoryPool pool) {
+  struct gone g = {.pool = (uint64_t)(uintptr_t)pool};
+  charges_update(&blocks, own_charge, &g);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    if (g.added[dev] > 0) {
+      cap_add(dev, g.added[dev]);
+    }
+  }
 }
 
 CUresult passthru_current_device(int *dev) {
@@ -160,7 +205,7 @@ CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void 
     if (after) {
       after(&e, arg);
     } else {
-      cap_credit(e.dev, e.bytes);
+      cap_credit(e.dev, passthru_charge_of(&e));
     }
   } else {
     trace_fill(ticket, TRACE_NONE, -1, 0, 0, 0, -1);
@@ -198,7 +243,8 @@ static bool made_in(const charge_t *e, const void *ctx) {
 }
 
 static bool ordered_on(const charge_t *e, const void *dev) {
-  return e->kind == PASSTHRU_ORDERED && e->dev == *(const int *)dev;
+  return (e->kind == PASSTHRU_ORDERED || e->kind == PASSTHRU_IN_POOL) &&
+         e->dev == *(const int *)dev;
 }
 
 void passthru_drop_context(CUcontext ctx) {

@@ -36,8 +36,10 @@ bool passthru_prepare(bool args_ok, int *dev, CUresult *rc);
 bool passthru_admit(int dev, uint64_t bytes);
 
 /* What a tracked block belongs to: the context it was made in (freed with it), or, for
- * stream-ordered memory, no context (freed with its device's primary context). */
-enum passthru_kind { PASSTHRU_CONTEXT = 0, PASSTHRU_ORDERED = 1 };
+ * stream-ordered memory, no context (freed with its device's primary context). A block of a
+ * driver's pool that gpucap charges as a whole (shim/ordered.h) carries no charge of its own:
+ * it is recorded for the counters, the ledger and the trace only. */
+enum passthru_kind { PASSTHRU_CONTEXT = 0, PASSTHRU_ORDERED = 1, PASSTHRU_IN_POOL = 2 };
 
 /* Finishes an admitted allocation with the driver's answer rc: returns the charge and rc on
  * failure, else tracks the block at ptr (passthru_track). */
@@ -51,15 +53,30 @@ CUresult passthru_refuse(int dev, uint64_t bytes);
 /* passthru_refuse on behalf of library lib (the ledger's index: LEDGER_GRAPHS for a graph's). */
 CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib);
 
-/* Records a block the driver just handed out under a charge of `bytes` to dev. If the host
- * cannot record it, frees it with driver_free(ptr, arg), returns the charge and answers
- * CUDA_ERROR_OUT_OF_MEMORY; else CUDA_SUCCESS. An address still recorded was freed in a way
- * gpucap did not see (the driver hands out only free addresses): its charge returns. */
+/* Records a block the driver just handed out under a charge of `bytes` to dev (none for
+ * PASSTHRU_IN_POOL). If the host cannot record it, frees it with driver_free(ptr, arg), returns
+ * the charge and answers CUDA_ERROR_OUT_OF_MEMORY; else CUDA_SUCCESS. An address still recorded was
+ * freed in a way gpucap did not see (the driver hands out only free addresses): its charge returns.
+ */
 CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
                         passthru_free_fn driver_free, void *arg);
 
-/* What becomes of a freed block's charge: NULL credits it at once; a function takes it over
- * (a stream-ordered free: shim/pending.h) with the block's record and `arg`. */
+/* The bytes a block's record carries as its own charge: none for PASSTHRU_IN_POOL. */
+uint64_t passthru_charge_of(const charge_t *e);
+
+/* passthru_track of a block of `pool`, a driver's pool charged as a whole (PASSTHRU_IN_POOL). */
+CUresult passthru_track_in_pool(uint64_t ptr, int dev, uint64_t bytes, CUmemoryPool pool,
+                                passthru_free_fn driver_free, void *arg);
+
+/* The driver destroyed `pool` while blocks of it were live: they stay allocated (the driver
+ * releases their memory as they are freed), so each takes a charge of its own bytes from now
+ * on, as a block of a pool charged block by block (PASSTHRU_ORDERED). Call it before the
+ * pool's own charge returns (ordered_forget). */
+void passthru_pool_gone(CUmemoryPool pool);
+
+/* What becomes of a freed block's charge (passthru_charge_of): NULL credits it at once; a
+ * function takes it over (a stream-ordered free: shim/pending.h) with the block's record and
+ * `arg`. */
 typedef void (*passthru_after_fn)(const charge_t *e, void *arg);
 
 /* Frees ptr through driver_free(ptr, arg) whatever it is (an unknown pointer gets the driver's

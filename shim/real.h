@@ -33,6 +33,8 @@ struct real_fns {
   X(cuDeviceGetCount)                                                                              \
   X(cuDeviceGetDefaultMemPool)                                                                     \
   X(cuDeviceGetMemPool)                                                                            \
+  X(cuMemPoolGetAttribute)                                                                         \
+  X(cuMemPoolTrimTo)                                                                               \
   X(cuStreamGetCtx)                                                                                \
   X(cuStreamSynchronize)                                                                           \
   X(cuEventCreate)                                                                                 \

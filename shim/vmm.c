@@ -70,6 +70,9 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
     return passthru_refuse(dev, bytesize);
   }
   CUresult rc = real.cuMemAllocManaged(dptr, bytesize, flags);
+  if (ctx_retry(dev, rc)) {
+    rc = real.cuMemAllocManaged(dptr, bytesize, flags);
+  }
   return passthru_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, PASSTHRU_CONTEXT,
                          free_managed, NULL);
 }
@@ -169,6 +172,9 @@ GPUCAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     return uninit ? q : passthru_refuse(dev, size);
   }
   CUresult rc = real.cuMemCreate(handle, size, prop, flags);
+  if (ctx_retry(dev, rc)) {
+    rc = real.cuMemCreate(handle, size, prop, flags);
+  }
   if (rc != CUDA_SUCCESS) {
     cap_credit(dev, size);
     return rc;

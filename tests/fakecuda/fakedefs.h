@@ -121,7 +121,6 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
                                          CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                               CUstream hStream);
-CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
 CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
 CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p);
@@ -168,23 +167,10 @@ CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us,
 CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
                                        CUstream hStream);
 
-/* Memory pools. */
-typedef enum CUmemPool_attribute_enum {
-  CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
-  CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
-  CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
-  CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
-  CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
-  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
-  CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
-  CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
-} CUmemPool_attribute;
-
+/* Memory pools (the attributes and their query: shim/cudadefs.h). */
 #define CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS 0x2
 
-CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool);
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
-CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
 CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool,
                                     CUmemLocation *location);

@@ -3,7 +3,8 @@ sees it, and an over-size allocation that must raise CuPy's own error (EXPECT_OO
 "None": the allocation succeeds; "-": the mode's usual error). CUPY_MODE selects the
 allocator: pool (CuPy's default memory pool), async (CuPy's stream-ordered pool,
 cudaMallocAsync), none (every array a cudaMalloc) or managed (a memory pool over
-cudaMallocManaged: every array is managed memory)."""
+cudaMallocManaged: every array is managed memory). mixed: the default pool and the
+stream-ordered pool taking turns (mixed_pools below) instead of the over-size allocation."""
 import os
 
 import cupy as cp
@@ -29,6 +30,46 @@ check.ok(b.shape == (1 << 16,), "element-wise kernels and a reduction")
 if mode == "managed":
     kind = cp.cuda.runtime.pointerGetAttributes(b.data.ptr).type
     check.ok(kind == cp.cuda.runtime.memoryTypeManaged, f"arrays are managed memory ({kind})")
+
+
+def mixed_pools():
+    """CuPy's two pools in turn, each taking 70 % of the memory the program sees after the other
+    freed it: the default pool's blocks freed with free_all_blocks (cudaFree), then 30 % with
+    the stream-ordered pool, which must be served; then 70 % stream-ordered, freed (the driver's
+    pool keeps it: MemoryAsyncPool sets the release threshold to the maximum), then 70 % from
+    the default pool. EXPECT_OOM names the error of that last step ("None": served)."""
+    big = total // 10 * 7
+    x = cp.empty(big, dtype=cp.uint8)
+    x = None
+    pool.free_all_blocks()
+    apool = cp.cuda.MemoryAsyncPool()
+    with cp.cuda.using_allocator(apool.malloc):
+        y = cp.empty(total // 10 * 3, dtype=cp.uint8)
+        cp.cuda.Device(0).synchronize()
+        check.ok(y.size == total // 10 * 3, "30 % stream-ordered after the default pool's 70 % was freed")
+        y = None
+        y = cp.empty(big, dtype=cp.uint8)
+        y.fill(1)
+        y = None
+        cp.cuda.Device(0).synchronize()
+    raised = None
+    try:
+        x = cp.empty(big, dtype=cp.uint8)
+        x.fill(2)
+        cp.cuda.Device(0).synchronize()
+    except Exception as e:
+        raised = type(e).__name__
+    want = os.environ.get("EXPECT_OOM", "None")
+    check.ok(str(raised) == want, f"70 % from the default pool after the stream-ordered pool kept 70 %: {raised}")
+    x = None
+    pool.free_all_blocks()
+    apool.free_all_blocks()
+
+
+if mode == "mixed":
+    mixed_pools()
+    check.done()
+
 expect = os.environ.get("EXPECT_OOM", "-")
 if expect == "-":
     expect = "CUDARuntimeError" if mode == "none" else "OutOfMemoryError"

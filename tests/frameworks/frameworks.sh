@@ -11,8 +11,9 @@
 
 venv=${FRAMEWORKS_VENV:-}
 py="$venv/bin/python"
-rows="torch-caching torch-no-caching torch-async torch-expandable cupy-pool cupy-async cupy-none
-  cupy-managed numba cuda-python"
+rows="torch-caching torch-no-caching torch-async torch-expandable torch-graph torch-graph-uncapped
+  cupy-pool cupy-async cupy-none
+  cupy-managed cupy-mixed-uncapped cupy-mixed numba cuda-python"
 if [ -z "$venv" ] || [ ! -f "$venv/.complete" ]; then
   why="frameworks not installed: run 'make frameworks'"
   [ -n "$venv" ] && [ -f "$venv.failed" ] && why="$(head -n 1 "$venv.failed")"
@@ -38,7 +39,8 @@ run_workload() {
   )
 }
 
-# row NAME CAP EXPECT_OOM SCRIPT [VAR=VALUE...]: the workload without and with gpucap.
+# row NAME CAP EXPECT_OOM SCRIPT [VAR=VALUE...]: the workload without and with gpucap (CAP
+# "none": gpucap without a cap).
 # EXPECT_OOM may be WITHOUT|WITH when the answers differ (a documented rule).
 # DRIVER_CALL=NAME among the settings: the fake driver must also have served NAME (the path the
 # row is about). LIBRARY=NAME: gpucap's per-library ledger must name NAME as holding memory.
@@ -54,15 +56,16 @@ row() {
   for shim in without with; do
     stats="$WORK/$name.$shim.json"
     report="$WORK/$name.$shim.report.json"
-    total=$device
-    [ $shim = with ] && total=$cap
+    total=$device limit=$cap
+    [ $cap = none ] && limit=""
+    [ $shim = with ] && [ $cap != none ] && total=$cap
     expect_oom=$oom
     case $oom in
     *"|"*) if [ $shim = with ]; then expect_oom=${oom#*|}; else expect_oom=${oom%%|*}; fi ;;
     esac
     tap_program "$name, $shim gpucap: the workload's own checks" \
       run_workload $shim "$script" "$@" EXPECT_TOTAL=$total EXPECT_OOM=$expect_oom FAKECUDA_MEMORY=4GiB \
-      FAKECUDA_STATS="$stats" GPUCAP_MEMORY_LIMIT=$cap GPUCAP_REPORT=off \
+      FAKECUDA_STATS="$stats" GPUCAP_MEMORY_LIMIT=$limit GPUCAP_REPORT=off \
       GPUCAP_REPORT_JSON="$report"
     peak=$(grep -o '"peak_bytes": [0-9]*' "$stats" 2>/dev/null | head -n 1 | sed 's/.*: //')
     ok "$([ -n "$peak" ] && [ "$peak" -le "$total" ]; echo $?)" \
@@ -101,6 +104,10 @@ row torch-async $((1 << 30)) OutOfMemoryError torch_workload.py \
 # that grows and shrinks; PyTorch asks NVML for fabric support first.
 row torch-expandable $((1 << 30)) OutOfMemoryError torch_workload.py \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True DRIVER_CALL=cuMemCreate
+# Warm up, then capture a training step as a CUDA graph and replay it: torch.cuda.graph()
+# frees PyTorch's cache just before the capture allocates new segments. With a cap and without.
+row torch-graph $((1 << 30)) OutOfMemoryError torch_graph_workload.py DRIVER_CALL=cuGraphLaunch
+row torch-graph-uncapped none OutOfMemoryError torch_graph_workload.py
 case "${SAN_PRELOAD:-}" in
 *libasan*)
   # NVRTC loads its builtins with RTLD_DEEPBIND, which AddressSanitizer refuses.
@@ -108,6 +115,8 @@ case "${SAN_PRELOAD:-}" in
   skip "framework row cupy-async" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-none" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-managed" "CuPy compiles with NVRTC, which cannot load under ASan"
+  skip "framework row cupy-mixed-uncapped" "CuPy compiles with NVRTC, which cannot load under ASan"
+  skip "framework row cupy-mixed" "CuPy compiles with NVRTC, which cannot load under ASan"
   ;;
 *)
   row cupy-pool $((256 << 20)) - cupy_workload.py CUPY_MODE=pool \
@@ -118,6 +127,13 @@ case "${SAN_PRELOAD:-}" in
   # gpucap, oversubscribed without (the driver pages it).
   row cupy-managed $((256 << 20)) "None|OutOfMemoryError" cupy_workload.py CUPY_MODE=managed \
     DRIVER_CALL=cuMemAllocManaged
+  # The default pool and the stream-ordered pool in turn (cupy_workload.py's mixed_pools):
+  # with no cap, what one freed serves the other (the driver's refusal makes gpucap give its
+  # idle memory back); under the cap, what the stream-ordered pool keeps is charged and trimmed
+  # for the default pool (the fake's peak stays within the cap). The bare fake keeps the driver
+  # pool's memory and refuses the last step.
+  row cupy-mixed-uncapped none "OutOfMemoryError|None" cupy_workload.py CUPY_MODE=mixed
+  row cupy-mixed $((256 << 20)) "OutOfMemoryError|None" cupy_workload.py CUPY_MODE=mixed
   ;;
 esac
 row numba $((256 << 20)) - numba_workload.py FAKECUDA_BACKING=1

@@ -172,6 +172,14 @@ int capops_init(const uint64_t cap[CAPOPS_DEVICES], bool with_backing) {
       return -1;
     }
   }
+  /* Device 0's default stream-ordered pool keeps what is freed into it (CuPy's MemoryAsyncPool
+   * sets this), device 1's gives it back at each synchronisation (the driver's default). */
+  CUmemoryPool pool;
+  cuuint64_t keep = UINT64_MAX;
+  if (cuDeviceGetDefaultMemPool(&pool, 0) != CUDA_SUCCESS ||
+      cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep) != CUDA_SUCCESS) {
+    return -1;
+  }
   return 0;
 }
 

@@ -4,7 +4,8 @@
  * over the fake driver, with gpucap in front of it.
  *
  * Families: pooled cuMemAlloc_v2 (pass-through with GPUCAP_POOL=off), cuMemAllocPitch_v2,
- * stream-ordered memory (own stream, another device's pool, another device's stream), managed,
+ * stream-ordered memory (own stream, another device's pool, another device's stream; device 0's
+ * default pool keeps the memory freed into it, device 1's releases it), managed,
  * VMM (create, map, set access, release at once; sometimes retained again), CUDA arrays, graph
  * memory (a captured stream-ordered allocation and its free, launched: the graph pool keeps
  * it until the executable graph is destroyed or the pool trimmed). Frees
