@@ -62,14 +62,14 @@ bool ctx_admit(int dev, uint64_t bytes);
 /* Gives back device dev's idle memory of every kind gpucap can reach: the wholly free regions
  * (or units) of every pool on dev, their deferred frees settled first; the charges of
  * stream-ordered frees the streams have reached (waited for); what the driver's stream-ordered
- * pools hold unused (shim/ordered.h). Returns true iff any came back. The caller holds no
- * context's lock. */
-bool ctx_relieve(int dev);
+ * pools hold unused (shim/ordered.h). The caller holds no context's lock. */
+void ctx_relieve(int dev);
 
 /* After the driver answered rc to an allocation on device dev: true iff rc is
- * CUDA_ERROR_OUT_OF_MEMORY and ctx_relieve gave memory back, so that the caller asks the driver
- * once more (the cap did not refuse, the device did: memory gpucap or the driver's pools hold
- * idle must not make the program's allocation fail). The caller holds no context's lock. */
+ * CUDA_ERROR_OUT_OF_MEMORY, after giving idle memory back (ctx_relieve), so that the caller asks
+ * the driver once more (the cap did not refuse, the device did: memory gpucap or the driver's
+ * pools hold idle must not make the program's allocation fail; another thread's relief counts
+ * too). The caller holds no context's lock. */
 bool ctx_retry(int dev, CUresult rc);
 
 /* Moves a charge of `admitted` bytes on dev to `exact` once the driver said what it used:

@@ -174,15 +174,19 @@ static void answer_asks(void) {
   }
 }
 
-bool ctx_relieve(int dev) {
-  uint64_t released = trim(dev);
-  bool waited = pending_wait(dev);
-  released += ordered_relieve(dev);
-  return released > 0 || waited;
+void ctx_relieve(int dev) {
+  trim(dev);
+  pending_wait(dev);
+  ordered_relieve(dev);
 }
 
 bool ctx_retry(int dev, CUresult rc) {
-  return rc == CUDA_ERROR_OUT_OF_MEMORY && dev >= 0 && ctx_relieve(dev);
+  if (rc != CUDA_ERROR_OUT_OF_MEMORY || dev < 0) {
+    return false;
+  }
+  /* Asked again even when this call gave nothing back: another thread's relief may have. */
+  ctx_relieve(dev);
+  return true;
 }
 
 bool ctx_admit(int dev, uint64_t bytes) {
@@ -191,8 +195,13 @@ bool ctx_admit(int dev, uint64_t bytes) {
     return true;
   }
   /* Memory the program freed into a pool, or the driver's pools keep: this allocation must not
-   * fail for want of it. */
-  return dev >= 0 && ctx_relieve(dev) && cap_charge(dev, bytes);
+   * fail for want of it. The charge is tried again even when this call gave nothing back:
+   * another thread's relief, under way when this one began, may have made the room. */
+  if (dev < 0) {
+    return false;
+  }
+  ctx_relieve(dev);
+  return cap_charge(dev, bytes);
 }
 
 bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
@@ -350,13 +359,13 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
          * about to return: give those back and try once more. */
         trimmed_others = true;
         pthread_mutex_unlock(&c->lock);
-        uint64_t released = trim_others(c);
-        bool waited = pending_wait(c->dev);
-        released += ordered_relieve(c->dev);
+        trim_others(c);
+        pending_wait(c->dev);
+        ordered_relieve(c->dev);
         pthread_mutex_lock(&c->lock);
-        if (!c->pool.bfc || released > 0 || waited) {
-          continue; /* retry, or (context destroyed meanwhile) let the driver answer above */
-        }
+        /* Retry once whatever this thread gave back (another thread's relief may have made
+         * the room), or (context destroyed meanwhile) let the driver answer above. */
+        continue;
       }
       if (err != -EAGAIN || tries >= 16 || !can_sync) {
         break;

@@ -1,7 +1,7 @@
 /* ordered: the driver's stream-ordered pools beside gpucap's own, over the fake driver (linked
  * with -lcuda), with gpucap preloaded. Prints TAP; tests/integ/ordered.sh judges the cap from
  * outside with the fake's own per-device peak.
- * usage: ordered retained|uncapped|destroyed|spare|threads
+ * usage: ordered retained|uncapped|destroyed|spare|threads|race
  *   retained   (64 MiB cap) the default pool keeps what is freed into it (release threshold at
  *              its maximum, as CuPy's MemoryAsyncPool sets): 44 MiB allocated, freed and
  *              synchronised, then 44 MiB with cuMemAlloc_v2
@@ -11,6 +11,11 @@
  *   spare      (64 MiB cap) a pool that keeps 40 MiB freed serves 40 MiB again without growing
  *   threads    (64 MiB cap) four threads allocating from the retaining default pool, one with
  *              cuMemAlloc_v2, all refused or served, none with another answer
+ *   race       (64 MiB cap) the cap filled through gpucap's pool and freed, then six threads
+ *              each taking a small pooled block and a small stream-ordered (or managed) one at
+ *              once, 30 times over each: the pool's idle memory comes back for every thread,
+ *              none is refused (one thread's relief must serve the others that found nothing
+ *              left to give; run with latency on cuMemRelease to widen the window)
  */
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -151,12 +156,63 @@ static void *churn(void *arg) {
   }
   for (int k = 0; k < 6; k++) {
     if (held[k]) {
-      t->odd += (t->sync_alloc ? cuMemFree_v2(held[k]) : cuMemFreeAsync(held[k], t->s)) !=
-                CUDA_SUCCESS;
+      t->odd +=
+          (t->sync_alloc ? cuMemFree_v2(held[k]) : cuMemFreeAsync(held[k], t->s)) != CUDA_SUCCESS;
     }
   }
   cuStreamSynchronize(t->s);
   return NULL;
+}
+
+static int race_refused;
+static bool race_managed; /* the second block managed instead of stream-ordered */
+static pthread_mutex_t race_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *racer(void *arg) {
+  long id = (long)(intptr_t)arg;
+  cuCtxSetCurrent(ctx);
+  for (int r = 0; r < 40; r++) {
+    size_t n = 512 + (size_t)((id * 7919 + r * 104729) % 7680);
+    CUdeviceptr p = 0, q = 0;
+    CUresult a = cuMemAlloc_v2(&p, n);
+    CUresult b = race_managed ? cuMemAllocManaged(&q, n, CU_MEM_ATTACH_GLOBAL)
+                              : cuMemAllocAsync(&q, n, CU_STREAM_PER_THREAD);
+    if (a != CUDA_SUCCESS || b != CUDA_SUCCESS) {
+      pthread_mutex_lock(&race_lock);
+      race_refused++;
+      pthread_mutex_unlock(&race_lock);
+    }
+    if (b == CUDA_SUCCESS) {
+      race_managed ? cuMemFree_v2(q) : cuMemFreeAsync(q, CU_STREAM_PER_THREAD);
+    }
+    cuStreamSynchronize(CU_STREAM_PER_THREAD);
+    if (a == CUDA_SUCCESS) {
+      cuMemFree_v2(p);
+    }
+  }
+  return NULL;
+}
+
+static void race_mode(void) {
+  for (int round = 0; round < 60; round++) {
+    race_managed = round >= 30;
+    CUdeviceptr b[16];
+    int n = 0;
+    while (n < 16 && cuMemAlloc_v2(&b[n], 4 * MiB) == CUDA_SUCCESS) {
+      n++;
+    }
+    for (int i = 0; i < n; i++) {
+      cuMemFree_v2(b[i]);
+    }
+    pthread_t t[6];
+    for (long i = 0; i < 6; i++) {
+      pthread_create(&t[i], NULL, racer, (void *)(intptr_t)i);
+    }
+    for (int i = 0; i < 6; i++) {
+      pthread_join(t[i], NULL);
+    }
+  }
+  TAP_EQ(race_refused, 0, "60 rounds of six threads after a fill to the cap: nothing refused");
 }
 
 static void threads_mode(void) {
@@ -206,6 +262,8 @@ int main(int argc, char **argv) {
     spare_mode(s);
   } else if (strcmp(mode, "threads") == 0) {
     threads_mode();
+  } else if (strcmp(mode, "race") == 0) {
+    race_mode();
   } else {
     tap_ok(false, "unknown mode '%s'", mode);
   }
