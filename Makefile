@@ -98,6 +98,7 @@ include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
 include tests/frameworks/frameworks.mk
 include tests/real/real.mk
+include tests/gpu/gpu.mk
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
