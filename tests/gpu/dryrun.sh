@@ -5,6 +5,7 @@
 # that caps nothing preloaded in gpucap's place the cap checks must fail, and a cap lowered below
 # what a run held must fail the judge. Trimmed for time: the static runtime's rows only, one
 # framework row, a shorter hold and invariant (`make gpu-check GPU_CHECK_DRIVER=fake` runs all).
+# Last, `make gpu-bench GPU_CHECK_DRIVER=fake` with few calls, for its tables.
 . "$TOP/tests/gpu/kit.sh"
 . "$TOP/tests/reliability/rlib.sh"
 
@@ -82,4 +83,21 @@ like "$verdict" "not ok [0-9]+ - hold, judged against 16 MiB: the device's used 
   "  and on the device's"
 verdict=$(judge "hold, judged against 64 MiB" "$out/runs/hold/capped.json" 64MiB 1 1)
 unlike "$verdict" "not ok" "  the same run judged against its own cap passes"
+# ---- gpu-bench over the fake: every table filled ----
+GPU_CHECK_DRIVER=fake GPU_BENCH_OUT="$WORK/bench" GPU_BENCH_N=200 GPU_BENCH_RUNS=1 \
+  GPU_CHECK_PYTHON=/nonexistent bash "$TOP/tests/gpu/bench.sh" > "$WORK/bench.out" 2>&1
+is $? 0 "gpu-bench ran over the fake driver"
+bench_md="$WORK/bench/bench.md"
+like "$(grep -c '^| [0-9]* [KM]iB | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* |$' "$bench_md")" \
+  '^3$' "  the driver's pair against gpucap's pooled and pass-through pairs, at three sizes"
+like "$(grep -c '^| [0-9]* MiB | \(bare\|capped\)\( | [0-9.]*\)\{7\} |$' "$bench_md")" '^4$' \
+  "  every VMM step timed, bare and under gpucap, at two sizes"
+grep -q '^| cuMemGetInfo_v2 | [0-9.]* | [0-9.]* | ' "$bench_md"
+ok $? "  cuMemGetInfo_v2 bare and through its hook"
+grep -Eq '^Spilled pair: (skipped: this gpucap has no spill setting|.* ns)' "$bench_md"
+ok $? "  the spilled pair measured, or a line saying this gpucap has no spill setting"
+grep -q '^PyTorch training step: skipped: no Python with torch' "$bench_md"
+ok $? "  the training step skipped, saying why, without torch"
+grep -q '"what":"vmm"' "$WORK/bench/bench.json"
+ok $? "  bench.json holds the figures"
 done_testing

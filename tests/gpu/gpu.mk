@@ -11,6 +11,7 @@ GPU_BIN := $(BUILD)/tests/gpu
 GPU_TOOLS := $(GPU_BIN)/gpuwatch $(GPU_BIN)/gpuhold $(GPU_BIN)/libnocap.so
 GPU_CHECK_DRIVER ?= real
 GPU_CHECK_OUT ?= $(BUILD)/gpu-check
+GPU_BENCH_OUT ?= $(BUILD)/gpu-bench
 
 # The watcher loads both libraries with dlopen(): nothing linked.
 $(GPU_BIN)/gpuwatch: $(BUILD)/obj/$(GPU_DIR)/gpuwatch.o
@@ -33,7 +34,11 @@ $(GPU_BIN)/libnocap.so:
 TEST_DEPS += $(GPU_TOOLS)
 TEST_SCRIPTS += $(GPU_DIR)/dryrun.sh
 
-.PHONY: gpu-check
+.PHONY: gpu-check gpu-bench
 gpu-check: all
 	$(Q)env $(TEST_ENV) GPU_CHECK_DRIVER=$(GPU_CHECK_DRIVER) \
 	  GPU_CHECK_OUT=$(abspath $(GPU_CHECK_OUT)) bash $(GPU_DIR)/check.sh
+
+gpu-bench: all
+	$(Q)env $(TEST_ENV) GPU_CHECK_DRIVER=$(GPU_CHECK_DRIVER) \
+	  GPU_BENCH_OUT=$(abspath $(GPU_BENCH_OUT)) bash $(GPU_DIR)/bench.sh

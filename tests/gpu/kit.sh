@@ -126,7 +126,9 @@ judge() {
     [ "$peak" -le $((cap + tol)) ] || st=1
     [ "$d" != 0 ] || [ "$n" -gt 0 ] || st=1
     kit_check "$st" "$name: NVML's per-process figure within the cap (device $d)" \
-      "$([ "$n" -gt 0 ] || echo "NVML listed no process of the run on device $d")" \
+      "$([ "$n" -gt 0 ] || echo "NVML listed no process of the run on device $d, and" \
+        "$(grep '"kind": "foreign"' "$file" | grep -c "\"device\": $d,") others" \
+        "(another pid namespace, or a run too short to be seen?)")" \
       nvml_peak_bytes="$peak" cap_bytes="$cap" tolerance_bytes="$tol" processes="$n" \
       contexts="$contexts" "${end[@]}" samples="$(json_num "$file" samples)" \
       max_gap_us="$(json_num "$file" max_gap_us)"
