@@ -41,7 +41,7 @@ hb() {
   line=$(env LD_PRELOAD="$pre" RUNS="$RUNS" GPUCAP_REPORT=off "$@" "$BENCH" "$what" "$n" \
     "$bytes" 2> "$KIT_OUT/hookbench.err")
   [ -n "$line" ] || return 0
-  printf '{"config": %s, %s\n' "$(jstr "$how $* $what $bytes")" "${line#\{}" >> "$results"
+  printf '{"config": %s, %s\n' "$(jstr "$how${*:+ $*} $what $bytes")" "${line#\{}" >> "$results"
   printf '%s\n' "$line" | sed -n 's/.*"ns":\([0-9.]*\).*/\1/p'
 }
 
