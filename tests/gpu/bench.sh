@@ -142,14 +142,8 @@ else
 fi
 
 # ---- One PyTorch training step ----
-py=${GPU_CHECK_PYTHON:-}
-if [ -z "$py" ]; then
-  if [ -n "${FRAMEWORKS_VENV:-}" ] && [ -f "$FRAMEWORKS_VENV/.complete" ]; then
-    py="$FRAMEWORKS_VENV/bin/python"
-  else
-    py=$(command -v python3 || true)
-  fi
-fi
+kit_python
+py=$KIT_PY
 echo >> "$KIT_OUT/bench.md"
 if [ -n "${SAN_PRELOAD:-}" ] || [ -z "$py" ] || ! "$py" -c "import torch" > /dev/null 2>&1; then
   echo "PyTorch training step: skipped: no Python with torch (GPU_CHECK_PYTHON, FRAMEWORKS_VENV)." >> "$KIT_OUT/bench.md"

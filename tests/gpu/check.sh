@@ -136,24 +136,12 @@ capfacts_ok() {
 # FAMILY, static and shared runtime, bare (beside the ballast) and under gpucap, judged as the
 # header says. mem, teardown and leaks are the fake's and are not used here.
 row() {
-  local family=$1 cap=64MiB ndev=1 procs=1 pool=on opt kind capfacts="" knowns=""
+  local family=$1 cap mem ndev procs teardown leaks pool capfacts knowns kind
   shift
-  for opt in "$@"; do
-    case $opt in
-    cap=*) cap=${opt#cap=} ;;
-    devices=*) ndev=${opt#devices=} ;;
-    procs=*) procs=${opt#procs=} ;;
-    pool=*) pool=${opt#pool=} ;;
-    capfact=*) capfacts="$capfacts ${opt#capfact=}" ;;
-    known=*) knowns="$knowns
-${opt#known=}" ;;
-    esac
-  done
+  row_options "$@"
   local group="row $family"
   [ "$pool" = on ] || group="$group pool=$pool"
   kit_wanted "$group" || return 0
-  known_re=$(printf '%s\n' "$knowns" | sed -n 's/^\([a-z0-9_]*\):.*/\1/p' | paste -sd '|' -)
-  known_re=${known_re:-^$}
   for kind in $KIT_KINDS; do
     local bin="$REAL/${family}_$kind" d="$KIT_OUT/runs/$family.$pool.$kind"
     local name="$family ($kind runtime)"
@@ -208,14 +196,7 @@ ${opt#known=}" ;;
 }
 
 # ---- The framework rows whose environment is installed (tests/frameworks). ----
-KIT_PY=${GPU_CHECK_PYTHON:-}
-if [ -z "$KIT_PY" ]; then
-  if [ -n "${FRAMEWORKS_VENV:-}" ] && [ -f "$FRAMEWORKS_VENV/.complete" ]; then
-    KIT_PY="$FRAMEWORKS_VENV/bin/python"
-  else
-    KIT_PY=$(command -v python3 || true)
-  fi
-fi
+kit_python
 
 # framework NAME MODULE CAP EXPECT_OOM SCRIPT [VAR=VALUE...]: the workload of tests/frameworks
 # (it checks itself that it sees the device or the cap, that its framework raises its own

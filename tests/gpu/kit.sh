@@ -276,6 +276,18 @@ kit_todo() {
   kit_record todo "$name" "$why" holds="$([ "$holds" = 0 ] && echo true || echo false)" "$@"
 }
 
+# kit_python: KIT_PY, the Python of the framework rows and the training step: GPU_CHECK_PYTHON,
+# else the frameworks' environment when complete (FRAMEWORKS_VENV), else python3 (maybe none).
+kit_python() {
+  KIT_PY=${GPU_CHECK_PYTHON:-}
+  [ -z "$KIT_PY" ] || return 0
+  if [ -n "${FRAMEWORKS_VENV:-}" ] && [ -f "$FRAMEWORKS_VENV/.complete" ]; then
+    KIT_PY="$FRAMEWORKS_VENV/bin/python"
+  else
+    KIT_PY=$(command -v python3 || true)
+  fi
+}
+
 # kit_time_left: whether GPU_CHECK_DEADLINE (if set) is still ahead.
 kit_time_left() {
   [ -z "${GPU_CHECK_DEADLINE:-}" ] || [ "$(date +%s)" -lt "$GPU_CHECK_DEADLINE" ]
