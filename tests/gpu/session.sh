@@ -4,7 +4,8 @@
 #   bash tests/gpu/session.sh          (from the repository's root; OUT=DIR for the results)
 #
 # builds gpucap there (gcc and make; the programs of tests/real too when nvcc is found, in
-# CUDA_HOME, /usr/local/cuda or on PATH; without them if their build fails), then runs
+# CUDA_HOME, /usr/local/cuda or on PATH; make -k, so a program that does not build with that
+# toolkit is only missing, its row skipped), then runs
 # `make gpu-bench` and `make gpu-check` within a time budget (SESSION_SECONDS, default 480: the
 # check starts no new group after its deadline, so its report is always written), and leaves in
 # OUT (default build/gpu-session): gpu-check/ (report.md, report.json, every run's output and
@@ -59,13 +60,20 @@ say "python with torch: ${GPU_CHECK_PYTHON:-none (framework rows and the trainin
 
 # ---- Build ----
 t=$(date +%s)
-if timeout 240 make -j"$jobs" all >> "$OUT/build.log" 2>&1; then
+if timeout 240 make -k -j"$jobs" all >> "$OUT/build.log" 2>&1; then
   say "built in $(($(date +%s) - t)) s"
-elif timeout 180 make -j"$jobs" all NVCC= >> "$OUT/build.log" 2>&1; then
-  say "built without the nvcc programs (their build failed: build.log) in $(($(date +%s) - t)) s"
 else
-  say "the build failed: $(tail -n 5 "$OUT/build.log")"
-  exit 1
+  missing=""
+  for f in build/libgpucap.so build/gpucap build/tests/gpu/gpuwatch build/tests/gpu/gpuhold \
+    build/tests/hookbench build/tests/reliability/invariant build/tests/reliability/capholes; do
+    [ -e "$f" ] || missing="$missing $f"
+  done
+  if [ -n "$missing" ]; then
+    say "the build failed:$missing missing; $(grep -m 3 -i 'error' "$OUT/build.log" | tr '\n' ' ')"
+    exit 1
+  fi
+  say "built in $(($(date +%s) - t)) s, but not everything: $(grep -c 'Error [0-9]' "$OUT/build.log")" \
+    "targets failed (build.log: $(grep -m 1 ' error' "$OUT/build.log")); their checks are skipped"
 fi
 
 # ---- Bench, then check (the check writes its report by its deadline) ----
