@@ -66,10 +66,10 @@ echo "# a bare process's context: $(mib "${KIT_CTX[0]}") on device 0;" \
   "granularity $(mib "${KIT_GRAN[0]}")"
 
 # ---- The oracle's own test: what a process took, NVML and cuMemGetInfo must see. ----
-# gpuhold takes 256 MiB in 8 MiB blocks and holds them for GPU_CHECK_HOLD_MS: bare, both figures must show
-# at least that (the oracle is not blind) and at most that plus a context and a unit; under a
-# 64 MiB cap it must get at most the cap, and the oracle must see what it got and no more than
-# the cap plus the tolerance.
+# gpuhold takes 256 MiB in 8 MiB blocks and holds them for GPU_CHECK_HOLD_MS: bare, both figures
+# must show at least that (the oracle is not blind) and at most that plus a context and a unit;
+# under a 64 MiB cap it must get at most the cap, and the oracle must see what it got and no more
+# than the cap plus the tolerance.
 hold_check() {
   local d="$KIT_OUT/runs/hold" took peak rise tol
   mkdir -p "$d"
