@@ -10,6 +10,9 @@
 #   make quick        the fast loop: the tests of this configuration but the framework rows
 #   make demo         run the bundled workload under a cap over the fake driver
 #   make bench        replay the bundled traces through the pool and print the results table
+#   make gpu-check    prove the cap on the GPU at hand, judged through NVML from outside, with a
+#                     report (GPU_CHECK_DRIVER=fake: the same over the fake driver)
+#   make gpu-bench    the driver's calls against gpucap's on the GPU at hand
 #   make format       clang-format every tracked .c and .h file in place
 #   make format-check fail on any file clang-format would change (CI runs it)
 #   make lint         the shim's include layers (scripts/layers.sh) and clang-tidy (.clang-tidy),
@@ -98,6 +101,7 @@ include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
 include tests/frameworks/frameworks.mk
 include tests/real/real.mk
+include tests/gpu/gpu.mk
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	$(call say,CC,$@)

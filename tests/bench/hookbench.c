@@ -10,10 +10,16 @@
  *   hookbench cudart N BYTES   N cudaMalloc + cudaFree pairs through NVIDIA's shared runtime
  *                              (dlopened: libcudart.so from LD_LIBRARY_PATH): the ledger looks
  *                              past the runtime for the caller. Exits 3 when there is none
+ *   hookbench vmm N BYTES      N rounds of virtual memory management on device 0, each step
+ *                              timed on its own: cuMemCreate of BYTES (rounded up to the
+ *                              granularity), cuMemAddressReserve, cuMemMap, cuMemSetAccess,
+ *                              cuMemUnmap, cuMemAddressFree, cuMemRelease (`make gpu-bench`)
  *
- * Each figure is the median of RUNS timed rounds (default 11) after one warm-up round.
+ * Each figure is the median of RUNS timed rounds (default 11) after one warm-up round; vmm
+ * prints each step's median and least per-call time.
  */
 #include "shim/cudadefs.h"
+#include "tests/pinned.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -65,9 +71,86 @@ static double round_of(const char *what, long n, size_t bytes) {
   return (now_ns() - t0) / (double)n;
 }
 
+enum { VMM_STEPS = 7 };
+static const char *const vmm_names[VMM_STEPS] = {"create", "reserve",   "map",    "access",
+                                                 "unmap",  "unreserve", "release"};
+
+/* One round of n VMM sequences of bytes; t[step] gets ns per call of each step. -1 on a failed
+ * call. */
+static double vmm_round(long n, size_t bytes, double t[VMM_STEPS]) {
+  CUmemAllocationProp prop = pinned_prop(0);
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  for (int s = 0; s < VMM_STEPS; s++) {
+    t[s] = 0;
+  }
+  for (long i = 0; i < n; i++) {
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    double t0 = now_ns();
+    CUresult rc = cuMemCreate(&h, bytes, &prop, 0);
+    double t1 = now_ns();
+    rc = rc ? rc : cuMemAddressReserve(&va, bytes, 0, 0, 0);
+    double t2 = now_ns();
+    rc = rc ? rc : cuMemMap(va, bytes, 0, h, 0);
+    double t3 = now_ns();
+    rc = rc ? rc : cuMemSetAccess(va, bytes, &access, 1);
+    double t4 = now_ns();
+    rc = rc ? rc : cuMemUnmap(va, bytes);
+    double t5 = now_ns();
+    rc = rc ? rc : cuMemAddressFree(va, bytes);
+    double t6 = now_ns();
+    rc = rc ? rc : cuMemRelease(h);
+    double t7 = now_ns();
+    if (rc != CUDA_SUCCESS) {
+      return -1;
+    }
+    double at[VMM_STEPS + 1] = {t0, t1, t2, t3, t4, t5, t6, t7};
+    for (int s = 0; s < VMM_STEPS; s++) {
+      t[s] += at[s + 1] - at[s];
+    }
+  }
+  for (int s = 0; s < VMM_STEPS; s++) {
+    t[s] /= (double)n;
+  }
+  return 0;
+}
+
+/* hookbench vmm: each step's median and least ns per call over the rounds. */
+static int vmm(long n, size_t bytes, int runs) {
+  size_t gran = 0;
+  CUmemAllocationProp prop = pinned_prop(0);
+  if (cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) || gran == 0) {
+    fprintf(stderr, "hookbench: no VMM granularity\n");
+    return 1;
+  }
+  bytes = (bytes + gran - 1) / gran * gran;
+  double t[101][VMM_STEPS], warm[VMM_STEPS];
+  if (vmm_round(n, bytes, warm) < 0) {
+    fprintf(stderr, "hookbench: a VMM call failed\n");
+    return 1;
+  }
+  for (int r = 0; r < runs; r++) {
+    if (vmm_round(n, bytes, t[r]) < 0) {
+      fprintf(stderr, "hookbench: a VMM call failed\n");
+      return 1;
+    }
+  }
+  printf("{\"what\":\"vmm\",\"n\":%ld,\"bytes\":%zu", n, bytes);
+  for (int s = 0; s < VMM_STEPS; s++) {
+    double col[101];
+    for (int r = 0; r < runs; r++) {
+      col[r] = t[r][s];
+    }
+    qsort(col, (size_t)runs, sizeof col[0], cmp);
+    printf(",\"%s_ns\":%.1f,\"%s_ns_min\":%.1f", vmm_names[s], col[runs / 2], vmm_names[s], col[0]);
+  }
+  printf("}\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: hookbench pair|query|info|cudart N [BYTES]\n");
+    fprintf(stderr, "usage: hookbench pair|query|info|cudart|vmm N [BYTES]\n");
     return 2;
   }
   const char *what = argv[1];
@@ -90,6 +173,9 @@ int main(int argc, char **argv) {
       cuCtxSetCurrent(ctx)) {
     fprintf(stderr, "hookbench: setup failed\n");
     return 1;
+  }
+  if (strcmp(what, "vmm") == 0) {
+    return vmm(n, bytes, runs);
   }
   double t[101];
   round_of(what, n, bytes); /* warm: the pool's region, the call-site caches */

@@ -26,6 +26,7 @@
  * gpucap's at exit, as for the runtime), `lifelinked` is (-lcuda: gpucap's destructor first).
  */
 #include "shim/cudadefs.h"
+#include "tests/hold.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -213,6 +214,7 @@ int main(int argc, char **argv) {
       if (pid == 0) {
         load();
         churn((unsigned)getpid(), 2, 200, false);
+        test_hold(); /* its pool still mapped, for a watcher (tests/gpu/check.sh) */
         exit(0);
       }
       int status = 0;

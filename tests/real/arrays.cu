@@ -1,7 +1,8 @@
 /* CUDA arrays: cudaMallocArray, cudaMalloc3DArray and cudaMallocMipmappedArray, 2D and 3D copies
  * into and out of them with the bytes intact, their descriptors, arrays filled to the refusal
  * and an array larger than the device refused (gpucap charges what the driver's free memory
- * drops by; docs/design.md). */
+ * drops by; docs/design.md). The array larger than the device is 3D, in 64 MiB layers of
+ * 4096 x 4096 floats: within the extent limits of any device, however large its memory. */
 #include "tests/real/real.h"
 
 /* Arrays of 1024 floats a row, as many rows as bytes / 4 KiB. */
@@ -77,8 +78,10 @@ int main(void) {
 
   /* Arrays of 4 MiB (1024 x 1024 floats) filled to the refusal. */
   real_fill_with("array", 4 * MiB, total, array_alloc, array_free);
-  /* Rows of 32768 floats (128 KiB), more of them than the device holds. */
-  EXPECT("array_over_cap", cudaMallocArray(&a, &f4, 32768, total / (128 * 1024) + 64),
+  /* Layers of 64 MiB, more of them than the device holds. */
+  cudaArray_t big = NULL;
+  EXPECT("array_over_cap",
+         cudaMalloc3DArray(&big, &f4, make_cudaExtent(4096, 4096, total / (64 * MiB) + 1)),
          cudaErrorMemoryAllocation);
   EXPECT("array_last_error", cudaGetLastError(), cudaErrorMemoryAllocation);
   OK("array_goes_on", cudaMallocArray(&a, &f4, 64, 64));

@@ -3,7 +3,8 @@
  * keeping the memory between launches (the rest of the device stays usable beside it, what it
  * holds does not fit twice), cudaDeviceGraphMemTrim giving it back, a launch that does not fit
  * refused with the runtime's out-of-memory error and the program going on, and a graph built
- * by hand (cudaGraphAddMemAllocNode / cudaGraphAddMemFreeNode) uploaded ahead of its launch. */
+ * by hand (cudaGraphAddMemAllocNode / cudaGraphAddMemFreeNode) uploaded ahead of its launch.
+ * Sizes are parts of the memory free at the start (on a GPU, less than the total). */
 #include "tests/real/real.h"
 
 static unsigned long long graph_attr(cudaGraphMemAttributeType a) {
@@ -14,7 +15,7 @@ static unsigned long long graph_attr(cudaGraphMemAttributeType a) {
 
 int main(void) {
   size_t total = real_total("start");
-  const size_t big = total / 4 * 3, n = 2 * MiB;
+  const size_t room = real_room(), big = room / 4 * 3, n = 2 * MiB;
   cudaStream_t s;
   OK("stream", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   unsigned char *host;
@@ -42,13 +43,13 @@ int main(void) {
   CHECK("pool_holds_the_graph", graph_attr(cudaGraphMemAttrReservedMemCurrent) >= big);
   FACT("used_after_launches", "%llu", graph_attr(cudaGraphMemAttrUsedMemCurrent));
   void *q = NULL;
-  OK("malloc_beside_pool", real_malloc(&q, total / 8));
+  OK("malloc_beside_pool", real_malloc(&q, room / 8));
   OK("free_beside_pool", cudaFree(q));
-  EXPECT("malloc_over_pool", cudaMalloc(&q, total / 2), cudaErrorMemoryAllocation);
+  EXPECT("malloc_over_pool", cudaMalloc(&q, room / 2), cudaErrorMemoryAllocation);
   cudaGetLastError();
   OK("trim", cudaDeviceGraphMemTrim(0));
   FACT("reserved_after_trim", "%llu", graph_attr(cudaGraphMemAttrReservedMemCurrent));
-  OK("malloc_after_trim", real_malloc(&q, total / 2));
+  OK("malloc_after_trim", real_malloc(&q, room / 2));
   EXPECT("launch_refused", cudaGraphLaunch(e, s), cudaErrorMemoryAllocation);
   EXPECT("launch_refused_reported", cudaGetLastError(), cudaErrorMemoryAllocation);
   OK("free_after_refusal", cudaFree(q));
@@ -64,14 +65,14 @@ int main(void) {
   ap.poolProps.allocType = cudaMemAllocationTypePinned;
   ap.poolProps.location.type = cudaMemLocationTypeDevice;
   ap.poolProps.location.id = 0;
-  ap.bytesize = total / 2;
+  ap.bytesize = room / 2;
   cudaGraphNode_t an, fn;
   OK("graph_create", cudaGraphCreate(&g, 0));
   OK("add_alloc_node", cudaGraphAddMemAllocNode(&an, g, NULL, 0, &ap));
   OK("add_free_node", cudaGraphAddMemFreeNode(&fn, g, &an, 1, ap.dptr));
   OK("instantiate_by_hand", cudaGraphInstantiate(&e, g, 0));
   OK("upload", cudaGraphUpload(e, s));
-  CHECK("upload_maps", graph_attr(cudaGraphMemAttrReservedMemCurrent) >= total / 2);
+  CHECK("upload_maps", graph_attr(cudaGraphMemAttrReservedMemCurrent) >= room / 2);
   OK("launch_by_hand", cudaGraphLaunch(e, s));
   OK("launch_by_hand_sync", cudaStreamSynchronize(s));
   OK("exec_destroy_by_hand", cudaGraphExecDestroy(e));

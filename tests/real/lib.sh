@@ -70,25 +70,9 @@ failed() {
 # expectation: "both" (the fake driver or a library: fails with and without gpucap) or "gpucap"
 # (holds without gpucap, not under it: a gpucap bug).
 row() {
-  local family=$1 cap=64MiB mem=256MiB ndev=1 procs=1 teardown="" leaks="" pool=on kind opt
-  local capfacts="" knowns=""
+  local family=$1 cap mem ndev procs teardown leaks pool capfacts knowns kind
   shift
-  for opt in "$@"; do
-    case $opt in
-    cap=*) cap=${opt#cap=} ;;
-    mem=*) mem=${opt#mem=} ;;
-    devices=*) ndev=${opt#devices=} ;;
-    procs=*) procs=${opt#procs=} ;;
-    pool=*) pool=${opt#pool=} ;;
-    teardown=*) teardown=${opt#teardown=} ;;
-    leaks=*) leaks=${opt#leaks=} ;;
-    capfact=*) capfacts="$capfacts ${opt#capfact=}" ;;
-    known=*) knowns="$knowns
-${opt#known=}" ;;
-    esac
-  done
-  known_re=$(printf '%s\n' "$knowns" | sed -n 's/^\([a-z0-9_]*\):.*/\1/p' | paste -sd '|' -)
-  known_re=${known_re:-^$}
+  row_options "$@"
   for kind in static shared; do
     local bin="$REAL/${family}_$kind" d="$WORK/$family.$pool.$kind" name="$family ($kind runtime)"
     [ "$pool" = on ] || name="$family ($kind runtime, GPUCAP_POOL=$pool)"
@@ -112,6 +96,30 @@ ${opt#known=}" ;;
     check_fake "$name" "$d" "$procs" "$ndev" "$cap" "$teardown$leaks"
     check_agreement "$name" "$d" "$ndev" "$leaks" "$teardown"
   done
+}
+
+# row_options OPTION...: a row's options (above) into the caller's variables cap, mem, ndev,
+# procs, pool, teardown, leaks, capfacts and knowns (the caller declares them local), defaults
+# for the rest, and known_re: the names of the known expectations as one regular expression.
+row_options() {
+  local opt
+  cap=64MiB mem=256MiB ndev=1 procs=1 pool=on teardown="" leaks="" capfacts="" knowns=""
+  for opt in "$@"; do
+    case $opt in
+    cap=*) cap=${opt#cap=} ;;
+    mem=*) mem=${opt#mem=} ;;
+    devices=*) ndev=${opt#devices=} ;;
+    procs=*) procs=${opt#procs=} ;;
+    pool=*) pool=${opt#pool=} ;;
+    teardown=*) teardown=${opt#teardown=} ;;
+    leaks=*) leaks=${opt#leaks=} ;;
+    capfact=*) capfacts="$capfacts ${opt#capfact=}" ;;
+    known=*) knowns="$knowns
+${opt#known=}" ;;
+    esac
+  done
+  known_re=$(printf '%s\n' "$knowns" | sed -n 's/^\([a-z0-9_]*\):.*/\1/p' | paste -sd '|' -)
+  known_re=${known_re:-^$}
 }
 
 # Status 0, or 1 with only known expectations failing; no other expectation failed.

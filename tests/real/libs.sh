@@ -13,10 +13,6 @@ if [ ! -x "$REAL/malloc_static" ]; then
   exit 0
 fi
 
-row cublas cap=256MiB mem=1GiB leaks="cuBLAS keeps an allocation after a failed cublasCreate"
-row cufft cap=256MiB mem=1GiB
-row curand cap=256MiB mem=1GiB
-row cudnn cap=256MiB mem=1GiB
-# NCCL holds about 400 MiB for one rank (its buffers are VMM allocations of 2 MiB granularity).
-row nccl cap=512MiB mem=1GiB
+. "$TOP/tests/real/rows.sh"
+library_rows
 done_testing

@@ -2,20 +2,22 @@
  * with cudaErrorMemoryAllocation; the error is reported once by cudaGetLastError (and seen
  * before that by cudaPeekAtLastError), it is not sticky (synchronisation and later calls
  * succeed), and the program goes on: after freeing what it held, the allocation that failed
- * succeeds. */
+ * succeeds. Halves are of the memory free at the start (on a GPU the context holds some of the
+ * total). */
 #include "tests/real/real.h"
 
 int main(void) {
   size_t total = real_total("start");
+  size_t room = real_room();
   void *half = NULL, *rest = NULL;
-  OK("malloc_half", real_malloc(&half, total / 2));
-  EXPECT("malloc_rest_refused", cudaMalloc(&rest, total / 2 + 8 * MiB), cudaErrorMemoryAllocation);
+  OK("malloc_half", real_malloc(&half, room / 2));
+  EXPECT("malloc_rest_refused", cudaMalloc(&rest, room / 2 + 8 * MiB), cudaErrorMemoryAllocation);
   EXPECT("peek_sees_it", cudaPeekAtLastError(), cudaErrorMemoryAllocation);
   EXPECT("get_reports_it", cudaGetLastError(), cudaErrorMemoryAllocation);
   EXPECT("then_cleared", cudaGetLastError(), cudaSuccess);
   OK("not_sticky_sync", cudaDeviceSynchronize());
   OK("free_half", cudaFree(half));
-  OK("malloc_rest_after_free", real_malloc(&rest, total / 2 + 8 * MiB));
+  OK("malloc_rest_after_free", real_malloc(&rest, room / 2 + 8 * MiB));
   OK("free_rest", cudaFree(rest));
   /* Every kind of device allocation larger than the device. */
   void *p = NULL;

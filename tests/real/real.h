@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/hold.h"
+
 #define MiB ((size_t)1 << 20)
 
 static int real_failures;
@@ -116,6 +118,14 @@ static inline size_t real_total(const char *name) {
   return total_b;
 }
 
+/* The memory the program can still get (cudaMemGetInfo's free figure). On a real GPU it is less
+ * than the total from the start: the driver holds the context, other processes their memory. */
+static inline size_t real_room(void) {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return free_b;
+}
+
 /* Fills n bytes with a pattern derived from seed; checks it back. */
 static inline void real_pattern(unsigned char *buf, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; i++) {
@@ -153,7 +163,8 @@ static inline void real_over_cap(const char *name, size_t total) {
 /* Allocates chunks with alloc(&chunk, bytes) until it refuses one, then frees them all with
  * release: the number that fit depends on the memory given (printed as ~NAME_fill), the
  * refusal must be the runtime's out-of-memory error, and the chunks must never add up to more
- * than the total. Returns how many fit. */
+ * than the total. Before freeing them it holds still (test_hold): the moment a watcher outside
+ * must see. Returns how many fit. */
 typedef cudaError_t (*real_alloc_fn)(void **chunk, size_t bytes);
 typedef cudaError_t (*real_free_fn)(void *chunk);
 
@@ -173,6 +184,7 @@ static inline int real_fill_with(const char *name, size_t chunk, size_t total, r
   printf("~%s_fill=%d\n", name, n);
   snprintf(key, sizeof key, "%s_fill_within_total", name);
   real_check(key, n > 0 && (size_t)n * chunk <= total, "0 < chunks x size <= total");
+  test_hold();
   int freed = 0;
   for (int i = 0; i < n; i++) {
     freed += release(chunks[i]) == cudaSuccess;
@@ -232,7 +244,8 @@ static inline int real_status(const char *name, int got, int want, const char *t
 }
 
 /* Holds all the memory the device will give, in chunks of 4 MiB and then of 64 KiB, so that
- * any allocation of 64 KiB or more fails; returns how many chunks (at most max) it took. */
+ * any allocation of 64 KiB or more fails, and holds still (test_hold) once it has it; returns
+ * how many chunks (at most max) it took. */
 static inline int real_ballast(void **chunks, int max) {
   int n = 0;
   while (n < max && real_malloc(&chunks[n], 4 * MiB) == cudaSuccess) {
@@ -242,6 +255,7 @@ static inline int real_ballast(void **chunks, int max) {
     n++;
   }
   cudaGetLastError();
+  test_hold();
   return n;
 }
 
@@ -251,9 +265,12 @@ static inline void real_ballast_free(void **chunks, int n) {
   }
 }
 
-/* Ends main: every expectation held? */
+/* Ends main: every expectation held? Then, with TEST_HOLD_MS set (tests/hold.h), the program
+ * holds still, keeping what it still holds (its context, its modules, what its libraries keep),
+ * for a watcher outside to measure. */
 static inline int real_end(void) {
   printf("failures=%d\n", real_failures);
+  test_hold();
   return real_failures == 0 ? 0 : 1;
 }
 

@@ -10,24 +10,6 @@ if [ ! -x "$REAL/malloc_static" ]; then
   exit 0
 fi
 
-gpucap_bug="gpucap bug (reported)"
-row malloc
-row pitch
-row async
-row managed capfact='managed_reduces_free=0|1' \
-  capfact='managed_over_total=cudaSuccess|cudaErrorMemoryAllocation'
-row host
-row arrays
-row meminfo
-row meminfo pool=regions known="malloc_what_is_free:gpucap:$gpucap_bug: free memory that gpucap reports is not one allocatable piece when pool regions are partly used"
-row ptrattr
-row ipc procs=2 pool=regions # legacy IPC of pooled blocks: the region pool's
-row reset teardown="cudaDeviceReset frees what the program held"
-row devices devices=2 cap=0:64MiB,1:32MiB
-row threads
-row fork procs=2
-row oom
-row kernel
-row graphs
-row mixed
+. "$TOP/tests/real/rows.sh"
+program_rows
 done_testing

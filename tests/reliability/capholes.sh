@@ -10,7 +10,6 @@
 . "$TOP/tests/integ/lib.sh"
 . "$TOP/tests/reliability/rlib.sh"
 
-MiB=$((1 << 20))
 export GPUCAP_REPORT=off FAKECUDA_DEVICES=2
 
 # device_peak FILE ORDINAL: the fake's peak_bytes of one device.
@@ -19,7 +18,7 @@ device_peak() {
 }
 
 # scenario NAME CAP0 CAP1 [VAR=VALUE...]: runs one scenario with the settings given; a cap of
-# '-' is not checked.
+# '-' is not checked (the table: tests/reliability/holes.sh).
 scenario() {
   local name=$1 cap0=$2 cap1=$3 status
   shift 3
@@ -44,17 +43,6 @@ scenario() {
   done
 }
 
-cap=$((64 * MiB))
-scenario vmm $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario vmm-retain $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario vmm-self-import $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario pool-device - $cap GPUCAP_MEMORY_LIMIT=1:64MiB
-scenario stream-device - $cap GPUCAP_MEMORY_LIMIT=1:64MiB
-scenario no-context $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario ctx-destroy $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario primary-reset $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario pending-free $cap $cap GPUCAP_MEMORY_LIMIT=64MiB
-scenario pitch $cap $cap GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_POOL=off
-scenario getinfo-v1 - - GPUCAP_MEMORY_FRACTION=0.5
-scenario double-free $cap $cap GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_POOL=off
+. "$TOP/tests/reliability/holes.sh"
+hole_scenarios
 done_testing

@@ -58,6 +58,11 @@ typedef struct capops_stats {
 /* Each counter's name, as the invariant test prints it ("pooled", "VMM" for the families). */
 extern const char *const capops_names[CAPOPS_COUNTERS];
 
+/* Whether the driver is the fake, whose test hooks leave device work pending on a block and
+ * count the hazards of blocks handed out under pending work; a real driver has none, and then
+ * neither is done. */
+bool capops_fake_hooks(void);
+
 /* Initialises the driver (cuInit) and retains every device's primary context. caps[d] is
  * device d's cap in bytes (what get-info may show at most); backing: FAKECUDA_BACKING=1 is
  * set, so patterns can be checked. Returns 0, or -1 when the driver could not be set up.

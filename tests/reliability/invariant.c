@@ -93,7 +93,12 @@ int main(int argc, char **argv) {
   TAP_EQ(workers, threads, "%d workers, each with a context on both devices", threads);
   tap_ok(n[CAPOPS_ERRORS] == 0, "every answer was success or, for an allocation, OUT_OF_MEMORY%s%s",
          first ? ": first exception: " : "", first ? first : "");
-  TAP_EQ(n[CAPOPS_HAZARDS], 0, "no block was handed out with device work still pending on it");
+  if (capops_fake_hooks()) {
+    TAP_EQ(n[CAPOPS_HAZARDS], 0, "no block was handed out with device work still pending on it");
+  } else {
+    tap_skip("no block was handed out with device work still pending on it",
+             "only the fake driver leaves work pending and counts hazards");
+  }
   TAP_EQ(n[CAPOPS_CORRUPT], 0, "no pattern changed between its write and its free (%llu checked)",
          n[CAPOPS_CHECKED]);
   TAP_EQ(n[CAPOPS_OVER], 0, "get-info never showed more than the cap");
