@@ -10,7 +10,9 @@
  * program call the fake's call counter of NAME tells
  * whether the injected failure fired inside it (in the driver call the program made, or in a
  * call gpucap made on its behalf). Rules, per program call:
- *   - the failed call was the program's own: the program must see CODE;
+ *   - the failed call was the program's own: the program must see CODE, except that an
+ *     allocation the driver refused for memory (CUDA_ERROR_OUT_OF_MEMORY) may succeed: gpucap
+ *     gives back what its pools hold idle and asks the driver once more;
  *   - it was gpucap's, inside the program call: CODE, or success when gpucap could still give a
  *     correct answer (whose correctness the end-of-run checks and the get-info bounds verify),
  *     never a different error;
@@ -112,7 +114,8 @@ static CUresult judge(const char *api, enum kind kind, CUresult rc) {
   }
   int oom_ok = kind == K_ALLOC && rc == CUDA_ERROR_OUT_OF_MEMORY &&
                (fault_code == CUDA_ERROR_OUT_OF_MEMORY || reclaim_call(fault_name));
-  if (own) {
+  int retried = kind == K_ALLOC && fault_code == CUDA_ERROR_OUT_OF_MEMORY && rc == CUDA_SUCCESS;
+  if (own && !retried) {
     complain(api, rc, hit, "the program's own driver call failed but it saw another answer");
   } else if (rc != CUDA_SUCCESS && !oom_ok) {
     complain(api, rc, hit, "gpucap replaced the driver's error with another one");
