@@ -152,10 +152,11 @@ static int set_option(settings_t *s, const struct runopt *o, const char *value) 
   return 0;
 }
 
-enum { PARSED, PARSED_HELP, PARSED_VERSION, PARSE_ERROR };
+enum { PARSED, PARSED_HELP, PARSED_VERSION, PARSE_USAGE, PARSE_BAD };
 
 /* Matches argv[*i] against one option; returns 1 when it matched and was recorded, 0 when it
- * is another argument, -1 on an error (printed). */
+ * is another argument, -1 on a usage error (a missing value, a value for a flag), -2 on a bad
+ * setting (printed). */
 static int match_option(int argc, char **argv, int *i, settings_t *s, const struct runopt *o) {
   const char *a = argv[*i];
   const char *value = o->fixed != NULL ? o->fixed : "";
@@ -173,7 +174,7 @@ static int match_option(int argc, char **argv, int *i, settings_t *s, const stru
     }
     return 0;
   }
-  return set_option(s, o, value) == 0 ? 1 : -1;
+  return set_option(s, o, value) == 0 ? 1 : -2;
 }
 
 /* Reads options from argv[1..]. For run (`command` not NULL) they end at the first word that is
@@ -193,7 +194,7 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
       if (*command >= argc) {
         cli_error("run: no command after '--'; usage: gpucap run [OPTIONS] [--] COMMAND "
                   "[ARGS...]");
-        return PARSE_ERROR;
+        return PARSE_USAGE;
       }
       return PARSED;
     }
@@ -202,7 +203,7 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
       matched = match_option(argc, argv, &i, s, &runopts[k]);
     }
     if (matched < 0) {
-      return PARSE_ERROR;
+      return matched == -1 ? PARSE_USAGE : PARSE_BAD;
     }
     if (matched > 0) {
       continue;
@@ -212,11 +213,11 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
     } else {
       cli_error("%s: unexpected argument '%s'; see gpucap %s --help", sub, a, sub);
     }
-    return PARSE_ERROR;
+    return PARSE_USAGE;
   }
   if (command != NULL) {
     cli_error("run: no command; usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]");
-    return PARSE_ERROR;
+    return PARSE_USAGE;
   }
   return PARSED;
 }
@@ -318,8 +319,10 @@ static void run_usage(void) {
         "GPUCAP_LIB, when set, names the library to preload; by default it is found next to\n"
         "gpucap ($PREFIX/lib/gpucap/libgpucap.so for $PREFIX/bin/gpucap).\n"
         "\n"
-        "Exit status: COMMAND's; 125 when gpucap refuses to start it (a bad option or setting,\n"
-        "a check above), 126 when COMMAND cannot be executed, 127 when it is not found.\n"
+        "Exit status: COMMAND's; 125 when gpucap refuses to start it (a usage error such as an\n"
+        "unknown option, a bad setting, a check above: run's own failures are never 2, which\n"
+        "a program may exit with), 126 when COMMAND cannot be executed, 127 when it is not\n"
+        "found.\n"
         "\n"
         "Example: gpucap run --limit 8GiB --json run.json python train.py\n",
         stdout);
@@ -337,9 +340,9 @@ static void env_usage(void) {
         stdout);
   print_options();
   fputs("\n"
-        "Exit status: 0 when every setting is valid; 125 when one is not, when a GPUCAP_\n"
+        "Exit status: 0 when every setting is valid; 125 when one is not, or when a GPUCAP_\n"
         "variable is not a setting (the message is printed on stderr, as gpucap run would\n"
-        "print it), or on a usage error.\n",
+        "print it); 2 on a usage error.\n",
         stdout);
 }
 
@@ -354,7 +357,11 @@ static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
   case PARSED_VERSION:
     cli_print_version();
     return CLI_OK;
-  case PARSE_ERROR:
+  case PARSE_USAGE:
+    /* run's status is otherwise its command's (a Python program's usage error is 2 too): every
+     * refusal of its own is 125, as env(1) and timeout(1) have it. */
+    return command != NULL ? CLI_ERROR : CLI_USAGE;
+  case PARSE_BAD:
     return CLI_ERROR;
   default:
     return -1;

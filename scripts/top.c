@@ -245,8 +245,11 @@ int top_main(int argc, char **argv) {
   const char *only = NULL, *interval_s = NULL, *count_s = NULL;
   for (int i = 1; i < argc; i++) {
     const char *v;
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    if (cli_is_help(argv[i])) {
       fputs(usage_text, stdout);
+      return CLI_OK;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      cli_print_version();
       return CLI_OK;
     } else if (strcmp(argv[i], "--once") == 0) {
       once = true;

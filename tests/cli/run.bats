@@ -385,7 +385,7 @@ GPUCAP_TRACE=./t.csv" ]
   status_is 127
 }
 
-@test "no command" {
+@test "no command: 125, as every failure of run's own" {
   run --separate-stderr grun --limit 1GiB
   status_is 125
   err_has "run: no command; usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
@@ -418,7 +418,7 @@ GPUCAP_TRACE=./t.csv" ]
   status_is 126
 }
 
-@test "an unknown option, a missing value, a value for a flag: 125" {
+@test "an unknown option, a missing value, a value for a flag: 125, never the 2 a program exits with" {
   run --separate-stderr grun --limt 1GiB -- true
   status_is 125
   err_has "run: unknown option '--limt'; see gpucap run --help"
@@ -434,7 +434,7 @@ GPUCAP_TRACE=./t.csv" ]
   run "$GPUCAP" run --help
   status_is 0
   has "Usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
-  has "125 when gpucap refuses to start it"
+  has "125 when gpucap refuses to start it (a usage error"
   for o in --limit --fraction --device-limit --growth --preallocate --report --json --trace \
       --quiet --allow-uncapped --help --version; do
     has " $o"
