@@ -13,6 +13,7 @@
 #include "scripts/run.h"
 
 #include "config/cfg.h"
+#include "core/report.h"
 #include "scripts/cli.h"
 #include "scripts/driver.h"
 #include "scripts/outpath.h"
@@ -40,7 +41,7 @@ static const struct runopt {
   const char *doc;
 } runopts[] = {
     {"--limit", "SIZE", CFG_OPT_MEMORY_LIMIT, NULL,
-     "cap on every device: 8GiB, 8Gi, 512MiB, 1.5GiB, bytes"},
+     "cap on every device: 8GiB, 8Gi, 512MiB, 1.5GiB; bytes from 1 MiB"},
     {"--fraction", "F", CFG_OPT_MEMORY_FRACTION, NULL,
      "cap as a share of each device's memory: 0.5 or 50%"},
     {"--device-limit", "LIST", CFG_OPT_MEMORY_LIMIT, NULL,
@@ -425,14 +426,35 @@ static void ordinals(uint64_t mask, char *buf, size_t len) {
   }
 }
 
-/* Per-device caps that name devices the program will not see: refused when a device it does
- * see then gets no cap (a numbering mistake: the cap meant for it went elsewhere), a warning
- * when every device it sees is capped anyway (one job script for machines of different sizes). */
+/* Warns about each of the `count` devices whose cap is above its memory. */
+static void warn_oversize(const settings_t *s, const cfg_t *cfg, int count) {
+  for (int i = 0; i < count; i++) {
+    uint64_t v = 0, total = 0;
+    if (cfg_devvals_get(&cfg->limit, i, &v) && driver_device_total(i, &total) == 0 && total > 0 &&
+        cfg_device_cap(cfg, i, total) > total) {
+      char want[REPORT_SIZE_MAX], has[REPORT_SIZE_MAX];
+      report_format_size(v, want, sizeof want);
+      report_format_size(total, has, sizeof has);
+      cli_warn("run: the cap of device %d (%s, from %s) is more than its %s: the device's memory "
+               "is the only limit there",
+               i, want, origin(s, CFG_OPT_MEMORY_LIMIT), has);
+    }
+  }
+}
+
+/* Per-device caps, checked against the devices the program will see (the driver is asked only
+ * for them): a cap above a device's memory is a warning; caps naming devices the program will
+ * not see are refused when a device it does see then gets no cap (a numbering mistake: the cap
+ * meant for it went elsewhere), a warning when every device it sees is capped anyway (one job
+ * script for machines of different sizes). */
 static int check_devices(const settings_t *s, const cfg_t *cfg) {
   uint64_t named = cfg->limit.mask | cfg->fraction.mask;
   int count = 0;
-  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= GPUCAP_MAX_DEVICES ||
-      (named >> count) == 0) {
+  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= GPUCAP_MAX_DEVICES) {
+    return 0;
+  }
+  warn_oversize(s, cfg, count);
+  if ((named >> count) == 0) {
     return 0;
   }
   uint64_t capped = 0;

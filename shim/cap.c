@@ -5,6 +5,7 @@
  */
 #include "shim/cap.h"
 
+#include "core/report.h"
 #include "shim/check.h"
 #include "shim/fork.h"
 #include "shim/log.h"
@@ -21,6 +22,7 @@ struct device_cap {
   _Atomic uint64_t used;
   _Atomic uint64_t limit; /* valid once `ready` */
   atomic_bool ready;
+  atomic_bool warned; /* the cap above the device's memory was said */
 };
 
 static struct device_cap devices[GPUCAP_MAX_DEVICES];
@@ -60,6 +62,16 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     physical_total = total;
   }
   uint64_t limit = settings_valid() ? cfg_device_cap(settings_get(), dev, physical_total) : 0;
+  if (limit != CAP_NONE && physical_total > 0 && limit > physical_total &&
+      !atomic_exchange_explicit(&c->warned, true, memory_order_relaxed)) {
+    char want[REPORT_SIZE_MAX], has[REPORT_SIZE_MAX];
+    report_format_size(limit, want, sizeof want);
+    report_format_size(physical_total, has, sizeof has);
+    log_msg(LOG_WARN,
+            "device %d: the cap (%s) is more than the device's %s: the device's memory is the only "
+            "limit there",
+            dev, want, has);
+  }
   limit = share_limit(dev, limit, physical_total); /* a shared budget's, when one is named */
   runinfo_learn(dev); /* the device's first use: what the exit report will say about it */
   atomic_store_explicit(&c->limit, limit, memory_order_relaxed);

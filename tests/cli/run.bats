@@ -255,6 +255,44 @@ GPUCAP_TRACE=./t.csv" ]
   [ -z "$output" ]
 }
 
+@test "a size without a unit under 1 MiB is refused, asking for a unit; bytes from 1 MiB are taken" {
+  for v in 8 512 1048575; do
+    run --separate-stderr grun --limit "$v" -- touch ran
+    status_is 125
+    err_has "GPUCAP_MEMORY_LIMIT='$v': '$v' has no unit, and $v bytes cannot be meant; write a unit ('${v}GiB', '${v}MiB'), or bytes from 1048576 (1 MiB) up"
+    [ ! -e ran ]
+  done
+  run --separate-stderr grun --device-limit 0=16 -- touch ran
+  status_is 125
+  err_has "device 0: '16' has no unit"
+  run --separate-stderr grun --share x --min 64 -- touch ran
+  status_is 125
+  err_has "GPUCAP_SHARE_MIN='64': '64' has no unit"
+  run --separate-stderr grun_leaks --limit 1073741824 -- "$WORKLOAD"
+  status_is 0
+  has "total     1024 MiB"
+}
+
+@test "a cap above the device's memory: one warning from the library at the device's first use" {
+  run --separate-stderr grun_leaks --limit 20TiB -- "$WORKLOAD"
+  status_is 0
+  [ "$(grep -c 'more than' <<<"$stderr")" -eq 1 ]
+  err_has "gpucap: warning: device 0: the cap (20.0 TiB) is more than the device's 16.0 GiB: the device's memory is the only limit there"
+  # A program that never uses CUDA hears nothing of it.
+  run --separate-stderr grun --limit 20TiB -- true
+  status_is 0
+  [ -z "$stderr" ]
+}
+
+@test "a per-device cap above the device's memory: gpucap run warns before the program starts" {
+  run --separate-stderr grun --device-limit 0=20TiB -- sh -c 'echo started >&2'
+  status_is 0
+  [ "${stderr%%$'\n'*}" = "gpucap: warning: run: the cap of device 0 (20.0 TiB, from --device-limit) is more than its 16.0 GiB: the device's memory is the only limit there" ]
+  run --separate-stderr grun --device-limit 0=8GiB -- true
+  status_is 0
+  [ -z "$stderr" ]
+}
+
 @test "a bad environment setting stops the run too, naming the variable" {
   export GPUCAP_POOL=of
   run --separate-stderr grun -- touch ran

@@ -180,7 +180,7 @@ static bool ref_size(span_t s, uint64_t *out) {
     return false;
   }
   u128 bytes = (v.whole << shift) + (((u128)v.frac << shift) / pow10u(v.nfrac));
-  if (bytes == 0 || bytes > UINT64_MAX) {
+  if (bytes == 0 || bytes > UINT64_MAX || (u.n == 0 && bytes < CFG_BARE_MIN)) {
     return false;
   }
   *out = (uint64_t)bytes;
