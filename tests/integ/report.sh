@@ -61,6 +61,24 @@ wait $pid
 [ -s "$WORK/report.$pid.json" ] && [ -s "$WORK/trace.$pid.csv" ]
 ok $? "%p in GPUCAP_REPORT_JSON and GPUCAP_TRACE becomes the process id"
 
+# Two processes of one job naming one file: the later writer says it replaces the other's
+# report, and how to keep both (%p); a file from before it started is replaced in silence.
+probe="$TESTBIN/fakecuda_probe"
+echo old >"$WORK/both.json"
+GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/both.json" \
+  with_shim "$probe" init ctx alloc:1048576 free:0 "wait:$WORK/go" >"$WORK/b.out" 2>"$WORK/b.err" &
+b=$!
+await "$WORK/b.out" "^free"
+GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/both.json" \
+  with_shim "$probe" init ctx alloc:1048576 free:0 >/dev/null 2>"$WORK/a.err"
+touch "$WORK/go"
+wait "$b"
+is "$(cat "$WORK/a.err")" "" "one process replaces an older file in silence"
+is "$(cat "$WORK/b.err")" "gpucap: warning: GPUCAP_REPORT_JSON: '$WORK/both.json' was written by \
+another process since this one started, and is replaced now; to keep each process's, put %p (its \
+pid) in the name: $WORK/both.%p.json" "the other, which started before it wrote, says it replaces its report"
+like "$(cat "$WORK/both.json")" '"wait:' "  and its report is the one left"
+
 # A CUDA program that never allocates device memory reports nothing.
 out=$(with_shim "$TESTBIN/captest" 0 $((1 << 20)) 0 2>"$WORK/err")
 is "$(cat "$WORK/err")" "" "no allocation, no report"
