@@ -60,7 +60,11 @@ static const struct runopt {
      "exit report table to PATH (report.txt), stderr or off"},
     {"--json", "PATH", CFG_OPT_REPORT_JSON, NULL, "also write the exit report as JSON to PATH"},
     {"--trace", "PATH", CFG_OPT_TRACE, NULL, "write each allocation and free to PATH (RMM CSV)"},
-    {"--quiet", NULL, CFG_OPT_REPORT, "off", "no exit report table (--json still writes)"},
+    {"--oom-dump", "PATH", CFG_OPT_OOM_DUMP, NULL,
+     "the pool's bins and map at the first refusal to PATH, or stderr"},
+    {"--quiet", NULL, CFG_OPT_REPORT, "off",
+     "silences the exit report table, the out-of-memory report and the notice of a missing "
+     "cap; warnings and errors still print, and --json, --trace and --oom-dump still write"},
     {"--allow-uncapped", NULL, NO_VAR, NULL,
      "run (with a warning) what gpucap cannot cap, instead of refusing"},
 };
@@ -277,13 +281,32 @@ void run_print_settings(void) {
   }
 }
 
+/* Prints text in the help's right column (from column 25), wrapped at word boundaries to stay
+ * under 100 columns; the first line follows `left`. */
+static void print_wrapped(const char *left, const char *text) {
+  enum { WIDTH = 74 };
+  printf("  %-21s ", left);
+  while (strlen(text) > WIDTH) {
+    int cut = WIDTH;
+    while (cut > 0 && text[cut] != ' ') {
+      cut--;
+    }
+    if (cut == 0) {
+      break;
+    }
+    printf("%.*s\n  %-21s ", cut, text, "");
+    text += cut + 1;
+  }
+  printf("%s\n", text);
+}
+
 static void print_options(void) {
   for (size_t k = 0; k < NOPTS; k++) {
     const struct runopt *o = &runopts[k];
     char left[64];
     snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar != NULL ? " " : "",
              o->metavar != NULL ? o->metavar : "");
-    printf("  %-21s %s\n", left, o->doc);
+    print_wrapped(left, o->doc);
     if (o->var == NO_VAR) {
       printf("  %-21s (run only; sets no variable)\n", "");
     } else if (o->fixed != NULL) {
@@ -371,17 +394,19 @@ static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
 
 /* Checks the files the settings name (outpath.h), and that no two name one file. */
 static int check_outputs(const settings_t *s, const cfg_t *cfg) {
-  static outpath_t out[3];
+  enum { FILES = 4 };
+  static outpath_t out[FILES];
   const struct {
     int var;
     const char *path;
-  } files[3] = {
+  } files[FILES] = {
       {CFG_OPT_REPORT, cfg->report.kind == CFG_DEST_FILE ? cfg->report.path : ""},
+      {CFG_OPT_OOM_DUMP, cfg->oom_dump.kind == CFG_DEST_FILE ? cfg->oom_dump.path : ""},
       {CFG_OPT_REPORT_JSON, cfg->report_json},
       {CFG_OPT_TRACE, cfg->trace},
   };
   char why[PATH_MAX + 256];
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < FILES; i++) {
     const char *name = cfg_option((cfg_opt_t)files[i].var)->name;
     if (files[i].path[0] != '\0' && outpath_check(files[i].path, &out[i], why, sizeof why) != 0) {
       cli_error("run: %s (from %s): %s; nothing was started", name, origin(s, files[i].var), why);
@@ -491,6 +516,23 @@ static int check_devices(const settings_t *s, const cfg_t *cfg) {
   return -1;
 }
 
+/* Says once, before the command starts, that it runs with no cap at all (no limit, fraction or
+ * per-process share cap on any device): gpucap then only reports, which a user who
+ * forgot --limit would otherwise learn only from an out-of-memory error. --quiet silences it. */
+static void notice_uncapped(const cfg_t *cfg) {
+  const cfg_devvals_t *caps[] = {&cfg->limit, &cfg->fraction, &cfg->share_max};
+  for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+    if (caps[i]->every || caps[i]->mask != 0) {
+      return;
+    }
+  }
+  if (cfg->report.kind != CFG_DEST_OFF) {
+    fputs("gpucap: no cap is set (--limit, --fraction, --device-limit): the command's device "
+          "memory is not limited, only reported\n",
+          stderr);
+  }
+}
+
 /* Finds and proves the library, and composes LD_PRELOAD with it into preload[len]. */
 static int prepare_library(char *lib, size_t liblen, char *preload, size_t len) {
   preload_source_t src;
@@ -577,6 +619,7 @@ int run_main(int argc, char **argv) {
       set_environment(&s, preload) != 0) {
     return CLI_ERROR;
   }
+  notice_uncapped(&cfg);
   fflush(stdout);
   execvp(name, argv + command);
   return cannot_run(name, errno, true);

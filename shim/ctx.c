@@ -294,6 +294,9 @@ static void drop(struct ctx *c) {
   if (c->pool.bfc) {
     struct ctx_report r = {.destroyed = true};
     ctx_fronts_unbind(c); /* cached blocks back into the pool, which goes */
+    /* The driver completed the context's work: its deferred frees are free memory in the row
+     * (else a pool whose blocks were all freed would show neither in use nor free). */
+    bfc_retire(c->pool.bfc);
     report_of(c, &r);
     if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
       ended[nended++] = r;

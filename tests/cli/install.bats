@@ -51,7 +51,7 @@ installed_run() {
   status_is 0
   has "total     1024 MiB"
   err_has "gpucap: memory report"
-  run env LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
+  run --separate-stderr env LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
     "$root/bin/gpucap" run -- sh -c 'printf %s "$LD_PRELOAD"'
   [ "$output" = "${SAN_PRELOAD:+$SAN_PRELOAD:}$root/lib/gpucap/libgpucap.so" ]
 }

@@ -133,7 +133,7 @@ GPUCAP_TRACE=./t.csv" ]
 
 @test "settings without an option pass through from the environment" {
   export GPUCAP_POOL=off GPUCAP_VERBOSE=0
-  run grun -- sh -c 'echo "$GPUCAP_POOL $GPUCAP_VERBOSE"'
+  run --separate-stderr grun -- sh -c 'echo "$GPUCAP_POOL $GPUCAP_VERBOSE"'
   [ "$output" = "off 0" ]
 }
 
@@ -158,8 +158,8 @@ GPUCAP_TRACE=./t.csv" ]
 }
 
 @test "gpucap execs: the command has gpucap's process ID" {
-  run env LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
-    GPUCAP="$GPUCAP" sh -c 'echo $$; exec "$GPUCAP" run -- sh -c "echo \$\$"'
+  run --separate-stderr env LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload_env)" \
+    ASAN_OPTIONS=detect_leaks=0 GPUCAP="$GPUCAP" sh -c 'echo $$; exec "$GPUCAP" run -- sh -c "echo \$\$"'
   status_is 0
   [ "${lines[0]}" = "${lines[1]}" ]
 }
@@ -172,7 +172,7 @@ GPUCAP_TRACE=./t.csv" ]
 }
 
 @test "arguments reach the command unchanged, '--' and options included" {
-  run grun -- printf '[%s]' -- --limit '' 'a b'
+  run --separate-stderr grun -- printf '[%s]' -- --limit '' 'a b'
   [ "$output" = "[--][--limit][][a b]" ]
 }
 
@@ -235,7 +235,7 @@ GPUCAP_TRACE=./t.csv" ]
 # ---- Bad settings: the shim's message, exit 125, nothing started ----
 
 @test "--arenas N sets GPUCAP_ARENAS; a count out of 1-16 stops the run" {
-  run grun --arenas 4 -- sh -c 'echo "$GPUCAP_ARENAS"'
+  run --separate-stderr grun --arenas 4 -- sh -c 'echo "$GPUCAP_ARENAS"'
   status_is 0
   [ "$output" = "4" ]
   run --separate-stderr grun --arenas 17 -- touch ran
@@ -276,7 +276,7 @@ GPUCAP_TRACE=./t.csv" ]
 @test "a cap above the device's memory: one warning from the library at the device's first use" {
   run --separate-stderr grun_leaks --limit 20TiB -- "$WORKLOAD"
   status_is 0
-  [ "$(grep -c 'more than' <<<"$stderr")" -eq 1 ]
+  [ "$(grep -c "is more than the device's" <<<"$stderr")" -eq 1 ]
   err_has "gpucap: warning: device 0: the cap (20.0 TiB) is more than the device's 16.0 GiB: the device's memory is the only limit there"
   # A program that never uses CUDA hears nothing of it.
   run --separate-stderr grun --limit 20TiB -- true
@@ -310,7 +310,7 @@ GPUCAP_TRACE=./t.csv" ]
   run --separate-stderr grun_leaks --limit '' -- "$WORKLOAD"
   status_is 0
   has "total    16384 MiB"
-  run grun --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
+  run --separate-stderr grun --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
   [ "$output" = "unset" ]
 }
 
@@ -362,7 +362,7 @@ GPUCAP_TRACE=./t.csv" ]
   status_is 125
   err_has "accepted: stderr, off or a file path"
   [ ! -e ran ]
-  run grun --json off --trace OFF -- sh -c 'echo "$GPUCAP_REPORT_JSON $GPUCAP_TRACE"'
+  run --separate-stderr grun --json off --trace OFF -- sh -c 'echo "$GPUCAP_REPORT_JSON $GPUCAP_TRACE"'
   status_is 0
   [ "$output" = "off OFF" ]
 }
@@ -380,9 +380,25 @@ GPUCAP_TRACE=./t.csv" ]
   err_has "device ordinal 64 is out of range 0..63"
 }
 
+@test "no cap at all: one notice before the command starts; none with a cap, none with --quiet" {
+  run --separate-stderr grun -- sh -c 'echo started >&2'
+  status_is 0
+  [ "$stderr" = "gpucap: no cap is set (--limit, --fraction, --device-limit): the command's device memory is not limited, only reported
+started" ]
+  for opts in "--limit 1GiB" "--fraction 50%" "--device-limit 0=1GiB" "--share s --max 1GiB" \
+      "--quiet"; do
+    run --separate-stderr grun $opts -- true
+    status_is 0
+    [ -z "$stderr" ]
+  done
+  export GPUCAP_MEMORY_LIMIT=1GiB
+  run --separate-stderr grun -- true
+  [ -z "$stderr" ]
+}
+
 @test "a TF_FORCE_GPU_ALLOW_GROWTH warning is left to the library" {
   export TF_FORCE_GPU_ALLOW_GROWTH=True
-  run --separate-stderr grun -- true
+  run --separate-stderr grun --limit 1GiB -- true
   status_is 0
   [ -z "$stderr" ]
 }
@@ -390,11 +406,11 @@ GPUCAP_TRACE=./t.csv" ]
 # ---- Usage errors ----
 
 @test "a later option wins over an earlier one for the same variable (GNU)" {
-  run grun --growth --preallocate -- sh -c 'echo "$GPUCAP_ALLOW_GROWTH"'
+  run --separate-stderr grun --growth --preallocate -- sh -c 'echo "$GPUCAP_ALLOW_GROWTH"'
   [ "$output" = "false" ]
-  run grun --quiet --report ./r.txt -- sh -c 'echo "$GPUCAP_REPORT"'
+  run --separate-stderr grun --quiet --report ./r.txt -- sh -c 'echo "$GPUCAP_REPORT"'
   [ "$output" = "./r.txt" ]
-  run grun --report ./r.txt --quiet -- sh -c 'echo "$GPUCAP_REPORT"'
+  run --separate-stderr grun --report ./r.txt --quiet -- sh -c 'echo "$GPUCAP_REPORT"'
   [ "$output" = "off" ]
   run --separate-stderr grun_leaks --limit 1GiB --limit 2GiB -- "$WORKLOAD"
   status_is 0
@@ -408,7 +424,7 @@ GPUCAP_TRACE=./t.csv" ]
   run --separate-stderr grun --device-limit 0=1GiB --limit 1GiB -- touch ran
   status_is 125
   [ ! -e ran ]
-  run grun --device-limit 0=1GiB --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
+  run --separate-stderr grun --device-limit 0=1GiB --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
   [ "$output" = "unset" ]
 }
 

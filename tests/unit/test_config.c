@@ -675,15 +675,11 @@ static void test_paths_and_formats(void) {
   static const struct {
     uint64_t bytes;
     const char *want;
-  } sizes[] = {{1536 * MiB, "1536MiB"},
-               {4 * GiB, "4GiB"},
+  } sizes[] = {{1536 * MiB, "1536MiB"}, {4 * GiB, "4GiB"},
                {1000, "0.9765625KiB"}, /* under 1 MiB: a unit, exactly */
-               {1, "0.0009765625KiB"},
-               {MiB - 1, "1023.9990234375KiB"},
-               {MiB + 1, "1048577"},
-               {TiB, "1TiB"},
-               {KiB, "1KiB"},
-               {UINT64_MAX, "18446744073709551615"}};
+               {1, "0.0009765625KiB"},  {MiB - 1, "1023.9990234375KiB"},
+               {MiB + 1, "1048577"},    {TiB, "1TiB"},
+               {KiB, "1KiB"},           {UINT64_MAX, "18446744073709551615"}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     char text[32];
     cfg_format_size(sizes[i].bytes, text, sizeof text);
@@ -1115,10 +1111,10 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",       "GPUCAP_SHARE_MIN",
-      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",        "GPUCAP_FRONTS",
-      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON", "GPUCAP_TRACE",
-      "GPUCAP_VERBOSE",      "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",          "GPUCAP_FRONTS",
+      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",      "GPUCAP_REPORT_JSON",
+      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1132,7 +1128,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 7 && CFG_OPT_VERBOSE == 12,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 7 && CFG_OPT_VERBOSE == 13,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");
