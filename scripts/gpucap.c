@@ -27,7 +27,7 @@ static const struct command {
     {"export", export_main, "export --format FORMAT TRACE.csv -o OUT",
      "write a trace for PyTorch's memory viewer or Perfetto"},
     {"env", run_env_main, "env [OPTIONS]", "show the settings a run would use and their origin"},
-    {"top", top_main, "top [--once] [--json]",
+    {"top", top_main, "top [--once] [--json] [--clean]",
      "show the processes running under gpucap on this machine, and the shared budgets"},
 };
 

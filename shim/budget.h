@@ -64,8 +64,9 @@ struct budget {
   uint32_t uid;      /* the creator's effective uid (the file's owner) */
   uint32_t nslots;   /* BUDGET_SLOTS */
   uint32_t ndevices; /* BUDGET_DEVICES */
-  uint32_t unused;
-  uint64_t pidns;                     /* the pid namespace's inode (pids mean nothing outside) */
+  uint32_t removed;  /* 1: `gpucap top --clean` unlinked the file (no process of it was live):
+                      * a process that mapped it before must open the budget again */
+  uint64_t pidns;    /* the pid namespace's inode (pids mean nothing outside) */
   char name[BUDGET_NAME_MAX];         /* the budget's name */
   char settings[BUDGET_SETTINGS_MAX]; /* the budget's settings, canonical text */
   uint64_t reclaimed;                 /* slots of dead processes reclaimed */

@@ -10,6 +10,7 @@
 #include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/real.h"
+#include "shim/roster.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
 #include "shim/share.h"
@@ -82,6 +83,11 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
   return limit;
 }
 
+/* What the process now holds on dev, for `gpucap top` (shim/roster.h). */
+static void publish(int dev, uint64_t used) {
+  roster_note(dev, cap_limit(dev, 0), used, settings_valid() ? settings_get()->share : "");
+}
+
 bool cap_charge(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
   uint64_t limit = cap_limit(dev, 0);
@@ -97,19 +103,22 @@ bool cap_charge(int dev, uint64_t bytes) {
     atomic_fetch_sub_explicit(&c->used, bytes, memory_order_relaxed);
     return false;
   }
+  publish(dev, used + bytes);
   return true;
 }
 
 void cap_add(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
-  atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  uint64_t used = atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
   share_add(dev, bytes);
+  publish(dev, used + bytes);
 }
 
 void cap_credit(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
-  atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  uint64_t used = atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
   share_credit(dev, bytes);
+  publish(dev, used - bytes);
 }
 
 uint64_t cap_used(int dev) {

@@ -9,6 +9,7 @@
 #include "shim/fork.h"
 #include "shim/ledger.h"
 #include "shim/log.h"
+#include "shim/roster.h"
 #include "shim/settings.h"
 #include "shim/share.h"
 
@@ -50,6 +51,7 @@ uint64_t oom_rank(void) {
 void oom_tally(int dev, enum oom_verdict v) {
   if (dev >= 0 && dev < GPUCAP_MAX_DEVICES && (unsigned)v < OOM_VERDICTS) {
     atomic_fetch_add_explicit(&counts[dev][v], 1, memory_order_relaxed);
+    roster_refused(dev);
   }
 }
 

@@ -16,7 +16,7 @@ commands() {
   [ -z "$stderr" ]
   has "Usage: gpucap COMMAND [ARGS...]"
   for c in "run [OPTIONS] [--] COMMAND [ARGS...]" "report FILE.json" "plot TRACE.csv -o OUT.svg" \
-      "env [OPTIONS]" "top [--once] [--json]" "help [COMMAND]"; do
+      "env [OPTIONS]" "top [--once] [--json] [--clean]" "help [COMMAND]"; do
     has "  $c"
   done
   for v in $(sed -n 's/^CFG_OPT(\([A-Z_]*\),.*/GPUCAP_\1/p' "$TOP/config/options.def"); do
@@ -68,7 +68,7 @@ commands() {
   status_is 2
   [ -z "$output" ]
   [[ "$stderr" == "Usage: gpucap COMMAND [ARGS...]"* ]]
-  err_has "  top [--once] [--json]"
+  err_has "  top [--once] [--json] [--clean]"
   err_has "gpucap: error: no command given (commands: $(commands))"
   run --separate-stderr "$GPUCAP" start
   status_is 2
