@@ -88,6 +88,12 @@ void budget_path(const char *name, unsigned uid, char *buf, size_t len);
 int budget_open(const char *name, bool create, const char *settings, struct budget **out, char *err,
                 size_t errlen);
 
+/* An unnamed file of `size` bytes in BUDGET_DIR (O_TMPFILE, owner-only), mapped shared into
+ * *map, for a file that is written whole before it is linked in place (a ledger, and the
+ * entries of shim/roster.h), so that no reader ever sees half of one. Returns its descriptor
+ * (close-on-exec), or -1 with errno set. */
+int budget_unnamed(size_t size, void **map);
+
 /* Unmaps a ledger from budget_open. */
 void budget_close(struct budget *l);
 

@@ -118,85 +118,81 @@ static bool filled_here(const oom_facts_t *f) {
   return f->charged > 0 && f->charged >= f->others_hold;
 }
 
-/* The verdict's line: its name, what it means here and its evidence, in the exit report's
- * names (cap, pool, in use, free, largest free). */
+/* Whether a cap_full refusal is the shared budget's: this process's own cap had room. */
+static bool budget_full(const oom_facts_t *f) {
+  return share_active() && f->cap != CAP_NONE && f->charged <= f->cap &&
+         f->bytes <= f->cap - f->charged;
+}
+
+/* Whether the request alone is more than the cap. */
+static bool over_cap(const oom_facts_t *f) {
+  return f->cap != CAP_NONE && f->bytes > f->cap;
+}
+
+/* "cap 2.0 GiB, pool 1.5 GiB, in use 1.5 GiB": the device's figures, in the exit report's names. */
+static void put_holdings(strbuf_t *o, const oom_facts_t *f, uint64_t in_use) {
+  if (f->cap == CAP_NONE) {
+    strbuf_str(o, "cap none");
+  } else {
+    strbuf_str(o, "cap ");
+    strbuf_size(o, f->cap);
+  }
+  strbuf_str(o, ", pool ");
+  strbuf_size(o, f->charged);
+  strbuf_str(o, ", in use ");
+  strbuf_size(o, in_use);
+}
+
+/* The verdict's line: its name and what it means here, then its evidence. */
 static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, uint64_t in_use) {
+  static const char *const meaning[OOM_VERDICTS] = {
+      [OOM_CAP_FULL] = "the cap is full of live allocations",
+      [OOM_FRAGMENTED] = "enough is free under the cap, but in pieces smaller than the request",
+      [OOM_OTHER_POOLS] = "other contexts' pools hold idle memory they could not give back",
+  };
   uint64_t headroom = f->cap != CAP_NONE && f->cap > f->charged ? f->cap - f->charged : 0;
   label(o, "verdict");
   strbuf_printf(o, "%s: ", oom_verdict_name(v));
-  switch (v) {
-  case OOM_FRAGMENTED:
-    strbuf_str(o, "enough is free under the cap, but in pieces smaller than the request\n");
+  if (v == OOM_CAP_FULL && budget_full(f)) {
+    strbuf_printf(o, "the shared budget '%s' is full on device %d\n", settings_get()->share,
+                  f->dev);
     label(o, "evidence");
-    strbuf_str(o, "free ");
-    strbuf_size(o, f->free_bytes + headroom);
-    strbuf_str(o, " under the cap, largest free ");
-    strbuf_size(o, f->largest);
-    strbuf_str(o, "; pool ");
+    strbuf_str(o, "this process's pool ");
     strbuf_size(o, f->charged);
-    strbuf_str(o, ", in use ");
-    strbuf_size(o, in_use);
-    strbuf_char(o, '\n');
+    strbuf_str(o, " of its cap ");
+    strbuf_size(o, f->cap);
+    strbuf_str(o, "; the budget's other processes hold the rest\n");
     return;
-  case OOM_DEVICE_FULL:
-    strbuf_printf(o, "device %d itself is full%s\n", f->dev,
-                  filled_here(f) ? ", and this process filled it" : "");
-    label(o, "evidence");
-    if (f->cap == CAP_NONE) {
-      strbuf_str(o, "cap none");
-    } else {
-      strbuf_str(o, "cap ");
-      strbuf_size(o, f->cap);
-    }
-    strbuf_str(o, ", pool ");
-    strbuf_size(o, f->charged);
-    strbuf_str(o, ", in use ");
-    strbuf_size(o, in_use);
-    if (f->others_hold > 0) {
-      strbuf_str(o, "; other processes and the driver hold ");
-      strbuf_size(o, f->others_hold);
-      strbuf_char(o, '\n');
-    } else {
-      strbuf_str(o, "; no other process was seen holding it\n");
-    }
-    return;
-  case OOM_OTHER_POOLS:
-    strbuf_str(o, "other contexts' pools hold idle memory they could not give back\n");
-    label(o, "evidence");
+  }
+  if (v == OOM_DEVICE_FULL) {
+    strbuf_printf(o, "device %d itself is full", f->dev);
+  } else {
+    strbuf_str(o, v == OOM_CAP_FULL && over_cap(f) ? "the request is larger than the cap itself"
+                                                   : meaning[v]);
+  }
+  strbuf_str(o, v == OOM_DEVICE_FULL && filled_here(f) ? ", and this process filled it\n" : "\n");
+  label(o, "evidence");
+  if (v == OOM_OTHER_POOLS) {
     strbuf_size(o, f->others_idle);
     strbuf_printf(o, " idle in other contexts' pools on device %d (blocks still live in them)\n",
                   f->dev);
     return;
-  default:
-    if (share_active() && f->cap != CAP_NONE && f->charged <= f->cap &&
-        f->bytes <= f->cap - f->charged) {
-      strbuf_printf(o, "the shared budget '%s' is full on device %d\n", settings_get()->share,
-                    f->dev);
-      label(o, "evidence");
-      strbuf_str(o, "this process's pool ");
-      strbuf_size(o, f->charged);
-      strbuf_str(o, " of its cap ");
-      strbuf_size(o, f->cap);
-      strbuf_str(o, "; the budget's other processes hold the rest\n");
-      return;
-    }
-    if (f->cap != CAP_NONE && f->bytes > f->cap) {
-      strbuf_str(o, "the request is larger than the cap itself\n");
-    } else {
-      strbuf_str(o, "the cap is full of live allocations\n");
-    }
-    label(o, "evidence");
-    strbuf_str(o, "cap ");
-    strbuf_size(o, f->cap);
-    strbuf_str(o, ", pool ");
-    strbuf_size(o, f->charged);
-    strbuf_str(o, ", in use ");
-    strbuf_size(o, in_use);
+  }
+  put_holdings(o, f, in_use);
+  if (v == OOM_DEVICE_FULL && f->others_hold > 0) {
+    strbuf_str(o, "; other processes and the driver hold ");
+    strbuf_size(o, f->others_hold);
+  } else if (v == OOM_DEVICE_FULL) {
+    strbuf_str(o, "; no other process was seen holding it");
+  } else {
     strbuf_str(o, "; free under the cap ");
     strbuf_size(o, f->free_bytes + headroom);
-    strbuf_char(o, '\n');
-    return;
   }
+  if (v == OOM_FRAGMENTED) {
+    strbuf_str(o, ", largest free ");
+    strbuf_size(o, f->largest);
+  }
+  strbuf_char(o, '\n');
 }
 
 /* The one action that helps. */
@@ -214,12 +210,11 @@ static const char *helps(const oom_facts_t *f, enum oom_verdict v) {
   case OOM_OTHER_POOLS:
     return "free those blocks, or use one context per device";
   default:
-    if (share_active() && f->cap != CAP_NONE && f->charged <= f->cap &&
-        f->bytes <= f->cap - f->charged) {
+    if (budget_full(f)) {
       return "wait, or free memory: the budget's other processes give idle memory back (gpucap "
              "top)";
     }
-    if (f->cap != CAP_NONE && f->bytes > f->cap) {
+    if (over_cap(f)) {
       return "raise the cap above the request (--limit, GPUCAP_MEMORY_LIMIT), or ask for less";
     }
     return "raise the cap (--limit, GPUCAP_MEMORY_LIMIT) or free memory";

@@ -6,7 +6,6 @@
  */
 #include "shim/roster.h"
 
-#include "shim/budget.h"
 #include "shim/fork.h"
 
 #include <errno.h>
@@ -52,14 +51,9 @@ static void command_line(char *out, size_t cap) {
  * entry a dead process of the same pid left, or this process before an exec, is replaced).
  * lock held. */
 static struct roster_entry *make(const char *share) {
-  int fd = open(ROSTER_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  struct roster_entry *e = NULL;
+  int fd = budget_unnamed(sizeof *e, (void **)&e);
   if (fd < 0) {
-    return NULL;
-  }
-  struct roster_entry *e = MAP_FAILED;
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sizeof *e) != 0 ||
-      (e = mmap(NULL, sizeof *e, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-    close(fd);
     return NULL;
   }
   memcpy(e->magic, ROSTER_MAGIC, sizeof e->magic);

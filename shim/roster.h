@@ -18,6 +18,8 @@
 #ifndef GPUCAP_SHIM_ROSTER_H
 #define GPUCAP_SHIM_ROSTER_H
 
+#include "shim/budget.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +30,7 @@
 #define ROSTER_DEVICES 16u /* device ordinals 0..15 are listed; the others are not */
 #define ROSTER_COMMAND_MAX 96
 #define ROSTER_NAME_MAX 64
-#define ROSTER_DIR "/dev/shm"
+#define ROSTER_DIR BUDGET_DIR /* budget_unnamed makes the entries there */
 #define ROSTER_PREFIX "gpucap-proc."
 #define ROSTER_NO_CAP UINT64_MAX
 
