@@ -92,6 +92,12 @@ rows=$(awk '/"context":/ { c = $2 } /"context_destroyed":/ { d = $2 }
   /"bytes_in_use":/ { print c d $2 }' "$WORK/ctx.json" | tr -d ',' | tr '\n' ' ')
 is "$rows" "1true8388608 2true0 0true0 3false0 " \
   "destroyed contexts keep their rows (context, destroyed, bytes in use at that moment)"
+# Context 2's blocks were all freed before it was destroyed: their memory is free in its row
+# (the driver finished the context's work), not deferred, neither in use nor free.
+rows=$(awk '/"context":/ { c = $2 } /"pool_bytes":/ { p = $2 } /"largest_free_block_bytes":/ { l = $2 }
+  /"deferred_bytes":/ { print c ":" p ":" l ":" $2 }' "$WORK/ctx.json" | tr -d ',' | tr '\n' ' ')
+is "$rows" "1:8388608:0:0 2:50331648:50331648:0 0:0:0:0 3:62914560:62914560:0 " \
+  "  a destroyed context's freed blocks are free in its row (pool, largest free, deferred)"
 like "$(cat "$WORK/err")" $'\n    0:1\\*     8.0 MiB' "  the table marks them d:c*"
 like "$(cat "$WORK/err")" '\* = context destroyed before exit' "  and says what the mark means"
 
