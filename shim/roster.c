@@ -2,12 +2,14 @@
  * under `lock` and published with a release store; the figures are then relaxed atomic stores
  * into the shared mapping, so noting a charge costs a few stores and no lock. A fork child
  * forgets its parent's mapping (fork_child) and makes its own at its first charge. Leaving
- * removes the file but keeps the mapping, which a thread may still be writing.
+ * removes the file but keeps the mapping, which a thread may still be writing. Making one
+ * removes the entries that dead processes of the user left.
  */
 #include "shim/roster.h"
 
 #include "shim/fork.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,6 +48,40 @@ static void command_line(char *out, size_t cap) {
     out[i] = c == '\0' ? ' ' : c < 0x20 || c == 0x7f ? '?' : (char)c;
   }
   out[n] = '\0';
+}
+
+/* Removes the entries of this user's processes that are gone (killed, crashed: they could not
+ * remove theirs), as whoever looks at a budget reclaims its dead slots. Reads the directory
+ * with getdents64 into a stack buffer (no malloc: a pool's lock may be held). */
+static void reclaim(void) {
+  char prefix[64];
+  (void)snprintf(prefix, sizeof prefix, "%s%u.", ROSTER_PREFIX, (unsigned)geteuid());
+  size_t plen = strlen(prefix);
+  int dir = open(ROSTER_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    return;
+  }
+  char buf[4096] __attribute__((aligned(8)));
+  long n;
+  while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+    for (long at = 0; at < n;) {
+      const struct dirent64 *d = (const struct dirent64 *)(const void *)(buf + at);
+      at += d->d_reclen;
+      const char *pid = d->d_name + plen;
+      if (strncmp(d->d_name, prefix, plen) != 0 || pid[0] == '\0' ||
+          strspn(pid, "0123456789") != strlen(pid)) {
+        continue;
+      }
+      char path[sizeof ROSTER_DIR + 256];
+      struct roster_entry e;
+      (void)snprintf(path, sizeof path, "%s/%s", ROSTER_DIR, d->d_name);
+      if (strcmp(path, mine_path) != 0 && roster_read(path, &e) == 0 && e.pidns == budget_pidns() &&
+          !roster_live(&e)) {
+        unlink(path);
+      }
+    }
+  }
+  close(dir);
 }
 
 /* Makes this process's entry: written in full into an unnamed file, then linked in place (an
@@ -77,6 +114,7 @@ static struct roster_entry *make(const char *share) {
     munmap(e, sizeof *e);
     return NULL;
   }
+  reclaim();
   return e;
 }
 

@@ -9,7 +9,8 @@
  * exec (the new program makes its own). A fork child makes its own at its first charge; a vfork
  * child (same memory, another pid) touches nothing. After SIGKILL or a crash the file stays: a
  * reader tells it dead by its pid and start time (/proc/PID/stat field 22, as budget.h does),
- * and `gpucap top --clean` removes it.
+ * and the next process of the user that makes its entry removes it (so does `gpucap top
+ * --clean`).
  *
  * Self-contained (libc and budget.h's /proc readers; no message printed), so the gpucap command
  * links it too. The figures are written with relaxed atomic stores and read with atomic loads:
