@@ -69,6 +69,7 @@ typedef struct cfg {
   bool fronts;                         /* GPUCAP_FRONTS: per-thread caches of freed blocks */
   int arenas;                          /* GPUCAP_ARENAS: pools per context, 1..16 */
   cfg_dest_t report;                   /* GPUCAP_REPORT */
+  cfg_dest_t oom_dump;                 /* GPUCAP_OOM_DUMP */
   char report_json[PATH_MAX];          /* GPUCAP_REPORT_JSON, "" = none */
   char trace[PATH_MAX];                /* GPUCAP_TRACE, "" = none */
   int verbose;                         /* GPUCAP_VERBOSE, 0..3 */

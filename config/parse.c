@@ -332,6 +332,13 @@ static int size_span(span_t s, uint64_t *out, char *why, size_t whylen) {
   if (bytes == 0) {
     return reject(-ERANGE, why, whylen, "the size comes to zero bytes, which allows no memory");
   }
+  // A bare number is bytes; a small one was surely meant in a unit ("--limit 8" for 8 GiB).
+  if (u.n == 0 && bytes < CFG_BARE_MIN) {
+    return reject(-EINVAL, why, whylen,
+                  "'%.*s' has no unit, and %.*s bytes cannot be meant; write a unit ('%.*sGiB', "
+                  "'%.*sMiB'), or bytes from 1048576 (1 MiB) up",
+                  echo_len(s), s.p, echo_len(s), s.p, echo_len(s), s.p, echo_len(s), s.p);
+  }
   *out = bytes;
   return 0;
 }
@@ -776,7 +783,17 @@ size_t cfg_format_size(uint64_t bytes, char *buf, size_t len) {
       done = true;
     }
   }
-  if (!done) {
+  if (!done && bytes < CFG_BARE_MIN) {
+    /* Too small to be written bare: in KiB, exactly (a multiple of 1/1024 has at most ten
+     * decimals, 1/1024 = 0.0009765625). */
+    uint64_t frac = (bytes & 1023) * UINT64_C(9765625); /* in units of 10^-10 KiB */
+    int digits = 10;
+    while (frac % 10 == 0) {
+      frac /= 10;
+      digits--;
+    }
+    n = cfg_snprintf(buf, len, "%" PRIu64 ".%0*" PRIu64 "KiB", bytes >> 10, digits, frac);
+  } else if (!done) {
     n = cfg_snprintf(buf, len, "%" PRIu64, bytes);
   }
   errno = saved;

@@ -65,15 +65,20 @@ typedef struct cfg_dest {
  *    GPUCAP_MAX_DEVICES - 1);
  *  - runs in O(strlen(s)) time and O(1) stack, and is reentrant. */
 
-/* Parses a size in bytes into *bytes: plain digits (`1073741824`) or a decimal number and a
- * binary unit, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB or T/Ti/TiB in any case, with optional blanks
- * between (`4GiB`, `1.5 gib`, `64K`, `8Gi`). Every unit is a power of 1024, the one-letter
- * ones included (as GNU tools read them; Kubernetes reads `8G` as 8 * 10^9). A fractional byte
- * count is rounded down.
+/* A size written without a unit is bytes, and must be at least this many (1 MiB): `8` for
+ * 8 GiB would otherwise be a cap of 8 bytes. */
+#define CFG_BARE_MIN (UINT64_C(1) << 20)
+
+/* Parses a size in bytes into *bytes: plain digits of at least CFG_BARE_MIN bytes
+ * (`1073741824`) or a decimal number and a binary unit, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB or
+ * T/Ti/TiB in any case, with optional blanks between (`4GiB`, `1.5 gib`, `64K`, `8Gi`). Every
+ * unit is a power of 1024, the one-letter ones included (as GNU tools read them; Kubernetes
+ * reads `8G` as 8 * 10^9). A fractional byte count is rounded down.
  * Fails iff the text is anything else, including a sign, hex, a leading zero (`010`), an
  * exponent, NaN/inf, SI-looking units (`1GB`; the reason suggests `1GiB`), a decimal without a
- * unit, more than 18 digits after the point, non-ASCII or control bytes (-EINVAL); or the value
- * exceeds 2^64-1 or comes to zero bytes (-ERANGE). */
+ * unit, plain digits under CFG_BARE_MIN (`8`; the reason asks for a unit), more than 18
+ * digits after the point, non-ASCII or control bytes (-EINVAL); or the value exceeds 2^64-1 or
+ * comes to zero bytes (-ERANGE). */
 int cfg_parse_size(const char *s, uint64_t *bytes, char *why, size_t whylen);
 
 /* Parses a fraction in (0, 1] (`0.5`, `.25`, `1`) or a percentage in (0, 100] (`50%`,
@@ -142,8 +147,9 @@ uint64_t cfg_fraction_of(uint64_t total, uint64_t e18);
  * the same value) into buf, NUL-terminated and truncated to fit when len > 0, and return the
  * length the full text needs, as snprintf does. O(length of the text); never fail.
  * cfg_format_size uses the largest unit that divides `bytes` exactly (`1536MiB`, `4GiB`,
- * `1000`); cfg_format_fraction prints the shortest exact decimal (`0.25`, `1`);
- * cfg_format_devvals prints one value or `0:4GiB,1:2GiB` in ordinal order, or "" when empty. */
+ * `1048577`), or KiB with the exact decimals under CFG_BARE_MIN (`0.9765625KiB` for 1000);
+ * cfg_format_fraction prints the shortest exact decimal (`0.25`, `1`); cfg_format_devvals prints
+ * one value or `0:4GiB,1:2GiB` in ordinal order, or "" when empty. */
 size_t cfg_format_size(uint64_t bytes, char *buf, size_t len);
 size_t cfg_format_fraction(uint64_t e18, char *buf, size_t len);
 size_t cfg_format_devvals(const cfg_devvals_t *v, cfg_devkind_t kind, char *buf, size_t len);

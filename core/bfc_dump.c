@@ -3,7 +3,8 @@
  * Built only on the public bfc_stats and bfc_walk, so it cannot disturb the pool. Writes into
  * the caller's buffer through strbuf's byte, string and integer appends: no malloc, no
  * stdio, no locale, so the shim may call it while reporting an OOM or at exit. Layout follows
- * TensorFlow's DumpMemoryLog, DebugString and RenderOccupancy. Not thread-safe: caller locks.
+ * TensorFlow's DumpMemoryLog, DebugString and RenderOccupancy; sizes are written as every gpucap
+ * report writes them (strbuf_size). Not thread-safe: caller locks.
  */
 #include "core/bfc.h"
 #include "core/strbuf.h"
@@ -12,39 +13,16 @@
 
 enum { TF_BINS = 21, CELLS = 100 };
 
-/* v with `decimals` (1 or 2) fractional digits, v >= 0 and small. */
-static void put_fixed(strbuf_t *w, double v, unsigned decimals) {
-  uint64_t scale = decimals == 1 ? 10 : 100;
-  uint64_t r = (uint64_t)(v * (double)scale + 0.5);
-  strbuf_u64(w, r / scale, 0);
-  strbuf_char(w, '.');
-  if (decimals == 2 && r % scale < 10) {
-    strbuf_char(w, '0');
-  }
-  strbuf_u64(w, r % scale, 0);
-}
-
-/* TensorFlow's HumanReadableNumBytes: 100B, 1.5KiB, 2.00MiB, 1.25GiB. */
 static void put_bytes(strbuf_t *w, uint64_t bytes) {
-  static const char units[] = "KMGTPE";
-  if (bytes < 1024) {
-    strbuf_u64(w, bytes, 0);
-    strbuf_char(w, 'B');
-    return;
-  }
-  unsigned u = 0;
-  double v = (double)bytes;
-  while (v >= 1024.0 * 1024.0 && u < 5) {
-    v /= 1024.0;
-    u++;
-  }
-  put_fixed(w, v / 1024.0, units[u] == 'K' ? 1 : 2);
-  strbuf_char(w, units[u]);
-  strbuf_str(w, "iB");
+  strbuf_size(w, bytes);
 }
 
+/* frac (in [0, 1]) as a percentage with one decimal: "62.5%". */
 static void put_pct(strbuf_t *w, double frac) {
-  put_fixed(w, frac * 100.0, 2);
+  uint64_t tenths = (uint64_t)(frac * 1000.0 + 0.5);
+  strbuf_u64(w, tenths / 10, 0);
+  strbuf_char(w, '.');
+  strbuf_u64(w, tenths % 10, 0);
   strbuf_char(w, '%');
 }
 
@@ -152,9 +130,12 @@ static void put_label(strbuf_t *w, const char *label, uint64_t v) {
 
 static void put_bins(strbuf_t *w, const scan_t *s) {
   strbuf_str(w, "Bin summary (TensorFlow's 21 bins: bin b holds chunks of [256 << b, 512 << b), "
-                "bin 20 everything from 256MiB):\n");
+                "bin 20 everything from 256 MiB; bins with no chunk left out):\n");
   for (unsigned b = 0; b < TF_BINS; b++) {
     const bin_sum_t *bs = &s->bins[b];
+    if (bs->chunks == 0) {
+      continue;
+    }
     strbuf_str(w, "Bin (");
     strbuf_u64(w, (uint64_t)256 << b, 0);
     strbuf_str(w, "): \tTotal Chunks: ");
@@ -226,20 +207,19 @@ static void put_summary(strbuf_t *w, const bfc_stats_t *st, uint64_t request) {
   put_bytes(w, st->largest_free_block_bytes);
   strbuf_str(w, "\n  fragmentation:  ");
   put_pct(w, st->fragmentation);
-  strbuf_str(w, " (1 - largest free / free)\n");
+  strbuf_str(w, " of the free bytes (1 - largest free / free)\n");
 }
 
-/* TensorFlow's AllocatorStats block, its lines in its order (core/stats.def says which counter
- * goes on which line; lines 6 and 7, the reservations, are 0: gpucap reserves nothing outside
- * its pool). */
+/* TensorFlow's AllocatorStats block: the lines whose figures are the pool's own at this moment,
+ * in TensorFlow's order (core/stats.def says which counter goes on which line). TensorFlow's
+ * Reserved lines (always 0 here) and the activity counters, which the exit report counts over
+ * the whole process (its driver calls, the refusals the program saw), are left out. */
 static void put_tf_stats(strbuf_t *w, const bfc_stats_t *st) {
-  enum { TF_LINES = 13 };
+  enum { TF_LINES = 7 };
   struct {
     const char *label;
     uint64_t value;
   } line[TF_LINES + 1] = {{NULL, 0}};
-  line[6].label = "Reserved:";
-  line[7].label = "PeakReserved:";
 #define STAT(type, name, scope, tf, tf_label)                                                      \
   if (tf > 0) {                                                                                    \
     line[tf].label = tf_label;                                                                     \

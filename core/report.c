@@ -20,37 +20,13 @@
 
 __extension__ typedef unsigned __int128 u128;
 
-enum { MICRO = 1000000, MAX_UNIT = 6 };
+enum { MICRO = 1000000 };
 
 size_t report_format_size(uint64_t bytes, char *buf, size_t cap) {
-  static const char *const units[MAX_UNIT + 1] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int saved = errno;
   strbuf_t o;
   strbuf_init(&o, buf, cap);
-  unsigned u = 0;
-  while (u < MAX_UNIT && (bytes >> (10 * (u + 1))) != 0) {
-    u++;
-  }
-  if (u == 0) {
-    strbuf_printf(&o, "%" PRIu64 " B", bytes);
-  } else {
-    unsigned shift = 10 * u;
-    uint64_t whole = bytes >> shift;
-    uint64_t rest = bytes & ((UINT64_C(1) << shift) - 1); /* rest * 10 < 2^64: shift <= 60 */
-    uint64_t tenths = (rest * 10 + (UINT64_C(1) << (shift - 1))) >> shift;
-    if (tenths == 10) {
-      whole++;
-      tenths = 0;
-    }
-    if (whole == 1024 && u < MAX_UNIT) {
-      whole = 1;
-      u++;
-    }
-    strbuf_printf(&o, "%" PRIu64 ".%" PRIu64 " %s", whole, tenths, units[u]);
-  }
-  strbuf_finish(&o);
-  errno = saved;
-  return o.len;
+  strbuf_size(&o, bytes);
+  return strbuf_finish(&o);
 }
 
 /* A row as reported: pool-only fields cleared for pass-through rows, derived figures added. */
@@ -197,7 +173,8 @@ static bool lib_under(const report_run_t *run, int i, int u) {
 static void put_usage_text(strbuf_t *o, const report_run_t *run) {
   for (int u = 0; run != NULL && u < run->nusage && u < GPUCAP_MAX_DEVICES; u++) {
     const report_usage_t *d = &run->usage[u];
-    strbuf_printf(o, "  device %d by library%*s%12s%14s\n", d->device, 21, "", "held", "peak held");
+    strbuf_printf(o, "  device %d by library%*s%12s%14s\n", d->device, 21, "", "in use",
+                  "peak in use");
     for (int i = 0; i < run->nlibs && i < REPORT_LIBS_MAX; i++) {
       const report_lib_t *l = &run->libs[i];
       if (lib_under(run, i, u)) {
@@ -216,8 +193,8 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
       strbuf_printf(o, "  device %d right-size: not known (the run was refused memory)\n",
                     d->device);
     } else {
-      strbuf_printf(o, "  device %d right-size: %s (peak reserved + driver, rounded up)\n",
-                    d->device, size_cell(d->right_size).text);
+      strbuf_printf(o, "  device %d right-size: %s (peak pool + driver, rounded up)\n", d->device,
+                    size_cell(d->right_size).text);
     }
     uint64_t total = 0;
     for (int v = 0; v < REPORT_VERDICTS; v++) {
@@ -306,7 +283,7 @@ size_t report_format_text(const report_row_t *rows, int n, const report_run_t *r
   }
   for (int i = 0; i < n; i++) {
     if (rows[i].destroyed) {
-      strbuf_str(&o, "  * = context destroyed before exit: its pool as the driver freed it\n");
+      strbuf_str(&o, "  * = context destroyed before exit: its figures are those of that moment\n");
       break;
     }
   }

@@ -53,6 +53,37 @@ void strbuf_u64(strbuf_t *sb, uint64_t v, unsigned width) {
   }
 }
 
+void strbuf_size(strbuf_t *sb, uint64_t bytes) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  enum { MAX_UNIT = 6 };
+  unsigned u = 0;
+  while (u < MAX_UNIT && (bytes >> (10 * (u + 1))) != 0) {
+    u++;
+  }
+  if (u == 0) {
+    strbuf_u64(sb, bytes, 0);
+    strbuf_str(sb, " B");
+    return;
+  }
+  unsigned shift = 10 * u;
+  uint64_t whole = bytes >> shift;
+  uint64_t rest = bytes & ((UINT64_C(1) << shift) - 1); /* rest * 10 < 2^64: shift <= 60 */
+  uint64_t tenths = (rest * 10 + (UINT64_C(1) << (shift - 1))) >> shift;
+  if (tenths == 10) {
+    whole++;
+    tenths = 0;
+  }
+  if (whole == 1024 && u < MAX_UNIT) {
+    whole = 1;
+    u++;
+  }
+  strbuf_u64(sb, whole, 0);
+  strbuf_char(sb, '.');
+  strbuf_u64(sb, tenths, 0);
+  strbuf_char(sb, ' ');
+  strbuf_str(sb, units[u]);
+}
+
 void strbuf_printf(strbuf_t *sb, const char *fmt, ...) {
   int saved = errno;
   int fits = sb->len < sb->cap;

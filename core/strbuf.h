@@ -32,6 +32,12 @@ void strbuf_str(strbuf_t *sb, const char *s);
  * number is never cut). No locale, no stdio. O(max(digits, width)); never fails. */
 void strbuf_u64(strbuf_t *sb, uint64_t v, unsigned width);
 
+/* Appends `bytes` for humans, the one size format of every report: binary units with one
+ * decimal, "0 B", "1023 B", "1.5 KiB", "256.0 MiB", "16.0 EiB" (rounded half up; a value that
+ * rounds to 1024.0 of a unit moves to the next unit: 1048575 -> "1.0 MiB"). No locale, no
+ * stdio. O(1); never fails. */
+void strbuf_size(strbuf_t *sb, uint64_t bytes);
+
 /* Appends the text vsnprintf makes of fmt and its arguments; appends nothing if vsnprintf
  * fails (an encoding error). Follows the program's locale like any printf, so print fractions
  * from integers, never with %f. Leaves errno as it found it. O(length of the text); never

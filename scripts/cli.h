@@ -14,14 +14,18 @@
 #define GPUCAP_VERSION "unknown"
 #endif
 
-/* Exit statuses of gpucap's own commands. `gpucap run` exits with its command's status, so
- * its own failures use the statuses env(1), timeout(1) and nice(1) use, which a program
- * rarely exits with: a job log can then tell gpucap's failure from the program's. */
+/* Exit statuses of gpucap's own commands. A usage error (a bad or missing command, option or
+ * argument) is 2, as getopt-style tools have it, in every command but `gpucap run`: run exits
+ * with its command's status, so every refusal of its own, a usage error included, uses the
+ * statuses env(1), timeout(1) and nice(1) use, which a program rarely exits with (a Python
+ * program's usage error is 2): a job log can then tell gpucap's refusal from the program's
+ * failure. */
 enum {
   CLI_OK = 0,
-  CLI_FAIL = 1,         /* report, plot: an input unreadable or malformed, an output unwritten */
-  CLI_USAGE = 2,        /* report, plot: a usage error */
-  CLI_ERROR = 125,      /* run, env, gpucap itself: a usage error, a bad setting, a check */
+  CLI_FAIL = 1,         /* report, plot, export: an input unreadable or malformed, an output
+                         * unwritten */
+  CLI_USAGE = 2,        /* every command but run: a usage error */
+  CLI_ERROR = 125,      /* run, env: a bad setting; run: a usage error or a failed check */
   CLI_CANNOT_RUN = 126, /* run: the command was found but cannot be executed */
   CLI_NOT_FOUND = 127,  /* run: the command was not found */
 };

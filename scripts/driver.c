@@ -35,3 +35,25 @@ int driver_device_count(int *count) {
   *count = n;
   return 0;
 }
+
+int driver_device_total(int ordinal, uint64_t *bytes) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == NULL) {
+    return -EIO;
+  }
+  int (*get)(int *, int) = NULL;
+  int (*total)(size_t *, int) = NULL;
+  *(void **)&get = dlsym(h, "cuDeviceGet");
+  *(void **)&total = dlsym(h, "cuDeviceTotalMem_v2");
+  int dev = 0;
+  size_t n = 0;
+  int rc = get == NULL || total == NULL || get(&dev, ordinal) != CUDA_SUCCESS ||
+                   total(&n, dev) != CUDA_SUCCESS
+               ? -EIO
+               : 0;
+  dlclose(h); /* the reference RTLD_NOLOAD took; driver_device_count's stays */
+  if (rc == 0) {
+    *bytes = n;
+  }
+  return rc;
+}

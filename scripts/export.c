@@ -233,6 +233,8 @@ static int device_trace(pk_t *pk, const tracecsv_event_t *ev, size_t n, const ch
     case TRACECSV_FAILURE:
       entry(pk, &count, "oom", 0, e->size, e, source);
       break;
+    case TRACECSV_CAP: /* tracecsv keeps caps in its info, never as events */
+      break;
     }
   }
   pk_appends(pk);

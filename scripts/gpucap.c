@@ -1,7 +1,8 @@
 /* gpucap: the command-line front end. `gpucap run` starts a program with the library preloaded
- * and its settings checked; `report`, `plot`, `export` and `env` read what a run left behind
- * or would use. This file only dispatches; each command lives in its own module (run.c,
- * rjson.c, plot.c, export.c). Exit statuses: cli.h.
+ * and its settings checked; `report`, `plot`, `export`, `env` and `top` read what a run left
+ * behind, would use or is doing. This file only dispatches, from the one table of commands that
+ * every listing of them (help, usage errors) is printed from; each command lives in its own
+ * module (run.c, rjson.c, plot.c, export.c, top.c). Exit statuses: cli.h.
  */
 #include "scripts/cli.h"
 #include "scripts/export.h"
@@ -26,41 +27,58 @@ static const struct command {
     {"export", export_main, "export --format FORMAT TRACE.csv -o OUT",
      "write a trace for PyTorch's memory viewer or Perfetto"},
     {"env", run_env_main, "env [OPTIONS]", "show the settings a run would use and their origin"},
-    {"top", top_main, "top [--once] [--json]",
-     "show the shared budgets (--share) on this machine: processes, use, pools, caps"},
+    {"top", top_main, "top [--once] [--json] [--clean]",
+     "show the processes running under gpucap on this machine, and the shared budgets"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-static void usage(void) {
+/* The commands' names, "run, report, ...", for messages. */
+static const char *names(void) {
+  static char list[256];
+  size_t n = 0;
+  for (size_t i = 0; i < NCOMMANDS && n < sizeof list; i++) {
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i > 0 ? ", " : "", commands[i].name);
+  }
+  return list;
+}
+
+/* The help, to stdout when asked for, to stderr (after a usage error) otherwise. */
+static void usage(FILE *f) {
   fputs("Usage: gpucap COMMAND [ARGS...]\n"
         "\n"
         "gpucap caps the device memory of a CUDA program, serves it from a pool, and prints\n"
         "allocation and fragmentation statistics when the program exits.\n"
         "\n"
         "Commands:\n",
-        stdout);
+        f);
   for (size_t i = 0; i < NCOMMANDS; i++) {
-    printf("  %s\n      %s\n", commands[i].synopsis, commands[i].doc);
+    fprintf(f, "  %s\n      %s\n", commands[i].synopsis, commands[i].doc);
   }
-  printf("  %s\n      %s\n", "help [COMMAND]", "print this help, or COMMAND's");
+  fprintf(f, "  %s\n      %s\n", "help [COMMAND]", "print this help, or COMMAND's");
   fputs("\n"
         "Options:\n"
         "  -h, --help     print this help (gpucap COMMAND --help for a command's)\n"
         "  --version      print gpucap's version\n"
         "\n"
         "Settings (environment variables the library reads; gpucap run's options set them):\n",
-        stdout);
-  run_print_settings();
+        f);
+  fflush(f);
+  if (f == stdout) {
+    run_print_settings();
+  } else {
+    fputs("  (gpucap --help lists them)\n", f);
+  }
   fputs("\n"
-        "Exit status: gpucap run exits with its command's status, or 125 when gpucap refuses\n"
-        "to start it, 126 when it cannot be executed, 127 when it is not found (as env(1));\n"
-        "gpucap env exits 0, or 125 for a bad setting; report, plot and export exit 0, 1 when\n"
-        "an input or output fails, 2 on a usage error; gpucap itself exits 125 on a usage error.\n"
+        "Exit status: 2 on a usage error (a bad or missing command, option or argument), but\n"
+        "in gpucap run, which exits with its command's status, or 125 when it refuses to start\n"
+        "it (a usage error, a bad setting, a failed check), 126 when it cannot be executed,\n"
+        "127 when it is not found (as env(1)); gpucap env exits 125 for a bad setting; report,\n"
+        "plot and export exit 1 when an input or output fails; 0 otherwise.\n"
         "\n"
         "Example: gpucap run --limit 8GiB --json run.json python train.py\n"
         "Documentation: man gpucap; README.md and docs/ (installed in share/doc/gpucap).\n",
-        stdout);
+        f);
 }
 
 static const struct command *find(const char *name) {
@@ -74,12 +92,13 @@ static const struct command *find(const char *name) {
 
 static int dispatch(int argc, char **argv) {
   if (argc < 2) {
-    cli_error("no command given; try gpucap --help (commands: run, report, plot, export, env)");
-    return CLI_ERROR;
+    usage(stderr);
+    cli_error("no command given (commands: %s)", names());
+    return CLI_USAGE;
   }
   const char *name = argv[1];
   if (cli_is_help(name)) {
-    usage();
+    usage(stdout);
     return CLI_OK;
   }
   if (strcmp(name, "--version") == 0) {
@@ -88,14 +107,14 @@ static int dispatch(int argc, char **argv) {
   }
   if (strcmp(name, "help") == 0) {
     if (argc < 3) {
-      usage();
+      usage(stdout);
       return CLI_OK;
     }
     const struct command *c = find(argv[2]);
     if (c == NULL || argc > 3) {
-      cli_error("help: %s; commands: run, report, plot, export, env",
-                argc > 3 ? "one command at a time" : "no such command");
-      return CLI_ERROR;
+      cli_error("help: %s; commands: %s", argc > 3 ? "one command at a time" : "no such command",
+                names());
+      return CLI_USAGE;
     }
     char help[] = "--help";
     char *args[] = {argv[2], help, NULL};
@@ -108,11 +127,9 @@ static int dispatch(int argc, char **argv) {
                 "(see gpucap --help)",
                 name, name);
     } else {
-      cli_error(
-          "unknown command '%s'; commands: run, report, plot, export, env (see gpucap --help)",
-          name);
+      cli_error("unknown command '%s'; commands: %s (see gpucap --help)", name, names());
     }
-    return CLI_ERROR;
+    return CLI_USAGE;
   }
   return c->main(argc - 1, argv + 1);
 }

@@ -385,8 +385,9 @@ static double legend_item(FILE *f, double x, const char *kind, const char *color
   return x + 28 + 6.7 * (double)strlen(text) + 22;
 }
 
-/* The cap of a panel's device: --cap, else the report's for that device (for events of no
- * recorded device, the report's when it has only one); 0 when none. */
+/* The cap of a panel's device: --cap, else the report's or the trace's for that device (for
+ * events of no recorded device, the report's when it has only one); 0 when not known,
+ * PLOT_NO_CAP when the device had none. */
 static uint64_t cap_of(const plot_opts_t *o, int dev) {
   if (o->cap > 0) {
     return o->cap;
@@ -400,7 +401,8 @@ static uint64_t cap_of(const plot_opts_t *o, int dev) {
 /* One device's panel, its plot area from top + PANEL_TOP. */
 static void panel(FILE *f, const tl_device_t *d, const plot_opts_t *o, scale_t s, int top,
                   bool several) {
-  uint64_t cap = cap_of(o, d->dev);
+  uint64_t known = cap_of(o, d->dev);
+  uint64_t cap = known == PLOT_NO_CAP ? 0 : known; /* the line's level; 0: no line */
   uint64_t pool = o->gpucap ? 0 : o->peak_pool;
   uint64_t peak = o->gpucap ? d->peak_reserved : d->peak_requested;
   uint64_t hi = peak > cap ? peak : cap;
@@ -428,13 +430,15 @@ static void panel(FILE *f, const tl_device_t *d, const plot_opts_t *o, scale_t s
   fprintf(f, "</text>\n<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"" C_MUTED "\">", PX0 + 150,
           top + 20);
   if (o->gpucap) {
-    fprintf(f, "peak reserved %s \xc2\xb7 peak held %s \xc2\xb7 peak requested %s", res_s, held_s,
+    fprintf(f, "peak pool %s \xc2\xb7 peak in use %s \xc2\xb7 peak requested %s", res_s, held_s,
             req_s);
   } else {
     fprintf(f, "peak requested %s", req_s);
   }
   fprintf(f, " \xc2\xb7 %zu refused \xc2\xb7 cap %s</text>\n", d->refusals,
-          cap > 0 ? cap_s : "none");
+          cap > 0                ? cap_s
+          : known == PLOT_NO_CAP ? "none"
+                                 : "unknown");
 
   axes(f, &s);
   if (o->gpucap) {
@@ -472,7 +476,7 @@ static void panel(FILE *f, const tl_device_t *d, const plot_opts_t *o, scale_t s
     fprintf(f,
             "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"" C_HELD "\" " HALO
             "text-anchor=\"%s\">peak %s %s</text>\n",
-            left ? x - 8 : x + 8, y - 8, left ? "end" : "start", o->gpucap ? "held" : "requested",
+            left ? x - 8 : x + 8, y - 8, left ? "end" : "start", o->gpucap ? "in use" : "requested",
             m);
   }
 }
@@ -527,15 +531,16 @@ int plot_svg(const tracecsv_event_t *ev, size_t n, const plot_opts_t *opts, char
 
   double lx = PX0;
   if (opts->gpucap) {
-    lx = legend_item(f, lx, C_RESERVED_FILL, C_RESERVED, "reserved from the driver");
-    lx = legend_item(f, lx, C_HELD_FILL, C_HELD, "held by blocks");
+    lx = legend_item(f, lx, C_RESERVED_FILL, C_RESERVED, "pool (from the driver)");
+    lx = legend_item(f, lx, C_HELD_FILL, C_HELD, "in use by blocks");
     lx = legend_item(f, lx, "none", C_REQUESTED, "requested");
   } else {
     lx = legend_item(f, lx, C_HELD_FILL, C_HELD, "requested");
   }
   bool any_cap = false;
   for (int i = 0; i < tl.ndev; i++) {
-    any_cap = any_cap || cap_of(opts, tl.dev[i].dev) > 0;
+    uint64_t c = cap_of(opts, tl.dev[i].dev);
+    any_cap = any_cap || (c > 0 && c != PLOT_NO_CAP);
   }
   if (any_cap) {
     lx = legend_item(f, lx, "7 4", C_CAP, "cap");
@@ -544,7 +549,7 @@ int plot_svg(const tracecsv_event_t *ev, size_t n, const plot_opts_t *opts, char
     lx = legend_item(f, lx, "2 3", C_POOL, opts->pool_name != NULL ? opts->pool_name : "peak pool");
   }
   if (refusals > 0) {
-    legend_item(f, lx, "cross", C_FAIL, "refused (held + request)");
+    legend_item(f, lx, "cross", C_FAIL, "refused (in use + request)");
   }
   for (int i = 0; i < tl.ndev; i++) {
     panel(f, &tl.dev[i], opts, s, HEAD_H + i * PANEL_H, tl.ndev > 1);
@@ -570,9 +575,10 @@ static const char plot_usage[] =
     "Usage: gpucap plot TRACE.csv -o OUT.svg [--cap SIZE] [--json REPORT.json] [--title TEXT]\n"
     "\n"
     "Draws a trace written by GPUCAP_TRACE (or `gpucap run --trace`) as a timeline, one panel\n"
-    "per device: the bytes gpucap reserved from the driver, the bytes the program's blocks\n"
-    "held and the bytes it requested, over time; refused allocations as marks; and the\n"
-    "device's cap. The picture is a self-contained SVG: open it in a browser. A trace in\n"
+    "per device: the pool (the bytes gpucap holds from the driver), the bytes in use by the\n"
+    "program's blocks and the bytes it requested, over time; refused allocations as marks;\n"
+    "and the device's cap (from the trace, --json or --cap). The picture is a self-contained SVG: "
+    "open it in a browser. A trace in\n"
     "RMM's own format (no Device, Event and Held columns) is drawn as one panel of the bytes\n"
     "requested, with the pool's peak size when a report gives it.\n"
     "\n"
@@ -614,14 +620,14 @@ static int from_report(const char *path, plot_opts_t *o) {
     one_device = one_device && rows[i].device == rows[0].device;
     pool += rows[i].pooled ? rows[i].stats.peak_pool_bytes : 0;
     int d = rows[i].device;
-    if (d >= 0 && d < TIMELINE_MAX_DEVICES && rows[i].cap != REPORT_NO_CAP) {
-      o->dev_cap[d] = rows[i].cap;
+    if (d >= 0 && d < TIMELINE_MAX_DEVICES) {
+      o->dev_cap[d] = rows[i].cap != REPORT_NO_CAP ? rows[i].cap : PLOT_NO_CAP;
     }
   }
   if (n == 0) {
     cli_warn("plot: %s has no devices; no cap line", path);
   } else if (one_device) {
-    o->unknown_cap = rows[0].cap != REPORT_NO_CAP ? rows[0].cap : 0;
+    o->unknown_cap = rows[0].cap != REPORT_NO_CAP ? rows[0].cap : PLOT_NO_CAP;
     o->peak_pool = pool;
     o->pool_name = n > 1 ? "peak pools (sum)" : "peak pool";
   }
@@ -656,15 +662,20 @@ int plot_main(int argc, char **argv) {
       return CLI_USAGE;
     }
   }
-  int report_devices = json != NULL ? from_report(json, &o) : 0;
-  if (report_devices < 0) {
-    return CLI_FAIL;
-  }
-
   tracecsv_event_t *ev = NULL;
   size_t n = 0;
-  tracecsv_info_t info;
+  static tracecsv_info_t info;
   if (timeline_load("plot", trace, &ev, &n, &info) != 0) {
+    return CLI_FAIL;
+  }
+  for (int d = 0; d < TIMELINE_MAX_DEVICES && d < TRACECSV_CAP_DEVICES; d++) {
+    if (info.caps_known >> d & 1) { /* the trace's own word, which a report overrides */
+      o.dev_cap[d] = info.cap[d] == TRACECSV_NO_CAP ? PLOT_NO_CAP : info.cap[d];
+    }
+  }
+  int report_devices = json != NULL ? from_report(json, &o) : 0;
+  if (report_devices < 0) {
+    free(ev);
     return CLI_FAIL;
   }
   if (!info.gpucap && report_devices > 1) {

@@ -13,6 +13,7 @@
 #include "scripts/run.h"
 
 #include "config/cfg.h"
+#include "core/report.h"
 #include "scripts/cli.h"
 #include "scripts/driver.h"
 #include "scripts/outpath.h"
@@ -40,7 +41,7 @@ static const struct runopt {
   const char *doc;
 } runopts[] = {
     {"--limit", "SIZE", CFG_OPT_MEMORY_LIMIT, NULL,
-     "cap on every device: 8GiB, 8Gi, 512MiB, 1.5GiB, bytes"},
+     "cap on every device: 8GiB, 8Gi, 512MiB, 1.5GiB; bytes from 1 MiB"},
     {"--fraction", "F", CFG_OPT_MEMORY_FRACTION, NULL,
      "cap as a share of each device's memory: 0.5 or 50%"},
     {"--device-limit", "LIST", CFG_OPT_MEMORY_LIMIT, NULL,
@@ -59,7 +60,11 @@ static const struct runopt {
      "exit report table to PATH (report.txt), stderr or off"},
     {"--json", "PATH", CFG_OPT_REPORT_JSON, NULL, "also write the exit report as JSON to PATH"},
     {"--trace", "PATH", CFG_OPT_TRACE, NULL, "write each allocation and free to PATH (RMM CSV)"},
-    {"--quiet", NULL, CFG_OPT_REPORT, "off", "no exit report table (--json still writes)"},
+    {"--oom-dump", "PATH", CFG_OPT_OOM_DUMP, NULL,
+     "the pool's bins and map at the first refusal to PATH, or stderr"},
+    {"--quiet", NULL, CFG_OPT_REPORT, "off",
+     "silences the exit report table, the out-of-memory report and the notice of a missing "
+     "cap; warnings and errors still print, and --json, --trace and --oom-dump still write"},
     {"--allow-uncapped", NULL, NO_VAR, NULL,
      "run (with a warning) what gpucap cannot cap, instead of refusing"},
 };
@@ -152,10 +157,11 @@ static int set_option(settings_t *s, const struct runopt *o, const char *value) 
   return 0;
 }
 
-enum { PARSED, PARSED_HELP, PARSED_VERSION, PARSE_ERROR };
+enum { PARSED, PARSED_HELP, PARSED_VERSION, PARSE_USAGE, PARSE_BAD };
 
 /* Matches argv[*i] against one option; returns 1 when it matched and was recorded, 0 when it
- * is another argument, -1 on an error (printed). */
+ * is another argument, -1 on a usage error (a missing value, a value for a flag), -2 on a bad
+ * setting (printed). */
 static int match_option(int argc, char **argv, int *i, settings_t *s, const struct runopt *o) {
   const char *a = argv[*i];
   const char *value = o->fixed != NULL ? o->fixed : "";
@@ -173,7 +179,7 @@ static int match_option(int argc, char **argv, int *i, settings_t *s, const stru
     }
     return 0;
   }
-  return set_option(s, o, value) == 0 ? 1 : -1;
+  return set_option(s, o, value) == 0 ? 1 : -2;
 }
 
 /* Reads options from argv[1..]. For run (`command` not NULL) they end at the first word that is
@@ -193,7 +199,7 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
       if (*command >= argc) {
         cli_error("run: no command after '--'; usage: gpucap run [OPTIONS] [--] COMMAND "
                   "[ARGS...]");
-        return PARSE_ERROR;
+        return PARSE_USAGE;
       }
       return PARSED;
     }
@@ -202,7 +208,7 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
       matched = match_option(argc, argv, &i, s, &runopts[k]);
     }
     if (matched < 0) {
-      return PARSE_ERROR;
+      return matched == -1 ? PARSE_USAGE : PARSE_BAD;
     }
     if (matched > 0) {
       continue;
@@ -212,11 +218,11 @@ static int parse_options(int argc, char **argv, settings_t *s, int *command) {
     } else {
       cli_error("%s: unexpected argument '%s'; see gpucap %s --help", sub, a, sub);
     }
-    return PARSE_ERROR;
+    return PARSE_USAGE;
   }
   if (command != NULL) {
     cli_error("run: no command; usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]");
-    return PARSE_ERROR;
+    return PARSE_USAGE;
   }
   return PARSED;
 }
@@ -275,13 +281,32 @@ void run_print_settings(void) {
   }
 }
 
+/* Prints text in the help's right column (from column 25), wrapped at word boundaries to stay
+ * under 100 columns; the first line follows `left`. */
+static void print_wrapped(const char *left, const char *text) {
+  enum { WIDTH = 74 };
+  printf("  %-21s ", left);
+  while (strlen(text) > WIDTH) {
+    int cut = WIDTH;
+    while (cut > 0 && text[cut] != ' ') {
+      cut--;
+    }
+    if (cut == 0) {
+      break;
+    }
+    printf("%.*s\n  %-21s ", cut, text, "");
+    text += cut + 1;
+  }
+  printf("%s\n", text);
+}
+
 static void print_options(void) {
   for (size_t k = 0; k < NOPTS; k++) {
     const struct runopt *o = &runopts[k];
     char left[64];
     snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar != NULL ? " " : "",
              o->metavar != NULL ? o->metavar : "");
-    printf("  %-21s %s\n", left, o->doc);
+    print_wrapped(left, o->doc);
     if (o->var == NO_VAR) {
       printf("  %-21s (run only; sets no variable)\n", "");
     } else if (o->fixed != NULL) {
@@ -318,8 +343,10 @@ static void run_usage(void) {
         "GPUCAP_LIB, when set, names the library to preload; by default it is found next to\n"
         "gpucap ($PREFIX/lib/gpucap/libgpucap.so for $PREFIX/bin/gpucap).\n"
         "\n"
-        "Exit status: COMMAND's; 125 when gpucap refuses to start it (a bad option or setting,\n"
-        "a check above), 126 when COMMAND cannot be executed, 127 when it is not found.\n"
+        "Exit status: COMMAND's; 125 when gpucap refuses to start it (a usage error such as an\n"
+        "unknown option, a bad setting, a check above: run's own failures are never 2, which\n"
+        "a program may exit with), 126 when COMMAND cannot be executed, 127 when it is not\n"
+        "found.\n"
         "\n"
         "Example: gpucap run --limit 8GiB --json run.json python train.py\n",
         stdout);
@@ -337,9 +364,9 @@ static void env_usage(void) {
         stdout);
   print_options();
   fputs("\n"
-        "Exit status: 0 when every setting is valid; 125 when one is not, when a GPUCAP_\n"
+        "Exit status: 0 when every setting is valid; 125 when one is not, or when a GPUCAP_\n"
         "variable is not a setting (the message is printed on stderr, as gpucap run would\n"
-        "print it), or on a usage error.\n",
+        "print it); 2 on a usage error.\n",
         stdout);
 }
 
@@ -354,7 +381,11 @@ static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
   case PARSED_VERSION:
     cli_print_version();
     return CLI_OK;
-  case PARSE_ERROR:
+  case PARSE_USAGE:
+    /* run's status is otherwise its command's (a Python program's usage error is 2 too): every
+     * refusal of its own is 125, as env(1) and timeout(1) have it. */
+    return command != NULL ? CLI_ERROR : CLI_USAGE;
+  case PARSE_BAD:
     return CLI_ERROR;
   default:
     return -1;
@@ -363,17 +394,19 @@ static int parse_or_answer(int argc, char **argv, settings_t *s, int *command,
 
 /* Checks the files the settings name (outpath.h), and that no two name one file. */
 static int check_outputs(const settings_t *s, const cfg_t *cfg) {
-  static outpath_t out[3];
+  enum { FILES = 4 };
+  static outpath_t out[FILES];
   const struct {
     int var;
     const char *path;
-  } files[3] = {
+  } files[FILES] = {
       {CFG_OPT_REPORT, cfg->report.kind == CFG_DEST_FILE ? cfg->report.path : ""},
+      {CFG_OPT_OOM_DUMP, cfg->oom_dump.kind == CFG_DEST_FILE ? cfg->oom_dump.path : ""},
       {CFG_OPT_REPORT_JSON, cfg->report_json},
       {CFG_OPT_TRACE, cfg->trace},
   };
   char why[PATH_MAX + 256];
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < FILES; i++) {
     const char *name = cfg_option((cfg_opt_t)files[i].var)->name;
     if (files[i].path[0] != '\0' && outpath_check(files[i].path, &out[i], why, sizeof why) != 0) {
       cli_error("run: %s (from %s): %s; nothing was started", name, origin(s, files[i].var), why);
@@ -418,14 +451,35 @@ static void ordinals(uint64_t mask, char *buf, size_t len) {
   }
 }
 
-/* Per-device caps that name devices the program will not see: refused when a device it does
- * see then gets no cap (a numbering mistake: the cap meant for it went elsewhere), a warning
- * when every device it sees is capped anyway (one job script for machines of different sizes). */
+/* Warns about each of the `count` devices whose cap is above its memory. */
+static void warn_oversize(const settings_t *s, const cfg_t *cfg, int count) {
+  for (int i = 0; i < count; i++) {
+    uint64_t v = 0, total = 0;
+    if (cfg_devvals_get(&cfg->limit, i, &v) && driver_device_total(i, &total) == 0 && total > 0 &&
+        cfg_device_cap(cfg, i, total) > total) {
+      char want[REPORT_SIZE_MAX], has[REPORT_SIZE_MAX];
+      report_format_size(v, want, sizeof want);
+      report_format_size(total, has, sizeof has);
+      cli_warn("run: the cap of device %d (%s, from %s) is more than its %s: the device's memory "
+               "is the only limit there",
+               i, want, origin(s, CFG_OPT_MEMORY_LIMIT), has);
+    }
+  }
+}
+
+/* Per-device caps, checked against the devices the program will see (the driver is asked only
+ * for them): a cap above a device's memory is a warning; caps naming devices the program will
+ * not see are refused when a device it does see then gets no cap (a numbering mistake: the cap
+ * meant for it went elsewhere), a warning when every device it sees is capped anyway (one job
+ * script for machines of different sizes). */
 static int check_devices(const settings_t *s, const cfg_t *cfg) {
   uint64_t named = cfg->limit.mask | cfg->fraction.mask;
   int count = 0;
-  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= GPUCAP_MAX_DEVICES ||
-      (named >> count) == 0) {
+  if (named == 0 || driver_device_count(&count) != 0 || count <= 0 || count >= GPUCAP_MAX_DEVICES) {
+    return 0;
+  }
+  warn_oversize(s, cfg, count);
+  if ((named >> count) == 0) {
     return 0;
   }
   uint64_t capped = 0;
@@ -460,6 +514,23 @@ static int check_devices(const settings_t *s, const cfg_t *cfg) {
             "--allow-uncapped",
             from, missing, count, count == 1 ? "" : "s", bare);
   return -1;
+}
+
+/* Says once, before the command starts, that it runs with no cap at all (no limit, fraction or
+ * per-process share cap on any device): gpucap then only reports, which a user who
+ * forgot --limit would otherwise learn only from an out-of-memory error. --quiet silences it. */
+static void notice_uncapped(const cfg_t *cfg) {
+  const cfg_devvals_t *caps[] = {&cfg->limit, &cfg->fraction, &cfg->share_max};
+  for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+    if (caps[i]->every || caps[i]->mask != 0) {
+      return;
+    }
+  }
+  if (cfg->report.kind != CFG_DEST_OFF) {
+    fputs("gpucap: no cap is set (--limit, --fraction, --device-limit): the command's device "
+          "memory is not limited, only reported\n",
+          stderr);
+  }
 }
 
 /* Finds and proves the library, and composes LD_PRELOAD with it into preload[len]. */
@@ -548,6 +619,7 @@ int run_main(int argc, char **argv) {
       set_environment(&s, preload) != 0) {
     return CLI_ERROR;
   }
+  notice_uncapped(&cfg);
   fflush(stdout);
   execvp(name, argv + command);
   return cannot_run(name, errno, true);

@@ -9,8 +9,9 @@
 CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts/rjson.c \
             scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/pickle.c \
             scripts/export.c scripts/target.c scripts/outpath.c scripts/driver.c scripts/top.c
-# gpucap top reads the shared budgets' ledgers through the shim's own (self-contained) module.
-CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/budget.o
+# gpucap top reads the shared budgets' ledgers and the processes' entries through the shim's own
+# (self-contained) modules.
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/budget.o $(BUILD)/obj/shim/roster.o
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)
 
@@ -50,20 +51,33 @@ DOCDIR := $(PREFIX)/share/doc/gpucap
 MAN1DIR := $(PREFIX)/share/man/man1
 INSTALL_DOCS := $(sort $(wildcard docs/*.md))
 
+# install records, in $(LIBDIR)/installed-dirs, the folders it made (that did not exist), so that
+# uninstall removes them again once empty, and no folder that was there before.
+INSTALL_DIRS := '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(DOCDIR)/docs' \
+                '$(DESTDIR)$(MAN1DIR)'
+INSTALLED_DIRS := '$(DESTDIR)$(LIBDIR)/installed-dirs'
+
 install: $(GPUCAP_CLI) $(BUILD)/libgpucap.so
-	$(Q)install -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(DOCDIR)/docs' \
-	  '$(DESTDIR)$(MAN1DIR)'
+	$(Q)for d in $(INSTALL_DIRS); do \
+	  while [ ! -d "$$d" ]; do printf '%s\n' "$$d"; d=$$(dirname "$$d"); done; \
+	done >'$(BUILD)/install-dirs'
+	$(Q)install -d $(INSTALL_DIRS)
 	install -m 0755 $(GPUCAP_CLI) '$(DESTDIR)$(BINDIR)/gpucap'
 	install -m 0755 $(SHIM_LIB) '$(DESTDIR)$(LIBDIR)/libgpucap.so'
 	install -m 0644 README.md '$(DESTDIR)$(DOCDIR)/README.md'
 	install -m 0644 $(INSTALL_DOCS) '$(DESTDIR)$(DOCDIR)/docs/'
 	install -m 0644 scripts/gpucap.1 '$(DESTDIR)$(MAN1DIR)/gpucap.1'
+	$(Q)cat $(INSTALLED_DIRS) '$(BUILD)/install-dirs' 2>/dev/null | sort -u >'$(BUILD)/install-dirs.all'
+	$(Q)install -m 0644 '$(BUILD)/install-dirs.all' $(INSTALLED_DIRS)
 
 uninstall:
 	rm -f '$(DESTDIR)$(BINDIR)/gpucap' '$(DESTDIR)$(LIBDIR)/libgpucap.so' \
 	  '$(DESTDIR)$(DOCDIR)/README.md' $(INSTALL_DOCS:docs/%='$(DESTDIR)$(DOCDIR)/docs/%') \
 	  '$(DESTDIR)$(MAN1DIR)/gpucap.1'
-	rmdir '$(DESTDIR)$(LIBDIR)' '$(DESTDIR)$(DOCDIR)/docs' '$(DESTDIR)$(DOCDIR)' 2>/dev/null || true
+	$(Q)made=$$(cat $(INSTALLED_DIRS) 2>/dev/null); rm -f $(INSTALLED_DIRS); \
+	  printf '%s\n' "$$made" '$(DESTDIR)$(DOCDIR)/docs' '$(DESTDIR)$(DOCDIR)' '$(DESTDIR)$(LIBDIR)' | \
+	  awk 'NF { print length($$0) "\t" $$0 }' | sort -rn | cut -f 2- | \
+	  while IFS= read -r d; do rmdir "$$d" 2>/dev/null || true; done
 
 # ---- make demo: the bundled workload over the fake driver, uncapped, then under gpucap run
 # with a cap, its exit report, and the timeline picture drawn from its trace.

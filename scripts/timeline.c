@@ -176,6 +176,8 @@ int timeline_build(const tracecsv_event_t *ev, size_t n, timeline_t *tl) {
       d->releases++;
       break;
     }
+    case TRACECSV_CAP: /* tracecsv keeps caps in its info, never as events */
+      break;
     }
     if (rc != 0) {
       break;

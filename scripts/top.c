@@ -1,16 +1,21 @@
-/* gpucap top: the shared budgets of this user on this machine, read from their ledgers
- * (shim/budget.h) and nothing else (no CUDA): per budget and device the cap, what its processes
- * hold, their pools' idle part, the peak and the refusals, then each process. Like top(1) it
- * refreshes until `q` (or an interrupt); with stdout not a terminal it prints a snapshot per
- * interval, and --once prints one. --json writes the snapshot as one JSON document (the schema
- * is docs/report.md's "gpucap top --json"). Looking is also reclaiming: the slots of dead
- * processes are freed, as any process of the budget would.
+/* gpucap top: the processes of this user running with gpucap on this machine (their roster
+ * entries, shim/roster.h) and its shared budgets (their ledgers, shim/budget.h), read from those
+ * files and nothing else (no CUDA): per process and device its cap, pool, peak and refusals; per
+ * budget and device the cap, what its processes hold, their pools' idle part, the peak and the
+ * refusals, then each process. Like top(1) it refreshes until `q` (or an interrupt); with stdout
+ * not a terminal it prints a snapshot per interval, and --once prints one. --json writes the
+ * snapshot as one JSON document (the schema is docs/report.md's "gpucap top --json"). Looking is
+ * also reclaiming: the slots of dead processes are freed, as any process of the budget would.
+ * --clean removes what no live process owns: the entries of processes that ended without
+ * removing theirs (SIGKILL, a crash) and the budgets none of whose processes runs.
  */
 #include "scripts/top.h"
 
 #include "config/cfg.h"
+#include "core/report.h"
 #include "scripts/cli.h"
 #include "shim/budget.h"
+#include "shim/roster.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +28,7 @@
 #include <unistd.h>
 
 #define BUDGETS_MAX 256
+#define PROCS_MAX 1024
 
 /* One budget as read, under its lock. */
 struct snap {
@@ -32,18 +38,81 @@ struct snap {
 
 static const char usage_text[] =
     "Usage: gpucap top [--once] [--json] [--interval SECONDS] [-n COUNT] [--budget NAME]\n"
+    "       gpucap top --clean [--budget NAME]\n"
     "\n"
-    "Shows the shared budgets (gpucap run --share) of this user on this machine: per budget and\n"
-    "device the cap, what its processes hold (in use and idle in their pools), the peak and the\n"
-    "allocations refused, then each process. Reads the budgets' ledgers only (no CUDA).\n"
+    "Shows the processes of this user running with gpucap on this machine, shared budget or\n"
+    "not: per process and device its cap, its pool (what gpucap holds from the driver for it),\n"
+    "the pool's peak and the allocations refused; then the shared budgets (gpucap run\n"
+    "--share): per budget and device the cap, what its processes hold (in use and idle in their\n"
+    "pools), the peak and the allocations refused, then each process. Reads gpucap's files in\n"
+    "/dev/shm only (no CUDA).\n"
     "\n"
     "  --once             print one snapshot and exit\n"
     "  --json             the snapshot as JSON (schema: docs/report.md)\n"
     "  --interval SECONDS between refreshes (default 1)\n"
     "  -n COUNT           stop after COUNT snapshots\n"
-    "  --budget NAME      only this budget\n"
+    "  --budget NAME      only this budget (and its processes)\n"
+    "  --clean            remove what no live process owns: the entries of processes that\n"
+    "                     ended without removing theirs (killed, crashed), and the budgets none\n"
+    "                     of whose processes runs (with --budget, that budget's only); print\n"
+    "                     each, and exit\n"
     "\n"
     "Interactive (a terminal): q quits. Exit status 0, or 2 on a usage error.\n";
+
+/* One process's entry, as read. */
+struct proc {
+  struct roster_entry e;
+};
+
+static int by_pid(const void *a, const void *b) {
+  const struct proc *x = a, *y = b;
+  return (x->e.pid > y->e.pid) - (x->e.pid < y->e.pid);
+}
+
+/* The roster entries' file names of this user, one at a time: calls fn with each path and pid
+ * string. */
+static void each_entry(void (*fn)(void *arg, const char *path), void *arg) {
+  char prefix[64];
+  (void)snprintf(prefix, sizeof prefix, "%s%u.", ROSTER_PREFIX, (unsigned)geteuid());
+  size_t plen = strlen(prefix);
+  DIR *d = opendir(ROSTER_DIR);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    const char *pid = e->d_name + plen;
+    if (strncmp(e->d_name, prefix, plen) == 0 && pid[0] != '\0' &&
+        strspn(pid, "0123456789") == strlen(pid)) {
+      char path[512];
+      (void)snprintf(path, sizeof path, "%s/%s", ROSTER_DIR, e->d_name);
+      fn(arg, path);
+    }
+  }
+  if (d) {
+    closedir(d);
+  }
+}
+
+struct proc_list {
+  struct proc *p;
+  int n, max;
+  const char *only; /* a budget's name, or NULL */
+};
+
+static void add_proc(void *arg, const char *path) {
+  struct proc_list *l = arg;
+  struct roster_entry e;
+  if (l->n < l->max && roster_read(path, &e) == 0 && roster_live(&e) &&
+      (l->only == NULL || strcmp(l->only, e.share) == 0)) {
+    l->p[l->n++].e = e;
+  }
+}
+
+/* The live processes (of budget `only` when not NULL), sorted by pid; returns how many. */
+static int read_procs(const char *only, struct proc *out, int max) {
+  struct proc_list l = {out, 0, max, only};
+  each_entry(add_proc, &l);
+  qsort(out, (size_t)l.n, sizeof *out, by_pid);
+  return l.n;
+}
 
 /* Reads budget `name` into *s; false (with a warning) when its ledger cannot be used. */
 static bool read_budget(const char *name, struct snap *s) {
@@ -139,8 +208,39 @@ static void jstr(FILE *f, const char *v, size_t max) {
   putc('"', f);
 }
 
-static void json(FILE *f, const struct snap *s, int n) {
-  fprintf(f, "{\"version\": 1, \"budgets\": [");
+static void json_procs(FILE *f, const struct proc *p, int np) {
+  fprintf(f, "\"processes\": [");
+  for (int k = 0; k < np; k++) {
+    const struct roster_entry *e = &p[k].e;
+    fprintf(f, "%s\n  {\"pid\": %d, \"command\": ", k ? "," : "", (int)e->pid);
+    jstr(f, e->command, sizeof e->command);
+    fprintf(f, ", \"share\": ");
+    jstr(f, e->share, sizeof e->share);
+    fprintf(f, ", \"devices\": [");
+    bool first = true;
+    for (unsigned d = 0; d < ROSTER_DEVICES; d++) {
+      const struct roster_device *v = &e->dev[d];
+      if (e->present >> d & 1) {
+        fprintf(f, "%s{\"device\": %u, \"cap\": ", first ? "" : ", ", d);
+        if (v->cap == ROSTER_NO_CAP) {
+          fprintf(f, "null");
+        } else {
+          fprintf(f, "%" PRIu64, v->cap);
+        }
+        fprintf(f, ", \"pool\": %" PRIu64 ", \"peak\": %" PRIu64 ", \"refused\": %" PRIu64 "}",
+                v->pool, v->peak, v->refused);
+        first = false;
+      }
+    }
+    fprintf(f, "]}");
+  }
+  fprintf(f, "%s], ", np ? "\n" : "");
+}
+
+static void json(FILE *f, const struct proc *procs, int np, const struct snap *s, int n) {
+  fprintf(f, "{\"version\": 1, ");
+  json_procs(f, procs, np);
+  fprintf(f, "\"budgets\": [");
   for (int k = 0; k < n; k++) {
     const struct budget *b = &s[k].b;
     fprintf(f, "%s\n  {\"name\": ", k ? "," : "");
@@ -181,22 +281,36 @@ static void json(FILE *f, const struct snap *s, int n) {
   fprintf(f, "%s]}\n", n ? "\n" : "");
 }
 
-/* bytes in a short human form (binary units, 3 significant digits). */
+/* bytes in the reports' one size format ("1.5 GiB"). */
 static const char *human(uint64_t bytes, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    u++;
-  }
-  (void)snprintf(buf, len,
-                 u == 0    ? "%.0f%s"
-                 : v < 10  ? "%.2f%s"
-                 : v < 100 ? "%.1f%s"
-                           : "%.0f%s",
-                 v, units[u]);
+  report_format_size(bytes, buf, len);
   return buf;
+}
+
+/* The processes' table: a row per process and device it used. */
+static void proc_table(FILE *f, const struct proc *p, int np) {
+  char a[32], b[32], c[32];
+  fprintf(f, "%8s %-28s %6s %10s %10s %10s %6s  %s\n", "PID", "COMMAND", "DEVICE", "CAP", "POOL",
+          "PEAK", "OOMS", "BUDGET");
+  if (np == 0) {
+    fprintf(f, "(no process of this user runs with gpucap on this machine)\n");
+  }
+  for (int k = 0; k < np; k++) {
+    const struct roster_entry *e = &p[k].e;
+    bool any = false;
+    for (unsigned d = 0; d < ROSTER_DEVICES; d++) {
+      const struct roster_device *v = &e->dev[d];
+      if (!(e->present >> d & 1)) {
+        continue;
+      }
+      fprintf(f, "%8d %-28.28s %6u %10s %10s %10s %6" PRIu64 "  %s\n", (int)e->pid,
+              any ? "" : e->command, d,
+              v->cap == ROSTER_NO_CAP ? "none" : human(v->cap, a, sizeof a),
+              human(v->pool, b, sizeof b), human(v->peak, c, sizeof c), v->refused,
+              e->share[0] ? e->share : "-");
+      any = true;
+    }
+  }
 }
 
 static void table(FILE *f, const struct snap *s, int n) {
@@ -240,18 +354,82 @@ static bool quit_key(int ms) {
   return r <= 0 || c == 'q' || c == 'Q';
 }
 
+struct cleaning {
+  const char *only; /* a budget's name, or NULL */
+  int removed;
+};
+
+static void clean_entry(void *arg, const char *path) {
+  struct cleaning *c = arg;
+  struct roster_entry e;
+  if (roster_read(path, &e) == 0 && e.pidns == budget_pidns() && !roster_live(&e) &&
+      (c->only == NULL || strcmp(c->only, e.share) == 0)) {
+    if (unlink(path) == 0) {
+      printf("removed %s: process %d (%s) is gone\n", path, (int)e.pid, e.command);
+      c->removed++;
+    } else if (errno != ENOENT) {
+      cli_warn("top: cannot remove %s: %s", path, strerror(errno));
+    }
+  }
+}
+
+/* Removes budget `name`'s ledger when none of its processes runs: under its lock, marked
+ * removed first, so a process that mapped it meanwhile opens the budget afresh (shim/share.c).
+ * Returns 1 when removed. */
+static int clean_budget(const char *name) {
+  struct budget *l;
+  char err[512], path[256];
+  if (budget_open(name, false, "", &l, err, sizeof err) != 0) {
+    return 0; /* gone meanwhile, or not a ledger of this version: left alone */
+  }
+  int removed = 0;
+  if (budget_lock(l) == 0) {
+    if (l->pidns == budget_pidns() && budget_reclaim(l, 0, 0) == 0) {
+      budget_path(name, (unsigned)geteuid(), path, sizeof path);
+      l->removed = 1;
+      if (unlink(path) == 0) {
+        printf("removed %s: budget '%s' has no live process\n", path, name);
+        removed = 1;
+      }
+    }
+    budget_unlock(l);
+  }
+  budget_close(l);
+  return removed;
+}
+
+/* gpucap top --clean [--budget NAME]: everything of this user, or that budget's. */
+static int clean(const char *only) {
+  struct cleaning c = {only, 0};
+  each_entry(clean_entry, &c);
+  static struct snap snaps[BUDGETS_MAX];
+  int n = read_all(only, snaps, BUDGETS_MAX);
+  for (int k = 0; k < n; k++) {
+    c.removed += clean_budget(snaps[k].name);
+  }
+  if (c.removed == 0) {
+    printf("nothing to remove: every entry and budget belongs to a live process\n");
+  }
+  return CLI_OK;
+}
+
 int top_main(int argc, char **argv) {
-  bool once = false, as_json = false;
+  bool once = false, as_json = false, cleaning = false;
   const char *only = NULL, *interval_s = NULL, *count_s = NULL;
   for (int i = 1; i < argc; i++) {
     const char *v;
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    if (cli_is_help(argv[i])) {
       fputs(usage_text, stdout);
+      return CLI_OK;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      cli_print_version();
       return CLI_OK;
     } else if (strcmp(argv[i], "--once") == 0) {
       once = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       as_json = true;
+    } else if (strcmp(argv[i], "--clean") == 0) {
+      cleaning = true;
     } else if (cli_opt_value(argc, argv, &i, "--interval", NULL, &v)) {
       if (!v) {
         return CLI_USAGE;
@@ -288,10 +466,18 @@ int top_main(int argc, char **argv) {
     cli_error("top: --budget '%s': %s", only, why);
     return CLI_USAGE;
   }
+  if (cleaning) {
+    if (once || as_json || interval_s || count_s) {
+      cli_error("top: --clean takes no other option but --budget (gpucap top --help)");
+      return CLI_USAGE;
+    }
+    return clean(only ? name : NULL);
+  }
   if (once) {
     count = 1;
   }
   static struct snap snaps[BUDGETS_MAX];
+  static struct proc procs[PROCS_MAX];
   bool live = isatty(STDOUT_FILENO) && count != 1;
   bool keys = live && isatty(STDIN_FILENO);
   struct termios saved, raw;
@@ -306,15 +492,21 @@ int top_main(int argc, char **argv) {
   }
   for (long k = 0; count < 0 || k < count; k++) {
     int n = read_all(only ? name : NULL, snaps, BUDGETS_MAX);
+    int np = read_procs(only ? name : NULL, procs, PROCS_MAX);
     if (live) {
       fputs("\033[H\033[2J", stdout);
-      printf("gpucap top: %d budget%s, every %gs (q quits)\n\n", n, n == 1 ? "" : "s", interval);
+      printf("gpucap top: %d process%s, %d budget%s, every %gs (q quits)\n\n", np,
+             np == 1 ? "" : "es", n, n == 1 ? "" : "s", interval);
     } else if (k > 0 && !as_json) {
       putchar('\n');
     }
     if (as_json) {
-      json(stdout, snaps, n);
+      json(stdout, procs, np, snaps, n);
     } else {
+      if (!only) { /* with --budget, its table lists its processes */
+        proc_table(stdout, procs, np);
+        putchar('\n');
+      }
       table(stdout, snaps, n);
     }
     fflush(stdout);

@@ -172,7 +172,9 @@ static bool parse_ptr(field_t f, uint64_t *out) {
 }
 
 static const char *const rmm_actions[] = {"allocate", "allocate failure", "free"};
-static const char *const gpucap_events[] = {"alloc", "refused", "free", "reserve", "release"};
+static const char *const gpucap_events[] = {"alloc",   "refused", "free",
+                                            "reserve", "release", "cap"};
+enum { NEVENTS = sizeof gpucap_events / sizeof gpucap_events[0] };
 
 /* The index of library name v in inf (added on first sight; -1 when empty, when inf is NULL or
  * beyond TRACECSV_LIBS). */
@@ -249,21 +251,24 @@ static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, t
   if (col[COL_EVENT] >= 0) {
     field_t v = f[col[COL_EVENT]];
     int ev = -1;
-    for (int a = 0; a < 5; a++) {
+    for (int a = 0; a < NEVENTS; a++) {
       if (equals(v, gpucap_events[a])) {
         ev = a;
       }
     }
-    /* Region rows are 'allocate failure' to RMM's readers, which skip failures. */
-    int want = ev == TRACECSV_RESERVE || ev == TRACECSV_RELEASE ? TRACECSV_FAILURE : ev;
+    /* Region and cap rows are 'allocate failure' to RMM's readers, which skip failures. */
+    int want = ev >= TRACECSV_RESERVE ? TRACECSV_FAILURE : ev;
     if (ev < 0) {
       return bad(err, errlen, lineno,
-                 "Event '%.*s' is not alloc, refused, free, reserve or release",
+                 "Event '%.*s' is not alloc, refused, free, reserve, release or cap",
                  (int)(v.n > 40 ? 40 : v.n), v.p);
     }
     if (want != rmm) {
       return bad(err, errlen, lineno, "Event '%s' does not go with Action '%s'", gpucap_events[ev],
                  rmm_actions[rmm]);
+    }
+    if (ev == TRACECSV_CAP && e->dev < 0) {
+      return bad(err, errlen, lineno, "a cap row names no device");
     }
     e->action = (tracecsv_action_t)ev;
   }
@@ -366,6 +371,13 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
     rc = parse_fields(f, col, lineno, &e, info, err, errlen);
     if (rc != 0) {
       break;
+    }
+    if (e.action == TRACECSV_CAP) { /* what the device's cap is, not an event */
+      if (e.dev < TRACECSV_CAP_DEVICES) {
+        inf->caps_known |= UINT64_C(1) << e.dev;
+        inf->cap[e.dev] = e.size;
+      }
+      continue;
     }
     e.line = lineno > UINT32_MAX ? UINT32_MAX : (uint32_t)lineno;
     inf->max_dev = e.dev > inf->max_dev ? e.dev : inf->max_dev;

@@ -268,20 +268,31 @@ static int check(const char *path, int fd, struct budget **out, char *err, size_
   return 0;
 }
 
+int budget_unnamed(size_t size, void **map) {
+  int fd = open(BUDGET_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return -1;
+  }
+  void *m = MAP_FAILED;
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0 ||
+      (m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  *map = m;
+  return fd;
+}
+
 /* Writes a complete ledger into an unnamed file and links it at path. Returns 0 (created and
  * mapped), 1 (another process linked one first: open that), or a negative errno. */
 static int create(const char *path, const char *name, const char *settings, struct budget **out,
                   char *err, size_t errlen) {
-  int fd = open(BUDGET_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  struct budget *l = NULL;
+  int fd = budget_unnamed(sizeof *l, (void **)&l);
   if (fd < 0) {
     return os_error(path, "cannot create it", err, errlen);
-  }
-  struct budget *l = MAP_FAILED;
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sizeof *l) != 0 ||
-      (l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-    int rc = os_error(path, "cannot create it", err, errlen);
-    close(fd);
-    return rc;
   }
   memcpy(l->magic, BUDGET_MAGIC, sizeof l->magic);
   l->version = BUDGET_VERSION;

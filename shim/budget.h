@@ -64,8 +64,9 @@ struct budget {
   uint32_t uid;      /* the creator's effective uid (the file's owner) */
   uint32_t nslots;   /* BUDGET_SLOTS */
   uint32_t ndevices; /* BUDGET_DEVICES */
-  uint32_t unused;
-  uint64_t pidns;                     /* the pid namespace's inode (pids mean nothing outside) */
+  uint32_t removed;  /* 1: `gpucap top --clean` unlinked the file (no process of it was live):
+                      * a process that mapped it before must open the budget again */
+  uint64_t pidns;    /* the pid namespace's inode (pids mean nothing outside) */
   char name[BUDGET_NAME_MAX];         /* the budget's name */
   char settings[BUDGET_SETTINGS_MAX]; /* the budget's settings, canonical text */
   uint64_t reclaimed;                 /* slots of dead processes reclaimed */
@@ -86,6 +87,12 @@ void budget_path(const char *name, unsigned uid, char *buf, size_t len);
  * negative errno when a system call failed (reason in err). errno unchanged. */
 int budget_open(const char *name, bool create, const char *settings, struct budget **out, char *err,
                 size_t errlen);
+
+/* An unnamed file of `size` bytes in BUDGET_DIR (O_TMPFILE, owner-only), mapped shared into
+ * *map, for a file that is written whole before it is linked in place (a ledger, and the
+ * entries of shim/roster.h), so that no reader ever sees half of one. Returns its descriptor
+ * (close-on-exec), or -1 with errno set. */
+int budget_unnamed(size_t size, void **map);
 
 /* Unmaps a ledger from budget_open. */
 void budget_close(struct budget *l);

@@ -5,10 +5,12 @@
  */
 #include "shim/cap.h"
 
+#include "core/report.h"
 #include "shim/check.h"
 #include "shim/fork.h"
 #include "shim/log.h"
 #include "shim/real.h"
+#include "shim/roster.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
 #include "shim/share.h"
@@ -21,6 +23,7 @@ struct device_cap {
   _Atomic uint64_t used;
   _Atomic uint64_t limit; /* valid once `ready` */
   atomic_bool ready;
+  atomic_bool warned; /* the cap above the device's memory was said */
 };
 
 static struct device_cap devices[GPUCAP_MAX_DEVICES];
@@ -60,6 +63,16 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     physical_total = total;
   }
   uint64_t limit = settings_valid() ? cfg_device_cap(settings_get(), dev, physical_total) : 0;
+  if (limit != CAP_NONE && physical_total > 0 && limit > physical_total &&
+      !atomic_exchange_explicit(&c->warned, true, memory_order_relaxed)) {
+    char want[REPORT_SIZE_MAX], has[REPORT_SIZE_MAX];
+    report_format_size(limit, want, sizeof want);
+    report_format_size(physical_total, has, sizeof has);
+    log_msg(LOG_WARN,
+            "device %d: the cap (%s) is more than the device's %s: the device's memory is the only "
+            "limit there",
+            dev, want, has);
+  }
   limit = share_limit(dev, limit, physical_total); /* a shared budget's, when one is named */
   runinfo_learn(dev); /* the device's first use: what the exit report will say about it */
   atomic_store_explicit(&c->limit, limit, memory_order_relaxed);
@@ -68,6 +81,11 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     log_msg(LOG_DEBUG, "device %d: cap %llu bytes", dev, (unsigned long long)limit);
   }
   return limit;
+}
+
+/* What the process now holds on dev, for `gpucap top` (shim/roster.h). */
+static void publish(int dev, uint64_t used) {
+  roster_note(dev, cap_limit(dev, 0), used, settings_valid() ? settings_get()->share : "");
 }
 
 bool cap_charge(int dev, uint64_t bytes) {
@@ -85,19 +103,22 @@ bool cap_charge(int dev, uint64_t bytes) {
     atomic_fetch_sub_explicit(&c->used, bytes, memory_order_relaxed);
     return false;
   }
+  publish(dev, used + bytes);
   return true;
 }
 
 void cap_add(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
-  atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  uint64_t used = atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
   share_add(dev, bytes);
+  publish(dev, used + bytes);
 }
 
 void cap_credit(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
-  atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  uint64_t used = atomic_fetch_sub_explicit(&devices[dev].used, bytes, memory_order_relaxed);
   share_credit(dev, bytes);
+  publish(dev, used - bytes);
 }
 
 uint64_t cap_used(int dev) {

@@ -19,6 +19,7 @@
 #include "shim/log.h"
 #include "shim/oom.h"
 #include "shim/passthru.h"
+#include "shim/roster.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
 #include "shim/signals.h"
@@ -220,6 +221,7 @@ static int finish(const char *ended_by) {
   if (nrows > 0 || exit_run()->nnotes > 0) {
     report(ended_by);
   }
+  roster_leave();
   atomic_store(&phase, ENDED);
   errno = saved;
   int sig = atomic_exchange(&pending_signal, 0);
@@ -249,6 +251,7 @@ FORK_CHILD(fork_child)
 
 void finish_before_exec(void) {
   exit_begin();
+  roster_leave(); /* the new program makes its own entry */
   if (!trace_flush()) {
     log_msg(LOG_WARN, "GPUCAP_TRACE: its last events were not written before exec: the trace "
                       "was in use");

@@ -16,9 +16,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static atomic_int verbosity;
+static struct timespec loaded; /* when this program image started (a fork child keeps it) */
+
+__attribute__((constructor)) static void log_start(void) {
+  clock_gettime(CLOCK_REALTIME, &loaded);
+}
 
 /* The regular files the output settings created, for the same-file check. */
 #define OUTPUTS 8
@@ -105,6 +111,29 @@ static const char *std_stream_of(const struct stat *st) {
   return NULL;
 }
 
+/* Whether the regular file st was written after this program started: then another process
+ * (a sibling, a fork child, the parent) wrote it, and this one is about to replace it. The
+ * file's time comes from the kernel's coarse clock, never later than the write: a file written
+ * just before the start is never taken for one written after. */
+static bool written_since_start(const struct stat *st) {
+  return st->st_size > 0 &&
+         (st->st_mtim.tv_sec > loaded.tv_sec ||
+          (st->st_mtim.tv_sec == loaded.tv_sec && st->st_mtim.tv_nsec > loaded.tv_nsec));
+}
+
+/* Says that `full` (setting's `path`) replaces what another process wrote, with the fix: the
+ * path with `.%p` before its extension. */
+static void warn_replaced(const char *setting, const char *path, const char *full) {
+  const char *base = strrchr(path, '/');
+  base = base != NULL ? base + 1 : path;
+  const char *dot = strrchr(base, '.');
+  int stem = (int)(dot != NULL && dot != base ? (size_t)(dot - path) : strlen(path));
+  log_msg(LOG_WARN,
+          "%s: '%s' was written by another process since this one started, and is replaced now; "
+          "to keep each process's, put %%p (its pid) in the name: %.*s.%%p%s",
+          setting, full, stem, path, path + stem);
+}
+
 int log_create(const char *setting, const char *path, char *full, size_t fullcap) {
   int saved = errno;
   struct stat st;
@@ -158,6 +187,9 @@ int log_create(const char *setting, const char *path, char *full, size_t fullcap
   } else {
     if (S_ISREG(st.st_mode)) {
       remember(setting, &st);
+    }
+    if (!created && S_ISREG(st.st_mode) && written_since_start(&st)) {
+      warn_replaced(setting, path, full);
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     errno = saved;

@@ -40,8 +40,10 @@ int log_write_fd(int fd, const char *text, size_t len, size_t *done);
  * standard output or error goes to (it would be truncated), and a regular file that another
  * of the process's output settings already created (GPUCAP_REPORT, GPUCAP_REPORT_JSON and
  * GPUCAP_TRACE naming one file would overwrite each other). An existing file is emptied only once
- * these checks pass; a FIFO or character device is written as it is. Returns the fd, or -1. errno
- * untouched; no malloc. */
+ * these checks pass; a FIFO or character device is written as it is. A non-empty regular file
+ * written after this program started (another process of the job wrote it: a sibling, a fork
+ * child, the parent) is replaced after one warning that suggests `%p` in the name. Returns the
+ * fd, or -1. errno untouched; no malloc. */
 int log_create(const char *setting, const char *path, char *full, size_t fullcap);
 
 #endif

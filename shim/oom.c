@@ -1,19 +1,26 @@
-/* The out-of-memory verdict and messages (see shim/oom.h). */
+/* The out-of-memory verdict and messages (see shim/oom.h). The first refusal's report is built
+ * in a stack buffer and written with one write(2), so that another thread's lines cannot fall
+ * inside it; its figures carry the exit report's names (cap, pool, in use, largest free). */
 #include "shim/oom.h"
 
 #include "core/report.h"
+#include "core/strbuf.h"
 #include "shim/cap.h"
 #include "shim/fork.h"
 #include "shim/ledger.h"
 #include "shim/log.h"
+#include "shim/roster.h"
 #include "shim/settings.h"
 #include "shim/share.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
-
-_Static_assert(OOM_VERDICTS == REPORT_VERDICTS, "the report names every verdict");
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+_Static_assert(OOM_VERDICTS == REPORT_VERDICTS, "the report names every verdict");
 
 static atomic_uint_fast64_t refusals;
 static _Atomic uint64_t counts[GPUCAP_MAX_DEVICES][OOM_VERDICTS];
@@ -52,6 +59,7 @@ uint64_t oom_rank(void) {
 void oom_tally(int dev, enum oom_verdict v) {
   if (dev >= 0 && dev < GPUCAP_MAX_DEVICES && (unsigned)v < OOM_VERDICTS) {
     atomic_fetch_add_explicit(&counts[dev][v], 1, memory_order_relaxed);
+    roster_refused(dev);
   }
 }
 
@@ -60,104 +68,259 @@ static bool quiet(void) {
 }
 
 bool oom_wants_report(uint64_t rank) {
-  return rank == 0 && !quiet();
+  int kind = settings_get()->oom_dump.kind;
+  return rank == 0 && (kind == CFG_DEST_FILE || (kind == CFG_DEST_STDERR && !quiet()));
 }
 
 uint64_t oom_refusals(int dev, enum oom_verdict v) {
   return atomic_load_explicit(&counts[dev][v], memory_order_relaxed);
 }
 
-/* One line of the ledger under the first refusal's report: the device's libraries. */
-static void print_lib(void *arg, const struct ledger_line *l) {
-  if (l->dev == *(const int *)arg) {
-    char held[REPORT_SIZE_MAX], peak[REPORT_SIZE_MAX];
-    report_format_size(l->current, held, sizeof held);
-    report_format_size(l->peak, peak, sizeof peak);
-    log_msg(LOG_INFO, "held by %s%s: %s (peak %s)", l->name, l->program ? " (program)" : "", held,
-            peak);
+/* The libraries with the most in use on one device, for the first refusal's report. */
+#define TOP_LIBS 3
+struct top_libs {
+  int dev;
+  int n, others;       /* lines kept; further libraries holding bytes */
+  uint64_t others_use; /* ... and what they hold */
+  struct {
+    const char *name;
+    bool program;
+    uint64_t bytes;
+  } lib[TOP_LIBS];
+};
+
+static void pick_lib(void *arg, const struct ledger_line *l) {
+  struct top_libs *t = arg;
+  if (l->dev != t->dev || l->current == 0) {
+    return;
+  }
+  int at = t->n < TOP_LIBS ? t->n : TOP_LIBS - 1;
+  if (t->n == TOP_LIBS && l->current <= t->lib[at].bytes) {
+    t->others++;
+    t->others_use += l->current;
+    return;
+  }
+  if (t->n == TOP_LIBS) { /* the smallest kept one makes room */
+    t->others++;
+    t->others_use += t->lib[at].bytes;
+  } else {
+    t->n++;
+  }
+  while (at > 0 && t->lib[at - 1].bytes < l->current) {
+    t->lib[at] = t->lib[at - 1];
+    at--;
+  }
+  t->lib[at].name = l->name;
+  t->lib[at].program = l->program;
+  t->lib[at].bytes = l->current;
+}
+
+/* "  label      " : every line of the block starts with its label in one column. */
+static void label(strbuf_t *o, const char *name) {
+  strbuf_printf(o, "  %-11s", name);
+}
+
+/* Whether the device was filled by this process itself (a device_full refusal): what it holds
+ * is more than what the others (other processes, the driver's own memory) were seen to hold. */
+static bool filled_here(const oom_facts_t *f) {
+  return f->charged > 0 && f->charged >= f->others_hold;
+}
+
+/* Whether a cap_full refusal is the shared budget's: this process's own cap had room. */
+static bool budget_full(const oom_facts_t *f) {
+  return share_active() && f->cap != CAP_NONE && f->charged <= f->cap &&
+         f->bytes <= f->cap - f->charged;
+}
+
+/* Whether the request alone is more than the cap. */
+static bool over_cap(const oom_facts_t *f) {
+  return f->cap != CAP_NONE && f->bytes > f->cap;
+}
+
+/* "cap 2.0 GiB, pool 1.5 GiB, in use 1.5 GiB": the device's figures, in the exit report's names. */
+static void put_holdings(strbuf_t *o, const oom_facts_t *f, uint64_t in_use) {
+  if (f->cap == CAP_NONE) {
+    strbuf_str(o, "cap none");
+  } else {
+    strbuf_str(o, "cap ");
+    strbuf_size(o, f->cap);
+  }
+  strbuf_str(o, ", pool ");
+  strbuf_size(o, f->charged);
+  strbuf_str(o, ", in use ");
+  strbuf_size(o, in_use);
+}
+
+/* The verdict's line: its name and what it means here, then its evidence. */
+static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, uint64_t in_use) {
+  static const char *const meaning[OOM_VERDICTS] = {
+      [OOM_CAP_FULL] = "the cap is full of live allocations",
+      [OOM_FRAGMENTED] = "enough is free under the cap, but in pieces smaller than the request",
+      [OOM_OTHER_POOLS] = "other contexts' pools hold idle memory they could not give back",
+      [OOM_CAPTURE] = "only memory freed during a graph capture could serve; the device may use it",
+  };
+  uint64_t headroom = f->cap != CAP_NONE && f->cap > f->charged ? f->cap - f->charged : 0;
+  label(o, "verdict");
+  strbuf_printf(o, "%s: ", oom_verdict_name(v));
+  if (v == OOM_CAP_FULL && budget_full(f)) {
+    strbuf_printf(o, "the shared budget '%s' is full on device %d\n", settings_get()->share,
+                  f->dev);
+    label(o, "evidence");
+    strbuf_str(o, "this process's pool ");
+    strbuf_size(o, f->charged);
+    strbuf_str(o, " of its cap ");
+    strbuf_size(o, f->cap);
+    strbuf_str(o, "; the budget's other processes hold the rest\n");
+    return;
+  }
+  if (v == OOM_DEVICE_FULL) {
+    strbuf_printf(o, "device %d itself is full", f->dev);
+  } else {
+    strbuf_str(o, v == OOM_CAP_FULL && over_cap(f) ? "the request is larger than the cap itself"
+                                                   : meaning[v]);
+  }
+  strbuf_str(o, v == OOM_DEVICE_FULL && filled_here(f) ? ", and this process filled it\n" : "\n");
+  label(o, "evidence");
+  if (v == OOM_CAPTURE) {
+    strbuf_size(o, f->in_capture);
+    strbuf_str(o, " freed during the capture; gpucap cannot wait for the device until it ends\n");
+    return;
+  }
+  if (v == OOM_OTHER_POOLS) {
+    strbuf_size(o, f->others_idle);
+    strbuf_printf(o, " idle in other contexts' pools on device %d (blocks still live in them)\n",
+                  f->dev);
+    return;
+  }
+  put_holdings(o, f, in_use);
+  if (v == OOM_DEVICE_FULL && f->others_hold > 0) {
+    strbuf_str(o, "; other processes and the driver hold ");
+    strbuf_size(o, f->others_hold);
+  } else if (v == OOM_DEVICE_FULL) {
+    strbuf_str(o, "; no other process was seen holding it");
+  } else {
+    strbuf_str(o, "; free under the cap ");
+    strbuf_size(o, f->free_bytes + headroom);
+  }
+  if (v == OOM_FRAGMENTED) {
+    strbuf_str(o, ", largest free ");
+    strbuf_size(o, f->largest);
+  }
+  strbuf_char(o, '\n');
+}
+
+/* The one action that helps. */
+static const char *helps(const oom_facts_t *f, enum oom_verdict v) {
+  switch (v) {
+  case OOM_FRAGMENTED:
+    return settings_get()->allow_growth
+               ? "preallocate one region (GPUCAP_ALLOW_GROWTH=false), which fragments less"
+               : "allocate the large, long-lived blocks first, or raise the cap by the request's "
+                 "size";
+  case OOM_DEVICE_FULL:
+    return filled_here(f) ? "the program needs more than the device has: make it use less, or use "
+                            "a larger device"
+                          : "run where the device has room (the other processes hold it)";
+  case OOM_OTHER_POOLS:
+    return "free those blocks, or use one context per device";
+  case OOM_CAPTURE:
+    return "free that memory before the capture begins, or raise the cap";
+  default:
+    if (budget_full(f)) {
+      return "wait, or free memory: the budget's other processes give idle memory back (gpucap "
+             "top)";
+    }
+    if (over_cap(f)) {
+      return "raise the cap above the request (--limit, GPUCAP_MEMORY_LIMIT), or ask for less";
+    }
+    return "raise the cap (--limit, GPUCAP_MEMORY_LIMIT) or free memory";
   }
 }
 
-/* The verdict in words, with the one action that would help. */
-static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap) {
-  char a[REPORT_SIZE_MAX], b[REPORT_SIZE_MAX];
-  switch (v) {
-  case OOM_FRAGMENTED:
-    report_format_size(f->free_bytes, a, sizeof a);
-    report_format_size(f->largest, b, sizeof b);
-    snprintf(buf, cap,
-             "fragmentation: %s is free under the cap but the largest free piece is %s; %s", a, b,
-             settings_get()->allow_growth
-                 ? "preallocate one region (GPUCAP_ALLOW_GROWTH=false), which fragments less"
-                 : "allocate the large, long-lived blocks first, or raise the cap by the "
-                   "request's size");
-    break;
-  case OOM_DEVICE_FULL:
-    if (f->others_hold > 0) {
-      report_format_size(f->others_hold, a, sizeof a);
-      snprintf(buf, cap,
-               "device %d is full: other processes hold %s (the driver's own memory "
-               "included), below the cap; run where the device has room",
-               f->dev, a);
+/* Writes the full dump (report) where GPUCAP_OOM_DUMP says, and says where it went. */
+static void put_dump(strbuf_t *o, const char *report, size_t len) {
+  const cfg_dest_t *d = &settings_get()->oom_dump;
+  label(o, "full dump");
+  if (d->kind == CFG_DEST_OFF) {
+    strbuf_str(o, "GPUCAP_OOM_DUMP=stderr or =FILE writes the pool's bins and occupancy map\n");
+  } else if (report == NULL) {
+    strbuf_str(o, "none (the refusal came from no pool)\n");
+  } else if (d->kind == CFG_DEST_STDERR) {
+    strbuf_str(o, "below\n");
+  } else {
+    char full[PATH_MAX];
+    int fd = log_create("GPUCAP_OOM_DUMP", d->path, full, sizeof full);
+    int err = fd < 0 ? -1 : log_write_fd(fd, report, strnlen(report, len), NULL);
+    if (fd >= 0 && close(fd) != 0 && err == 0) {
+      err = errno;
+    }
+    if (err == 0) {
+      strbuf_printf(o, "written to %s\n", full);
     } else {
-      snprintf(buf, cap,
-               "device full: the driver refused below the cap, so other processes (or memory "
-               "outside gpucap) hold the device; run where the device has room");
+      strbuf_str(o, "not written (see the warning above)\n");
+      if (err > 0) {
+        log_msg(LOG_WARN, "GPUCAP_OOM_DUMP: cannot write '%s': %s", full, strerror(err));
+      }
     }
-    break;
-  case OOM_CAPTURE:
-    report_format_size(f->in_capture, a, sizeof a);
-    snprintf(buf, cap,
-             "capture: %s freed on device %d could serve this, but the device may still be "
-             "using it and gpucap cannot wait for the device while a CUDA graph is being "
-             "captured; free that memory before the capture begins, or raise the cap",
-             a, f->dev);
-    break;
-  case OOM_OTHER_POOLS:
-    report_format_size(f->others_idle, a, sizeof a);
-    snprintf(buf, cap,
-             "other contexts' pools: %s sits idle in the pools of other contexts on device %d "
-             "and could not be returned (blocks still live in their regions); free those blocks "
-             "or use one context per device",
-             a, f->dev);
-    break;
-  default:
-    if (share_active() && f->cap != CAP_NONE && f->charged <= f->cap &&
-        f->bytes <= f->cap - f->charged) {
-      snprintf(buf, cap,
-               "the shared budget '%s' is full on device %d: its other processes hold the rest "
-               "(gpucap top lists them); they give idle pool memory back at their next allocation",
-               settings_get()->share, f->dev);
-      break;
+  }
+}
+
+/* The first refusal's report: one block, written at once. */
+static void print_first(const oom_facts_t *f, enum oom_verdict v, const char *report, size_t len) {
+  char text[2048];
+  strbuf_t o;
+  strbuf_init(&o, text, sizeof text);
+  uint64_t in_use = 0, peak = 0;
+  ledger_total(f->dev, &in_use, &peak);
+  strbuf_printf(&o, "gpucap: out of memory on device %d (pid %ld): ", f->dev, (long)getpid());
+  strbuf_size(&o, f->bytes);
+  strbuf_printf(&o, " (%llu bytes) refused\n", (unsigned long long)f->bytes);
+  put_verdict(&o, f, v, in_use);
+  struct top_libs t = {.dev = f->dev};
+  ledger_each(pick_lib, &t);
+  if (t.n > 0) {
+    label(&o, "in use by");
+    for (int i = 0; i < t.n; i++) {
+      strbuf_printf(&o, "%s%s%s ", i > 0 ? ", " : "", t.lib[i].name,
+                    t.lib[i].program ? " (program)" : "");
+      strbuf_size(&o, t.lib[i].bytes);
     }
-    report_format_size(f->charged, a, sizeof a);
-    report_format_size(f->cap, b, sizeof b);
-    snprintf(buf, cap,
-             "cap full: %s of the %s cap is held by live allocations; raise the cap (--limit, "
-             "GPUCAP_MEMORY_LIMIT) or free memory",
-             a, b);
-    break;
+    if (t.others > 0) {
+      strbuf_printf(&o, ", %d more ", t.others);
+      strbuf_size(&o, t.others_use);
+    }
+    strbuf_char(&o, '\n');
+  }
+  label(&o, "helps");
+  strbuf_printf(&o, "%s\n", helps(f, v));
+  if (!quiet()) {
+    put_dump(&o, report, len);
+    strbuf_finish(&o);
+    log_write_raw(text, strnlen(text, sizeof text));
+    if (report != NULL && settings_get()->oom_dump.kind == CFG_DEST_STDERR) {
+      log_write_raw(report, strnlen(report, len));
+    }
+  } else if (report != NULL && settings_get()->oom_dump.kind == CFG_DEST_FILE) {
+    strbuf_t none;
+    strbuf_init(&none, NULL, 0);
+    put_dump(&none, report, len); /* the file asked for, even with no report on stderr */
   }
 }
 
 void oom_print(uint64_t rank, const oom_facts_t *f, enum oom_verdict v, const char *report,
                size_t len) {
+  if (rank == 0) {
+    print_first(f, v, report, len);
+    return;
+  }
   if (rank > OOM_SUMMARIES + 1 || quiet()) {
     return;
   }
-  char text[512];
-  why(f, v, text, sizeof text);
-  if (rank == 0) {
-    log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes under the cap", f->dev,
-            (unsigned long long)f->bytes);
-    if (report != NULL) {
-      log_write_raw(report, strnlen(report, len));
-    }
-    ledger_each(print_lib, (void *)&f->dev);
-    log_msg(LOG_WARN, "verdict: %s", text);
-  } else if (rank <= OOM_SUMMARIES) {
-    log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes: %s", f->dev,
-            (unsigned long long)f->bytes, text);
+  if (rank <= OOM_SUMMARIES) {
+    char size[REPORT_SIZE_MAX];
+    report_format_size(f->bytes, size, sizeof size);
+    log_msg(LOG_WARN, "device %d: out of memory: %s (%llu bytes) refused: %s; %s", f->dev, size,
+            (unsigned long long)f->bytes, oom_verdict_name(v), helps(f, v));
   } else {
     log_msg(LOG_WARN, "further refusals are not printed; the exit report counts them");
   }

@@ -1,10 +1,12 @@
-/* What gpucap says when it refuses an allocation: a verdict (why it was refused) with the one
- * action that would help. The first refusal of the process prints the whole picture (the
- * warning, the pool's memory-state report, the verdict and the action); each of the next
- * OOM_SUMMARIES refusals one line; then one line saying the rest are only counted (the exit
- * report has them). GPUCAP_REPORT=off (`gpucap run --quiet`) prints none of it. The counts per
- * device and verdict are kept for the exit report. Thread-safe: atomics only, no lock, no
- * driver call.
+/* What gpucap says when it refuses an allocation: a verdict (why it was refused) with its
+ * evidence and the one action that would help. The first refusal of the process prints one
+ * short block (what was asked, the verdict and its evidence, the libraries holding the device's
+ * memory, what helps, where the full dump went); the pool's full state (bins, occupancy map:
+ * bfc_format_report) goes where GPUCAP_OOM_DUMP says, nowhere by default. Each of the next
+ * OOM_SUMMARIES refusals prints one line; then one line says the rest are only counted (the
+ * exit report has them). GPUCAP_REPORT=off (`gpucap run --quiet`) prints none of it (a dump
+ * file is still written). The counts per device and verdict are kept for the exit report.
+ * Thread-safe: atomics only, no lock, no driver call.
  */
 #ifndef GPUCAP_SHIM_OOM_H
 #define GPUCAP_SHIM_OOM_H
@@ -55,12 +57,14 @@ uint64_t oom_rank(void);
 /* Counts a refusal of device dev under verdict v (for the exit report). */
 void oom_tally(int dev, enum oom_verdict v);
 
-/* True iff the refusal of rank `rank` prints the full memory-state report (the caller then
- * formats it while it holds the pool). */
+/* True iff the refusal of rank `rank` writes the pool's full state (the caller then formats it
+ * with bfc_format_report while it holds the pool): the first refusal, when GPUCAP_OOM_DUMP
+ * names a file, or stderr and GPUCAP_REPORT is not off. */
 bool oom_wants_report(uint64_t rank);
 
-/* Prints what the refusal of rank `rank` prints: report (bfc_format_report text, NUL-
- * terminated within len; NULL for none) only for the first. */
+/* Prints what the refusal of rank `rank` prints, and for the first writes the full dump
+ * `report` (bfc_format_report text, NUL-terminated within len; NULL for none) where
+ * GPUCAP_OOM_DUMP says. Called with no lock held. */
 void oom_print(uint64_t rank, const oom_facts_t *f, enum oom_verdict v, const char *report,
                size_t len);
 

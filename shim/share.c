@@ -75,21 +75,37 @@ static void join(void) {
   char text[BUDGET_SETTINGS_MAX], err[512];
   settings_text(text, sizeof text);
   struct budget *l = atomic_load(&ledger);
-  if (!l) {
-    int rc = budget_open(settings_get()->share, true, text, &l, err, sizeof err);
-    if (rc != 0) {
-      refuse("%s%s", err,
-             rc == -EPROTO ? " (remove the file if no process of the budget is running)" : "");
+  for (int tries = 0;; tries++) {
+    if (!l) {
+      int rc = budget_open(settings_get()->share, true, text, &l, err, sizeof err);
+      if (rc != 0) {
+        refuse("%s%s", err,
+               rc == -EPROTO ? " (remove the file if no process of the budget is running)" : "");
+        return;
+      }
+      atomic_store(&ledger, l);
+    }
+    if (budget_lock(l) != 0) {
+      refuse("%s%s", "its ledger's lock is unrecoverable", "");
       return;
     }
-    atomic_store(&ledger, l);
+    if (!l->removed || tries == 3) {
+      break;
+    }
+    /* `gpucap top --clean` unlinked it (no process of it ran) after it was mapped: joining
+     * it would split the budget from the processes that open it by name from now on. */
+    budget_unlock(l);
+    budget_close(l);
+    atomic_store(&ledger, NULL);
+    l = NULL;
+  }
+  if (l->removed) {
+    budget_unlock(l);
+    refuse("%s%s", "its ledger keeps being removed (gpucap top --clean)", "");
+    return;
   }
   my_pid = getpid();
   my_start = budget_start_of(my_pid);
-  if (budget_lock(l) != 0) {
-    refuse("%s%s", "its ledger's lock is unrecoverable", "");
-    return;
-  }
   int mine = -1;
   if (budget_reclaim(l, my_pid, my_start) == 0) {
     restart(l, text);

@@ -11,6 +11,7 @@ SHIM_SRCS := shim/array.c shim/async.c shim/budget.c shim/cap.c shim/capture.c s
              shim/settings.c shim/share.c shim/signals.c \
              shim/trace.c shim/vmm.c
 SHIM_SRCS += shim/glibc.c
+SHIM_SRCS += shim/roster.c # the per-process entries gpucap top reads
 TEST_SCRIPTS += tests/unit/glibc_versions.sh tests/unit/layers.sh
 SHIM_OBJS := $(SHIM_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/dlsym_entry.o \
              $(CORE_OBJS) $(REPORT_OBJS)

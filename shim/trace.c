@@ -72,13 +72,14 @@ atomic_int trace_state; /* NOT_OPENED, ARMED, OPEN, OFF or FAILED; changed under
                             NOT_OPENED -> ARMED/OFF, which is idempotent */
 static char path[PATH_MAX];
 static char buf[TRACE_BUF];
-static size_t used;            /* bytes in buf */
-static atomic_ulong buffered;  /* rows in buf */
-static atomic_ulong lost;      /* events never written after a failed write */
-static uint64_t written;       /* bytes in the file, all whole lines */
-static int fail_err;           /* errno of the failed write */
-static int64_t fail_ns;        /* when it failed (Unix time) */
-static _Atomic long tz_offset; /* seconds east of UTC, at the last poll */
+static size_t used;                            /* bytes in buf */
+static atomic_ulong buffered;                  /* rows in buf */
+static atomic_ulong lost;                      /* events never written after a failed write */
+static uint64_t written;                       /* bytes in the file, all whole lines */
+static int fail_err;                           /* errno of the failed write */
+static int64_t fail_ns;                        /* when it failed (Unix time) */
+static _Atomic long tz_offset;                 /* seconds east of UTC, at the last poll */
+static atomic_bool capped[GPUCAP_MAX_DEVICES]; /* the device's cap row is recorded */
 
 static void give(void) {
   holding = false;
@@ -151,15 +152,15 @@ static void write_out(void) {
           path, strerror(err));
 }
 
-/* One row, RMM's six columns then gpucap's five. Region rows are `allocate failure` in RMM's
- * Action column: RMM's readers know only its three actions and its replay skips failures, so
- * they read the trace as RMM's own; gpucap's Event column says what the row is. A library's
+/* One row, RMM's six columns then gpucap's five. Region and cap rows are `allocate failure` in
+ * RMM's Action column: RMM's readers know only its three actions and its replay skips failures,
+ * so they read the trace as RMM's own; gpucap's Event column says what the row is. A library's
  * name is written with every byte a CSV field or a reader could take for structure (a comma, a
  * quote, a control byte) as '_'. */
 static int format_row(const struct slot *s, char *line, size_t cap) {
-  static const char *const rmm[] = {"allocate", "allocate failure", "free", "allocate failure",
-                                    "allocate failure"};
-  static const char *const ours[] = {"alloc", "refused", "free", "reserve", "release"};
+  static const char *const rmm[] = {"allocate",         "allocate failure", "free",
+                                    "allocate failure", "allocate failure", "allocate failure"};
+  static const char *const ours[] = {"alloc", "refused", "free", "reserve", "release", "cap"};
   char lib[LEDGER_NAME_MAX];
   const char *name = ledger_name(s->lib);
   size_t k = 0;
@@ -277,18 +278,33 @@ static void fill(uint64_t ticket, enum trace_action action, int dev, uint64_t pt
   errno = saved;
 }
 
+/* After the first event of device dev: a row with its cap (Size; 2^64-1 for none). The cap is
+ * known by then (the event's charge or refusal computed it). */
+static void cap_row(uint64_t ticket, int dev) {
+  if (ticket != 0 && dev >= 0 && dev < GPUCAP_MAX_DEVICES &&
+      !atomic_load_explicit(&capped[dev], memory_order_relaxed) &&
+      !atomic_exchange_explicit(&capped[dev], true, memory_order_relaxed)) {
+    fill(trace_ticket(), TRACE_CAP, dev, 0, cap_limit(dev, 0), 0, NULL, -1);
+  }
+}
+
 void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
                 uint64_t held, int lib) {
   fill(ticket, action, dev, ptr, size, held, NULL, lib);
+  cap_row(ticket, dev);
 }
 
 void trace_note_now(enum trace_action action, int dev, uint64_t ptr, uint64_t size, uint64_t held,
                     int lib) {
-  fill(trace_ticket(), action, dev, ptr, size, held, NULL, lib);
+  uint64_t ticket = trace_ticket();
+  fill(ticket, action, dev, ptr, size, held, NULL, lib);
+  cap_row(ticket, dev);
 }
 
 void trace_refused(int dev, uint64_t size, const char *verdict, int lib) {
-  fill(trace_ticket(), TRACE_ALLOC_FAILURE, dev, 0, size, 0, verdict, lib);
+  uint64_t ticket = trace_ticket();
+  fill(ticket, TRACE_ALLOC_FAILURE, dev, 0, size, 0, verdict, lib);
+  cap_row(ticket, dev);
 }
 
 void trace_stream(uint64_t stream) {
@@ -370,5 +386,8 @@ static void fork_child(void) {
   written = 0;
   atomic_store_explicit(&buffered, 0, memory_order_relaxed);
   atomic_store_explicit(&lost, 0, memory_order_relaxed);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    atomic_store_explicit(&capped[dev], false, memory_order_relaxed); /* a trace of its own */
+  }
 }
 FORK_CHILD(fork_child)

@@ -6,7 +6,8 @@
  * (under the pool's lock, or before the driver call that frees the memory), and the rows are
  * written in ticket order, whatever thread writes them. Events are kept in a ring in memory and
  * written in large appends (trace_poll, before an exec and at exit); the file only ever holds whole
- * lines. Thread-safe; a no-op when GPUCAP_TRACE is unset.
+ * lines. The first event of each device is followed by a `cap` row that gives the device's cap,
+ * so that a trace read alone knows it. Thread-safe; a no-op when GPUCAP_TRACE is unset.
  */
 #ifndef GPUCAP_SHIM_TRACE_H
 #define GPUCAP_SHIM_TRACE_H
@@ -21,6 +22,7 @@ enum trace_action {
   TRACE_FREE,          /* a block the program freed */
   TRACE_RESERVE,       /* a pool region reserved from the driver */
   TRACE_RELEASE,       /* a pool region returned to the driver */
+  TRACE_CAP,           /* the device's cap, once, after its first event (written by trace.c) */
   TRACE_NONE,          /* a ticket given back unused: no row */
 };
 

@@ -1,6 +1,8 @@
 # Test orchestration. Fragments add compiled TAP programs to TEST_PROGRAMS, shell/bats TAP
 # scripts to TEST_SCRIPTS, and the subset that exercises threads to THREAD_TESTS. Every test
-# prints TAP; `prove` runs them all and prints the closing summary CI reads.
+# prints TAP; tests/harness.pl runs them all as `prove` does, prints prove's closing summary CI
+# reads, then how many checks were skipped and why (also kept in $(BUILD)/skipped.txt, which
+# `make test` sums up at its end).
 #
 # Scripts find built artefacts through the exported BUILD variable. In sanitizer builds
 # SAN_PRELOAD names the sanitizer runtime that must precede the shim in LD_PRELOAD.
@@ -26,8 +28,8 @@ TEST_ENV := BUILD=$(abspath $(BUILD)) SAN_PRELOAD=$(SAN_RUNTIME) TOP=$(CURDIR) \
             ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 
 JOBS ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
-PROVE := prove --exec '' --timer --merge -j$(JOBS)
-QUICK_SKIP := tests/frameworks/frameworks.sh
+PROVE := perl tests/harness.pl $(JOBS) $(BUILD)/skipped.txt
+QUICK_SKIP := tests/frameworks/frameworks.sh tests/frameworks/readme.sh
 
 check: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(TEST_SCRIPTS)
@@ -38,12 +40,14 @@ quick: all
 check-threads: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(THREAD_TESTS)
 
-# The command README.md and .ci/run name: plain, then ASan+UBSan, then TSan on threaded tests.
+# The command README.md and .ci/run name: plain, then ASan+UBSan, then TSan on threaded tests,
+# then the checks the three passes skipped, and why.
 test:
 	$(Q)$(MAKE) --no-print-directory frameworks
 	$(Q)$(MAKE) --no-print-directory check
 	$(Q)$(MAKE) --no-print-directory check BUILD=build/asan SANITIZER=address,undefined
 	$(Q)$(MAKE) --no-print-directory check-threads BUILD=build/tsan SANITIZER=thread
+	$(Q)sh tests/skipped.sh $(BUILD)/skipped.txt build/asan/skipped.txt build/tsan/skipped.txt
 
 # ---- Integration programs: run over the fake driver with the shim preloaded. ----
 INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/linked \
@@ -55,7 +59,7 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock \
                   $(BUILD)/tests/fronts $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered
 TEST_DEPS += $(INTEG_PROGRAMS)
-TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
+TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/unit/harness.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
                 tests/integ/noncuda.sh tests/integ/cudart.sh tests/integ/exports.sh \
                 tests/integ/threads.sh tests/integ/pool.sh tests/integ/report.sh \
@@ -63,7 +67,7 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
                 tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
                 tests/integ/fronts.sh tests/integ/ctxswitch.sh tests/integ/arenas.sh \
-                tests/integ/ordered.sh
+                tests/integ/ordered.sh tests/integ/oom.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh \
                 tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh \
                 tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh

@@ -124,6 +124,17 @@ static_prog() {
   [ -z "$stderr" ]
 }
 
+@test "README says what happens to per-device caps naming devices the program does not see" {
+  readme=$(tr '\n' ' ' <"$TOP/README.md" | tr -s ' ')
+  # Refused: the case above (device 5 named, device 0 left uncapped) ...
+  [[ "$readme" == *"per-device caps that name a device the program does not see while a device it does see gets no cap (a numbering mistake)"* ]]
+  # ... a warning and the run: the issue's case, 0=3GiB,1=2GiB on one device.
+  [[ "$readme" == *"name devices beyond those the program sees while every device it sees is capped are only warned about"* ]]
+  run --separate-stderr grun --device-limit 0=3GiB,1=2GiB -- true
+  status_is 0
+  err_has "gpucap: warning: run: the per-device caps (from --device-limit) name device 1, which the program does not see (it sees 1)"
+}
+
 @test "without a driver, or without a device, the device check stays silent" {
   run --separate-stderr env LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
     "$GPUCAP" run --device-limit 5=8MiB -- true

@@ -103,15 +103,15 @@ line() {
   [ "$(line GPUCAP_REPORT_JSON)" = "GPUCAP_REPORT_JSON (unset) default" ]
 }
 
-@test "usage errors: arguments, '--', unknown options; --help and --version" {
+@test "usage errors (2): arguments, '--', unknown options; --help and --version" {
   run --separate-stderr "$GPUCAP" env extra
-  status_is 125
+  status_is 2
   err_has "env: unexpected argument 'extra'; see gpucap env --help"
   run --separate-stderr "$GPUCAP" env --
-  status_is 125
+  status_is 2
   err_has "env: unknown option '--'"
   run --separate-stderr "$GPUCAP" env --bogus
-  status_is 125
+  status_is 2
   err_has "env: unknown option '--bogus'"
   run "$GPUCAP" env --help
   status_is 0

@@ -4,13 +4,19 @@
 
 load helpers
 
+# The commands of scripts/gpucap.c's table, "run, report, ...", in its order.
+commands() {
+  sed -n 's/^    {"\([a-z]*\)", [a-z_]*_main,.*/\1/p' "$TOP/scripts/gpucap.c" | paste -sd, - |
+    sed 's/,/, /g'
+}
+
 @test "--help lists every command and every setting" {
   run --separate-stderr "$GPUCAP" --help
   status_is 0
   [ -z "$stderr" ]
   has "Usage: gpucap COMMAND [ARGS...]"
   for c in "run [OPTIONS] [--] COMMAND [ARGS...]" "report FILE.json" "plot TRACE.csv -o OUT.svg" \
-      "env [OPTIONS]" "help [COMMAND]"; do
+      "env [OPTIONS]" "top [--once] [--json] [--clean]" "help [COMMAND]"; do
     has "  $c"
   done
   for v in $(sed -n 's/^CFG_OPT(\([A-Z_]*\),.*/GPUCAP_\1/p' "$TOP/config/options.def"); do
@@ -29,7 +35,8 @@ load helpers
 }
 
 @test "every command has --help and --version" {
-  for c in run report plot env; do
+  [ "$(commands)" = "run, report, plot, export, env, top" ]
+  for c in $(commands | tr -d ,); do
     run "$GPUCAP" "$c" --help
     status_is 0
     [[ "$output" == "Usage: gpucap $c"* ]]
@@ -40,7 +47,7 @@ load helpers
 }
 
 @test "help COMMAND is COMMAND --help; help alone is --help" {
-  for c in run report plot env; do
+  for c in $(commands | tr -d ,); do
     run "$GPUCAP" help "$c"
     status_is 0
     [ "$output" = "$("$GPUCAP" "$c" --help)" ]
@@ -49,23 +56,25 @@ load helpers
   status_is 0
   [ "$output" = "$("$GPUCAP" --help)" ]
   run --separate-stderr "$GPUCAP" help nosuch
-  status_is 125
-  err_has "help: no such command; commands: run, report, plot, export, env"
+  status_is 2
+  err_has "help: no such command; commands: $(commands)"
   run --separate-stderr "$GPUCAP" help run plot
-  status_is 125
+  status_is 2
   err_has "help: one command at a time"
 }
 
-@test "no command, an unknown command, an option before the command: 125" {
+@test "no command, an unknown command, an option before the command: usage errors (2)" {
   run --separate-stderr "$GPUCAP"
-  status_is 125
-  err_has "gpucap: error: no command given; try gpucap --help"
+  status_is 2
   [ -z "$output" ]
+  [[ "$stderr" == "Usage: gpucap COMMAND [ARGS...]"* ]]
+  err_has "  top [--once] [--json] [--clean]"
+  err_has "gpucap: error: no command given (commands: $(commands))"
   run --separate-stderr "$GPUCAP" start
-  status_is 125
-  err_has "gpucap: error: unknown command 'start'; commands: run, report, plot, export, env"
+  status_is 2
+  err_has "gpucap: error: unknown command 'start'; commands: $(commands) (see gpucap --help)"
   run --separate-stderr "$GPUCAP" --limit 1GiB -- true
-  status_is 125
+  status_is 2
   err_has "unknown option '--limit'; options go after the command: gpucap run --limit ..."
 }
 
@@ -95,4 +104,15 @@ load helpers
   run --separate-stderr "$GPUCAP" ${cmd#gpucap }
   status_is 125
   [ "$stderr" = "$want" ]
+}
+
+@test "README's command table and the man page name every command of the table, and no other" {
+  want=$(commands | tr -d , | tr ' ' '\n' | sort)
+  readme=$(sed -n 's/^| `gpucap \([a-z]*\).*/\1/p' "$TOP/README.md" | sort -u)
+  [ "$readme" = "$want" ] || { printf 'README: %s\nwant: %s\n' "$readme" "$want" >&2; false; }
+  man=$(sed -n 's/^\.B gpucap \([a-z]*\)$/\1/p' "$TOP/scripts/gpucap.1" | sort -u)
+  [ "$man" = "$want" ] || { printf 'man page: %s\nwant: %s\n' "$man" "$want" >&2; false; }
+  sections=$(sed -n '/^\.SH COMMANDS/,/^\.SH /{/^\.TP$/{n;s/^\.B \([a-z]*\)$/\1/p}}' \
+    "$TOP/scripts/gpucap.1" | sort -u)
+  [ "$sections" = "$want" ]
 }

@@ -35,8 +35,11 @@ installed_run() {
     cmp "$d" "$root/share/doc/gpucap/docs/${d##*/}"
   done
   head -n 5 "$root/share/man/man1/gpucap.1" | grep -q '^\.TH GPUCAP 1'
+  grep -q '`share/man/man1/gpucap.1`' "$TOP/README.md" # where README says it goes
   ndocs=$(ls "$TOP"/docs/*.md | wc -l)
-  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((4 + ndocs)) ]
+  # and the list of the folders install made, for uninstall
+  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((5 + ndocs)) ]
+  grep -qx "$root/share/man/man1" "$root/lib/gpucap/installed-dirs"
   cmp "$root/lib/gpucap/libgpucap.so" "$BUILD/libgpucap.so"
 }
 
@@ -51,7 +54,7 @@ installed_run() {
   status_is 0
   has "total     1024 MiB"
   err_has "gpucap: memory report"
-  run env LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
+  run --separate-stderr env LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
     "$root/bin/gpucap" run -- sh -c 'printf %s "$LD_PRELOAD"'
   [ "$output" = "${SAN_PRELOAD:+$SAN_PRELOAD:}$root/lib/gpucap/libgpucap.so" ]
 }
@@ -79,13 +82,19 @@ installed_run() {
   status_is 0
 }
 
-@test "make uninstall removes every installed file" {
+@test "make uninstall removes every installed file, and the folders install made" {
   mk install DESTDIR="$SCRATCH/stage" PREFIX=/opt/gpucap
   run mk uninstall DESTDIR="$SCRATCH/stage" PREFIX=/opt/gpucap
   status_is 0
-  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq 0 ]
-  [ ! -e "$SCRATCH/stage/opt/gpucap/lib/gpucap" ]
-  [ ! -e "$SCRATCH/stage/opt/gpucap/share/doc/gpucap" ]
+  [ ! -e "$SCRATCH/stage" ]
+  # A folder that was there before stays, with what else it holds, and so does an empty one.
+  mkdir -p "$SCRATCH/stage/usr/bin" "$SCRATCH/stage/usr/share/man/man1"
+  touch "$SCRATCH/stage/usr/bin/other"
+  mk install DESTDIR="$SCRATCH/stage" PREFIX=/usr
+  mk install DESTDIR="$SCRATCH/stage" PREFIX=/usr # again: the list of what it made is kept
+  mk uninstall DESTDIR="$SCRATCH/stage" PREFIX=/usr
+  [ "$(cd "$SCRATCH/stage" && find . | sort | tr '\n' ' ')" = \
+    ". ./usr ./usr/bin ./usr/bin/other ./usr/share ./usr/share/man ./usr/share/man/man1 " ]
 }
 
 @test "PREFIX defaults to /usr/local" {

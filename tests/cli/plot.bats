@@ -19,7 +19,7 @@ svg_ok() {
   fi
 }
 
-@test "a capped run's trace and report make a timeline: reserved, held, requested and the cap" {
+@test "a capped run's trace and report make a timeline: pool, in use, requested and the cap" {
   capped_run
   run --separate-stderr "$GPUCAP" plot trace.csv --json run.json -o timeline.svg
   status_is 0
@@ -30,13 +30,34 @@ svg_ok() {
   grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' timeline.svg
   # The pool grew by two 1 GiB regions; its blocks held 1.5 GiB at most.
   grep -q '>device 0<' timeline.svg
-  grep -q 'peak reserved 2.0 GiB' timeline.svg
-  grep -q 'peak held 1.5 GiB' timeline.svg
-  grep -q '>reserved from the driver<' timeline.svg
-  ! grep -q 'peak pool' timeline.svg || false
+  grep -q 'peak pool 2.0 GiB · peak in use 1.5 GiB · peak requested 1.5 GiB' timeline.svg
+  grep -q '>pool (from the driver)<' timeline.svg
+  grep -q '>in use by blocks<' timeline.svg
+  grep -q '>peak in use 1.5 GiB<' timeline.svg
+  ! grep -q '>peak pool<' timeline.svg || false
   grep -q '>+1.0 GiB cap_full</text>' timeline.svg
   ! grep -q -e '<script' -e 'href' -e 'url(' timeline.svg || false
   svg_ok timeline.svg
+}
+
+@test "without a report, the trace gives the cap: never 'cap none' for a capped run" {
+  capped_run
+  grep -q ',allocate failure,0x0,2147483648,0x0,0,cap,0,,$' trace.csv
+  run --separate-stderr "$GPUCAP" plot trace.csv -o t.svg
+  status_is 0
+  [ -z "$stderr" ]
+  grep -q '1 refused · cap 2.0 GiB</text>' t.svg
+  grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' t.svg
+  # An uncapped run's trace says so; a trace without cap rows (an RMM trace, an older gpucap)
+  # says it does not know.
+  grun_leaks --trace ./free.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
+  grep -q ',allocate failure,0x0,18446744073709551615,0x0,0,cap,0,,$' free.csv
+  "$GPUCAP" plot free.csv -o free.svg
+  grep -q 'cap none</text>' free.svg
+  grep -v ',cap,' trace.csv >old.csv
+  "$GPUCAP" plot old.csv -o old.svg
+  grep -q 'cap unknown</text>' old.svg
+  ! grep -q '>cap</tspan>' old.svg || false
 }
 
 @test "--cap SIZE draws the cap without a report; --title sets the title" {
@@ -45,7 +66,7 @@ svg_ok() {
   status_is 0
   grep -q '>1.5 GiB</tspan>' t.svg
   grep -q 'My &lt;run&gt;' t.svg
-  ! grep -q 'peak pool' t.svg || false
+  ! grep -q '>peak pool<' t.svg || false
   svg_ok t.svg
 }
 
@@ -94,7 +115,7 @@ svg_ok() {
   run --separate-stderr "$GPUCAP" plot rmm.csv --json two.json -o t.svg
   status_is 0
   err_has "gpucap: warning: plot: two.json reports several devices but the trace does not say"
-  ! grep -q 'peak pool' t.svg || false
+  ! grep -q '>peak pool<' t.svg || false
   grep -q '>all devices<' t.svg
   grep -q 'peak requested 1.5 GiB' t.svg
 }
@@ -114,7 +135,7 @@ svg_ok() {
   run --separate-stderr "$GPUCAP" plot rmm-off.csv --json off.json -o t.svg
   status_is 0
   [ -z "$stderr" ]
-  ! grep -q 'peak pool' t.svg || false
+  ! grep -q '>peak pool<' t.svg || false
   grep -q '>cap</tspan><tspan[^>]*>2.0 GiB<' t.svg
 }
 
@@ -123,7 +144,7 @@ svg_ok() {
   head -c -10 trace.csv >cut.csv
   run --separate-stderr "$GPUCAP" plot cut.csv -o t.svg
   status_is 0
-  err_has "gpucap: warning: plot: cut.csv: line 10 ends without a newline (the trace was cut"
+  err_has "gpucap: warning: plot: cut.csv: line 11 ends without a newline (the trace was cut"
   grep -q '3 allocations, 2 frees, 1 refused' t.svg
   svg_ok t.svg
 }
@@ -211,7 +232,7 @@ screenshot() {
     --window-size="$3,$4" --screenshot="$SCRATCH/$2" "file://$SCRATCH/$1" >/dev/null 2>&1
 }
 
-@test "in a browser: each device's panel shows reserved over held, and the cap" {
+@test "in a browser: each device's panel shows its pool over in use, and the cap" {
   command -v chromium >/dev/null || skip "chromium is not installed (apt-get install chromium)"
   command -v python3 >/dev/null || skip "python3 is not installed"
   # Device 0: a 2 GiB region holding a 1 GiB block; device 1: a 512 MiB block the driver

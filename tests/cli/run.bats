@@ -133,7 +133,7 @@ GPUCAP_TRACE=./t.csv" ]
 
 @test "settings without an option pass through from the environment" {
   export GPUCAP_POOL=off GPUCAP_VERBOSE=0
-  run grun -- sh -c 'echo "$GPUCAP_POOL $GPUCAP_VERBOSE"'
+  run --separate-stderr grun -- sh -c 'echo "$GPUCAP_POOL $GPUCAP_VERBOSE"'
   [ "$output" = "off 0" ]
 }
 
@@ -158,8 +158,8 @@ GPUCAP_TRACE=./t.csv" ]
 }
 
 @test "gpucap execs: the command has gpucap's process ID" {
-  run env LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
-    GPUCAP="$GPUCAP" sh -c 'echo $$; exec "$GPUCAP" run -- sh -c "echo \$\$"'
+  run --separate-stderr env LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload_env)" \
+    ASAN_OPTIONS=detect_leaks=0 GPUCAP="$GPUCAP" sh -c 'echo $$; exec "$GPUCAP" run -- sh -c "echo \$\$"'
   status_is 0
   [ "${lines[0]}" = "${lines[1]}" ]
 }
@@ -172,7 +172,7 @@ GPUCAP_TRACE=./t.csv" ]
 }
 
 @test "arguments reach the command unchanged, '--' and options included" {
-  run grun -- printf '[%s]' -- --limit '' 'a b'
+  run --separate-stderr grun -- printf '[%s]' -- --limit '' 'a b'
   [ "$output" = "[--][--limit][][a b]" ]
 }
 
@@ -235,7 +235,7 @@ GPUCAP_TRACE=./t.csv" ]
 # ---- Bad settings: the shim's message, exit 125, nothing started ----
 
 @test "--arenas N sets GPUCAP_ARENAS; a count out of 1-16 stops the run" {
-  run grun --arenas 4 -- sh -c 'echo "$GPUCAP_ARENAS"'
+  run --separate-stderr grun --arenas 4 -- sh -c 'echo "$GPUCAP_ARENAS"'
   status_is 0
   [ "$output" = "4" ]
   run --separate-stderr grun --arenas 17 -- touch ran
@@ -255,6 +255,44 @@ GPUCAP_TRACE=./t.csv" ]
   [ -z "$output" ]
 }
 
+@test "a size without a unit under 1 MiB is refused, asking for a unit; bytes from 1 MiB are taken" {
+  for v in 8 512 1048575; do
+    run --separate-stderr grun --limit "$v" -- touch ran
+    status_is 125
+    err_has "GPUCAP_MEMORY_LIMIT='$v': '$v' has no unit, and $v bytes cannot be meant; write a unit ('${v}GiB', '${v}MiB'), or bytes from 1048576 (1 MiB) up"
+    [ ! -e ran ]
+  done
+  run --separate-stderr grun --device-limit 0=16 -- touch ran
+  status_is 125
+  err_has "device 0: '16' has no unit"
+  run --separate-stderr grun --share x --min 64 -- touch ran
+  status_is 125
+  err_has "GPUCAP_SHARE_MIN='64': '64' has no unit"
+  run --separate-stderr grun_leaks --limit 1073741824 -- "$WORKLOAD"
+  status_is 0
+  has "total     1024 MiB"
+}
+
+@test "a cap above the device's memory: one warning from the library at the device's first use" {
+  run --separate-stderr grun_leaks --limit 20TiB -- "$WORKLOAD"
+  status_is 0
+  [ "$(grep -c "is more than the device's" <<<"$stderr")" -eq 1 ]
+  err_has "gpucap: warning: device 0: the cap (20.0 TiB) is more than the device's 16.0 GiB: the device's memory is the only limit there"
+  # A program that never uses CUDA hears nothing of it.
+  run --separate-stderr grun --limit 20TiB -- true
+  status_is 0
+  [ -z "$stderr" ]
+}
+
+@test "a per-device cap above the device's memory: gpucap run warns before the program starts" {
+  run --separate-stderr grun --device-limit 0=20TiB -- sh -c 'echo started >&2'
+  status_is 0
+  [ "${stderr%%$'\n'*}" = "gpucap: warning: run: the cap of device 0 (20.0 TiB, from --device-limit) is more than its 16.0 GiB: the device's memory is the only limit there" ]
+  run --separate-stderr grun --device-limit 0=8GiB -- true
+  status_is 0
+  [ -z "$stderr" ]
+}
+
 @test "a bad environment setting stops the run too, naming the variable" {
   export GPUCAP_POOL=of
   run --separate-stderr grun -- touch ran
@@ -272,7 +310,7 @@ GPUCAP_TRACE=./t.csv" ]
   run --separate-stderr grun_leaks --limit '' -- "$WORKLOAD"
   status_is 0
   has "total    16384 MiB"
-  run grun --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
+  run --separate-stderr grun --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
   [ "$output" = "unset" ]
 }
 
@@ -324,7 +362,7 @@ GPUCAP_TRACE=./t.csv" ]
   status_is 125
   err_has "accepted: stderr, off or a file path"
   [ ! -e ran ]
-  run grun --json off --trace OFF -- sh -c 'echo "$GPUCAP_REPORT_JSON $GPUCAP_TRACE"'
+  run --separate-stderr grun --json off --trace OFF -- sh -c 'echo "$GPUCAP_REPORT_JSON $GPUCAP_TRACE"'
   status_is 0
   [ "$output" = "off OFF" ]
 }
@@ -342,9 +380,25 @@ GPUCAP_TRACE=./t.csv" ]
   err_has "device ordinal 64 is out of range 0..63"
 }
 
+@test "no cap at all: one notice before the command starts; none with a cap, none with --quiet" {
+  run --separate-stderr grun -- sh -c 'echo started >&2'
+  status_is 0
+  [ "$stderr" = "gpucap: no cap is set (--limit, --fraction, --device-limit): the command's device memory is not limited, only reported
+started" ]
+  for opts in "--limit 1GiB" "--fraction 50%" "--device-limit 0=1GiB" "--share s --max 1GiB" \
+      "--quiet"; do
+    run --separate-stderr grun $opts -- true
+    status_is 0
+    [ -z "$stderr" ]
+  done
+  export GPUCAP_MEMORY_LIMIT=1GiB
+  run --separate-stderr grun -- true
+  [ -z "$stderr" ]
+}
+
 @test "a TF_FORCE_GPU_ALLOW_GROWTH warning is left to the library" {
   export TF_FORCE_GPU_ALLOW_GROWTH=True
-  run --separate-stderr grun -- true
+  run --separate-stderr grun --limit 1GiB -- true
   status_is 0
   [ -z "$stderr" ]
 }
@@ -352,11 +406,11 @@ GPUCAP_TRACE=./t.csv" ]
 # ---- Usage errors ----
 
 @test "a later option wins over an earlier one for the same variable (GNU)" {
-  run grun --growth --preallocate -- sh -c 'echo "$GPUCAP_ALLOW_GROWTH"'
+  run --separate-stderr grun --growth --preallocate -- sh -c 'echo "$GPUCAP_ALLOW_GROWTH"'
   [ "$output" = "false" ]
-  run grun --quiet --report ./r.txt -- sh -c 'echo "$GPUCAP_REPORT"'
+  run --separate-stderr grun --quiet --report ./r.txt -- sh -c 'echo "$GPUCAP_REPORT"'
   [ "$output" = "./r.txt" ]
-  run grun --report ./r.txt --quiet -- sh -c 'echo "$GPUCAP_REPORT"'
+  run --separate-stderr grun --report ./r.txt --quiet -- sh -c 'echo "$GPUCAP_REPORT"'
   [ "$output" = "off" ]
   run --separate-stderr grun_leaks --limit 1GiB --limit 2GiB -- "$WORKLOAD"
   status_is 0
@@ -370,7 +424,7 @@ GPUCAP_TRACE=./t.csv" ]
   run --separate-stderr grun --device-limit 0=1GiB --limit 1GiB -- touch ran
   status_is 125
   [ ! -e ran ]
-  run grun --device-limit 0=1GiB --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
+  run --separate-stderr grun --device-limit 0=1GiB --limit '' -- sh -c 'echo "${GPUCAP_MEMORY_LIMIT-unset}"'
   [ "$output" = "unset" ]
 }
 
@@ -385,7 +439,7 @@ GPUCAP_TRACE=./t.csv" ]
   status_is 127
 }
 
-@test "no command" {
+@test "no command: 125, as every failure of run's own" {
   run --separate-stderr grun --limit 1GiB
   status_is 125
   err_has "run: no command; usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
@@ -418,7 +472,7 @@ GPUCAP_TRACE=./t.csv" ]
   status_is 126
 }
 
-@test "an unknown option, a missing value, a value for a flag: 125" {
+@test "an unknown option, a missing value, a value for a flag: 125, never the 2 a program exits with" {
   run --separate-stderr grun --limt 1GiB -- true
   status_is 125
   err_has "run: unknown option '--limt'; see gpucap run --help"
@@ -434,7 +488,7 @@ GPUCAP_TRACE=./t.csv" ]
   run "$GPUCAP" run --help
   status_is 0
   has "Usage: gpucap run [OPTIONS] [--] COMMAND [ARGS...]"
-  has "125 when gpucap refuses to start it"
+  has "125 when gpucap refuses to start it (a usage error"
   for o in --limit --fraction --device-limit --growth --preallocate --report --json --trace \
       --quiet --allow-uncapped --help --version; do
     has " $o"

@@ -358,6 +358,38 @@ static void test_columns(void) {
   tap_ok(strstr(err, "line 1: the column Device is named twice") != NULL, "saying so: %s", err);
 }
 
+/* gpucap's cap rows: each device's cap goes into info (none: 2^64-1), never among the events; a
+ * trace without them knows no cap. */
+static void test_caps(void) {
+  const char *text =
+      GHEADER "7,10:00:00.000000,allocate failure,0x100000,2097152,0x0,0,reserve,2097152\n"
+              "7,10:00:00.000001,allocate failure,0x0,2147483648,0x0,0,cap,0\n"
+              "7,10:00:00.000002,allocate,0x100000,1000,0x0,0,alloc,1024\n"
+              "7,10:00:00.000003,allocate,0x900000,4096,0x0,2,alloc,4096\n"
+              "7,10:00:00.000004,allocate failure,0x0,18446744073709551615,0x0,2,cap,0\n";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace with cap rows parses (%s)", err);
+  TAP_EQ(n, 3, "the cap rows are not events");
+  TAP_EQ(info.caps_known, 5, "caps known for devices 0 and 2");
+  tap_ok(info.cap[0] == 2147483648u && info.cap[2] == TRACECSV_NO_CAP,
+         "device 0's cap, and device 2's none");
+  tap_ok(n == 3 && ev[1].line == 4 && ev[2].ns == 3000, "the events keep their lines and times");
+  free(ev);
+  TAP_EQ(parse(GHEADER "7,10:00:00.0,allocate failure,0x0,1048576,0x0,-1,cap,0\n", &ev, &n, err,
+               sizeof err),
+         -EINVAL, "a cap row without a device is refused");
+  tap_ok(strstr(err, "a cap row names no device") != NULL, "saying so: %s", err);
+  TAP_EQ(parse(GHEADER "7,10:00:00.0,allocate,0x0,1048576,0x0,0,cap,0\n", &ev, &n, err, sizeof err),
+         -EINVAL, "a cap row must be an 'allocate failure' (RMM's replay skips those)");
+  TAP_EQ(
+      parse(GHEADER "7,10:00:00.0,allocate,0x10,256,0x0,0,alloc,256\n", &ev, &n, err, sizeof err),
+      0, "a trace without cap rows");
+  TAP_EQ(info.caps_known, 0, "knows no cap");
+  free(ev);
+}
+
 /* The three figures per device: a block in a region leaves `reserved` alone, one the driver
  * allocated on its own adds to it; a region adds its size until it is released. */
 /* gpucap's Library column: each name kept once in info, in order of first sight; an empty field
@@ -461,11 +493,12 @@ static void test_timeline(void) {
   tap_ok(strstr(svg, ">3.0 MiB</tspan>") != NULL && strstr(svg, ">5.0 MiB</tspan>") != NULL,
          "each device's own cap");
   TAP_EQ(count(svg, ">cap</tspan>"), 2, "no cap for the device the report does not name");
-  tap_ok(strstr(svg, "peak reserved 2.0 MiB \xc2\xb7 peak held 5.0 KiB \xc2\xb7 peak requested "
+  tap_ok(strstr(svg, "peak pool 2.0 MiB \xc2\xb7 peak in use 5.0 KiB \xc2\xb7 peak requested "
                      "4.9 KiB") != NULL,
-         "each panel's peaks, named reserved, held and requested");
-  tap_ok(strstr(svg, ">reserved from the driver</text>") != NULL &&
-             strstr(svg, ">held by blocks</text>") != NULL &&
+         "each panel's peaks, named as the exit report names them: pool, in use, requested");
+  tap_ok(strstr(svg, "cap unknown</text>") != NULL, "a device no one gave a cap for: cap unknown");
+  tap_ok(strstr(svg, ">pool (from the driver)</text>") != NULL &&
+             strstr(svg, ">in use by blocks</text>") != NULL &&
              strstr(svg, ">requested</text>") != NULL,
          "a legend for the three");
   free(svg);
@@ -475,6 +508,7 @@ static void test_timeline(void) {
 int main(void) {
   test_parse();
   test_refusals();
+  test_caps();
   test_cut();
   test_wrap();
   test_plot();

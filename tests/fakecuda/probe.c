@@ -16,9 +16,11 @@
  *   forkcuda        a child calls cuMemGetInfo_v2 and prints its result
  *   hold            waits until its standard input ends (holding what it allocated)
  *   wait:PATH       waits until the file PATH exists (at most a minute)
+ *   exec:PATH ARG.. executes PATH with the arguments that follow it (the last operation)
  * Output lines are "OP RESULT", RESULT being the CUresult or the value asked for.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -177,6 +179,14 @@ static int run(const char *op) {
 
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "exec:", 5) == 0) {
+      /* The program and the rest of the command line: exec:/bin/sh -c 'echo $$' */
+      argv[i] += 5;
+      fflush(stdout);
+      execv(argv[i], argv + i);
+      printf("exec %d\n", errno);
+      return 1;
+    }
     run(argv[i]);
     fflush(stdout);
   }

@@ -13,4 +13,4 @@ export FRAMEWORKS_VENV
 frameworks:
 	$(Q)tests/frameworks/install.sh $(FRAMEWORKS_VENV)
 
-TEST_SCRIPTS += tests/frameworks/frameworks.sh
+TEST_SCRIPTS += tests/frameworks/frameworks.sh tests/frameworks/readme.sh

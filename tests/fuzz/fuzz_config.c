@@ -180,7 +180,7 @@ static bool ref_size(span_t s, uint64_t *out) {
     return false;
   }
   u128 bytes = (v.whole << shift) + (((u128)v.frac << shift) / pow10u(v.nfrac));
-  if (bytes == 0 || bytes > UINT64_MAX) {
+  if (bytes == 0 || bytes > UINT64_MAX || (u.n == 0 && bytes < CFG_BARE_MIN)) {
     return false;
   }
   *out = (uint64_t)bytes;
@@ -483,17 +483,18 @@ static void fuzz_path(const char *s, size_t n, bool dest) {
 /* ---------------------------------------------------------------- cfg_load */
 
 /* The variables in the order of the input's bitmap of those set (bits 0-8 first, as the
- * committed corpus has them; the shared budget's three came later, bits 9-11, then 12, 13, 14). */
+ * committed corpus has them; the shared budget's three came later, bits 9-11, then 12 to 15). */
 static const char *const names[] = {
     "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH",
     "GPUCAP_POOL",          "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON",
     "GPUCAP_TRACE",         "GPUCAP_VERBOSE",         "TF_FORCE_GPU_ALLOW_GROWTH",
     "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX",
-    "GPUCAP_RELEASE_AFTER", "GPUCAP_FRONTS",          "GPUCAP_ARENAS"};
-enum { NVARS = sizeof names / sizeof names[0], TF = 8 };
+    "GPUCAP_RELEASE_AFTER", "GPUCAP_FRONTS",          "GPUCAP_ARENAS",
+    "GPUCAP_OOM_DUMP"};
+enum { NVARS = sizeof names / sizeof names[0], TF = 8, OOM_DUMP = 15 };
 
 /* names[] index of each option of options.def, in its order (cfg_load's). */
-static const int name_of_opt[] = {0, 1, 9, 10, 11, 2, 3, 13, 14, 4, 5, 6, 7, 12};
+static const int name_of_opt[] = {0, 1, 9, 10, 11, 2, 3, 13, 14, 4, 15, 5, 6, 7, 12};
 _Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
                "name_of_opt follows config/options.def");
 
@@ -508,7 +509,8 @@ static const char *fake_getenv(void *ctx, const char *name, bool secure) {
   for (int i = 0; i < NVARS; i++) {
     if (strcmp(name, names[i]) == 0) {
       /* The settings that name files must be looked up with secure_getenv. */
-      require(secure == (i >= 4 && i <= 6), "%s read with secure=%d", name, secure);
+      require(secure == ((i >= 4 && i <= 6) || i == OOM_DUMP), "%s read with secure=%d", name,
+              secure);
       return e->value[i];
     }
   }
@@ -548,6 +550,7 @@ static bool var_ok(int i, const char *v) {
   case 3:
     return ref_bool(s, &b) || same_word(strip(s), "vmm") || same_word(strip(s), "regions");
   case 4:
+  case OOM_DUMP:
     return same_word(strip(s), "stderr") || same_word(strip(s), "off") ||
            ref_path(s, path, sizeof path);
   case 5:
@@ -572,7 +575,7 @@ static bool var_ok(int i, const char *v) {
 static void fuzz_load(const uint8_t *data, size_t size) {
   static char buf[MAXTEXT + NVARS];
   env_t env = {{0}, 0};
-  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 0x7f) << 8 : 0) : 0;
+  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)data[1] << 8 : 0) : 0;
   size_t skip = size > 1 ? 2 : size;
   memcpy(buf, data + skip, size - skip);
   buf[size - skip] = '\0';

@@ -65,7 +65,7 @@ like "$(flat "$json")" "\"name\": \"$name-a\".*\"cap\": $((300 * MiB)).*\"used\"
   "gpucap top --once --json: the budget, its cap and its use"
 like "$json" "\"pid\": $a, \"used\": $((200 * MiB))" "... and the process"
 like "$("$BUILD/gpucap" top -n 2 --interval 0.05 --budget "$name-a")" \
-  "$name-a .*200MiB.*300MiB" "gpucap top without a terminal: snapshots as text"
+  "$name-a .*200.0 MiB.*300.0 MiB" "gpucap top without a terminal: snapshots as text"
 
 # ---- Five processes holding 100 MiB each: NVML and CUDA agree in each, and from outside. ----
 exec 3>&-
@@ -255,7 +255,7 @@ b=$!
 await "$WORK/b.out" "^alloc"
 like "$(cat "$WORK/b.out")" "alloc 2" \
   "A's pool keeps its freed 200 MiB: B is refused 300 MiB, and asks for it"
-like "$(cat "$WORK/b.out")" "gpucap: warning: verdict: the shared budget '$name-idle' is full on device 0: its other processes hold the rest" \
+like "$(cat "$WORK/b.out")" "  verdict    cap_full: the shared budget '$name-idle' is full on device 0" \
   "... its out-of-memory report's hint names the budget, not its own cap (which had room)"
 exec 3>&- # A makes its next call
 await "$WORK/a.out" "^info"

@@ -26,11 +26,12 @@ is "$(field "$out" full_free)" 0 "free is 0 when the cap is used up, not an unde
 is "$(field "$out" full_rc)" 0 "get-info never errors past the cap"
 is "$(field "$out" after_free)" $GiB "frees give the cap back"
 is "$(field "$out" burst_rc)" 2,2 "the next two attempts fail the same way"
-is "$(grep -c '^gpucap: warning: device 0: out of memory allocating [0-9]* bytes under the cap' \
-  "$WORK/err")" 1 "one memory-state report for the first of three refusals, not one per call"
-is "$(grep -c '^gpucap: warning: device 0: out of memory allocating [0-9]* bytes: cap full' \
-  "$WORK/err")" 2 "  then one line each for the other two, with the verdict"
-like "$(cat "$WORK/err")" 'largest free' "  it shows the pool's state"
+is "$(grep -c '^gpucap: out of memory on device 0 (pid [0-9]*): ' "$WORK/err")" 1 \
+  "one out-of-memory report for the first of three refusals, not one per call"
+is "$(grep -c '^gpucap: warning: device 0: out of memory: [0-9.]* [KMGT]*i*B ([0-9]* bytes) refused: cap_full; raise the cap' \
+  "$WORK/err")" 2 "  then one line each for the other two, with the verdict and the action"
+like "$(cat "$WORK/err")" '  evidence   cap 1.0 GiB, pool 1.0 GiB, in use 1.0 GiB; free under the cap 0 B' \
+  "  it shows the evidence, in the exit report's names"
 is "$(grep -c '^gpucap: error' "$WORK/err")" 0 "a valid setting prints no error"
 
 out=$(captest 0 $((4 * GiB)))
@@ -86,15 +87,17 @@ gpucap setting and is ignored (did you mean GPUCAP_MEMORY_LIMIT?)" "  ... naming
 
 # Out-of-memory reports that say what is so. A request too large to round says so (it is not
 # "rounded to 0" into bin 0); a device that is itself full is not blamed on the cap.
-out=$(GPUCAP_MEMORY_LIMIT=64MiB captest 0 18446744073709551615 1)
+out=$(GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_OOM_DUMP=stderr captest 0 18446744073709551615 1)
 is "$(field "$out" allocs)" 0 "SIZE_MAX bytes: refused"
 is "$(grep -c 'rounded to 0\|bin for the request: 0' "$WORK/err")" 0 \
-  "  the report does not call it rounded to 0 in bin 0"
+  "  the pool's dump does not call it rounded to 0 in bin 0"
 like "$(cat "$WORK/err")" '18446744073709551615 bytes: larger than any pool can hold' \
   "  it says the request is larger than any pool can hold"
 out=$(FAKECUDA_MEMORY=256MiB GPUCAP_MEMORY_LIMIT=1GiB captest 0 $((64 * MiB)))
 is "$(field "$out" allocs)" 4 "a 1 GiB cap on a 256 MiB device: the device runs out first"
 is "$(grep -c 'raise the cap' "$WORK/err")" 0 "  the verdict does not say to raise the cap"
-like "$(cat "$WORK/err")" 'verdict: device full: the driver refused below the cap' \
-  "  it says the device itself is full"
+like "$(cat "$WORK/err")" '  verdict    device_full: device 0 itself is full, and this process filled it' \
+  "  it says the device itself is full, filled by this process"
+like "$(cat "$WORK/err")" '  helps      the program needs more than the device has' \
+  "  and that the program needs more than the device has"
 done_testing

@@ -43,17 +43,20 @@ GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT_JSON="$WORK/full.json" \
 is "$(usage "$WORK/full.json" "u['refusals']")" \
   "{'cap_full': 2, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 0}" \
   "a full cap (filled, then one more): verdict cap_full, twice"
-like "$(cat "$WORK/err")" 'verdict: cap full: 64.0 MiB of the 64.0 MiB cap is held by live' \
-  "  it says so, with the action"
-like "$(cat "$WORK/err")" 'gpucap: held by oomtest \(program\): 64.0 MiB \(peak 64.0 MiB\)' \
+is "$(grep -A 1 '^  verdict ' "$WORK/err")" '  verdict    cap_full: the cap is full of live allocations
+  evidence   cap 64.0 MiB, pool 64.0 MiB, in use 64.0 MiB; free under the cap 0 B' \
+  "  it says so, with its evidence"
+like "$(cat "$WORK/err")" '  helps      raise the cap \(--limit, GPUCAP_MEMORY_LIMIT\) or free memory' \
+  "  and the action"
+like "$(cat "$WORK/err")" '  in use by  oomtest \(program\) 64.0 MiB' \
   "  and the report says who holds the memory"
 is "$(usage "$WORK/full.json" "u['right_size_bytes']")" None "  and the right size is not known"
 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_ALLOW_GROWTH=false GPUCAP_REPORT_JSON="$WORK/frag.json" \
   GPUCAP_TRACE="$WORK/frag.csv" with_shim "$TESTBIN/oomtest" frag 1 >/dev/null 2>"$WORK/err"
 is "$(usage "$WORK/frag.json" "u['refusals']['fragmentation']")" 1 \
   "a fragmented pool: verdict fragmentation"
-like "$(cat "$WORK/err")" 'fragmentation: 32.0 MiB is free under the cap but the largest free piece is 1.0 MiB' \
-  "  naming the free bytes and the largest piece"
+like "$(cat "$WORK/err")" 'out of memory: 2.0 MiB \(2097152 bytes\) refused: fragmentation; allocate the large' \
+  "  naming the verdict and the action"
 is "$(awk -F, '$8 == "refused" { print $5 ":" $10 }' "$WORK/frag.csv" | tr '\n' ' ')" \
   "1048576:cap_full 2097152:fragmentation " "  the trace's refusal rows carry their verdicts"
 "$BUILD/gpucap" plot "$WORK/frag.csv" -o "$WORK/frag.svg" 2>/dev/null
@@ -70,9 +73,9 @@ is "$(cat "$WORK/out")" "held_rc=0 other_rc=2" "a second context refused while t
 is "$(usage "$WORK/others.json" "u['refusals']")" \
   "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 1, 'capture': 0}" \
   "  verdict other_pools"
-like "$(cat "$WORK/err")" "verdict: other contexts' pools: 63.0 MiB sits idle in the pools of other contexts on device 0 and could not be returned" \
+like "$(cat "$WORK/err")" "  evidence   63.0 MiB idle in other contexts' pools on device 0" \
   "  naming the idle bytes"
-like "$(cat "$WORK/err")" "free those blocks or use one context per device" "  and the action"
+like "$(cat "$WORK/err")" "  helps      free those blocks, or use one context per device" "  and the action"
 is "$(awk -F, '$8 == "refused" { print $5 ":" $10 }' "$WORK/others.csv")" "8388608:other_pools" \
   "  the trace's refusal row carries it"
 # The three kinds of refusal above are told apart: the verdicts each run's JSON counts.
@@ -99,8 +102,9 @@ is "$(usage "$WORK/race.json" "'ok' if max($peaks) <= 5308416 and u['held_bytes'
 # one line for the rest.
 GPUCAP_MEMORY_LIMIT=64MiB with_shim "$TESTBIN/oomtest" threads 8 20000 >"$WORK/out" 2>"$WORK/err"
 is "$(cat "$WORK/out")" "refusals=160000" "8 threads: 160000 refusals"
-is "$(grep -c 'bytes under the cap$' "$WORK/err")" 1 "  one full report"
-is "$(grep -c 'out of memory allocating [0-9]* bytes: ' "$WORK/err")" 32 "  32 one-line summaries"
+is "$(grep -c '^gpucap: out of memory on device 0 (pid [0-9]*): ' "$WORK/err")" 1 "  one report"
+is "$(grep -c 'out of memory: [0-9.]* [KMGT]*i*B ([0-9]* bytes) refused: ' "$WORK/err")" 32 \
+  "  32 one-line summaries"
 is "$(grep -c 'further refusals are not printed' "$WORK/err")" 1 "  then one line for the rest"
 is "$([ "$(wc -l <"$WORK/err")" -lt 200 ] && echo bounded)" bounded "  the output stays bounded"
 like "$(cat "$WORK/err")" 'refusals: 160000 \(cap_full 160000\)' "  the exit report counts them all"
@@ -123,7 +127,7 @@ if [ -x "$BUILD/real/cublas_shared" ]; then
     "[True]" "  libcublas held device memory"
   # The trace's Library column names the same two for the blocks, nothing for the regions.
   is "$(awk -F, 'NR > 1 { print $8 "," $11 }' "$WORK/cublas.csv" | sort -u | tr '\n' ' ')" \
-    "alloc,cublas_shared alloc,libcublas free,cublas_shared free,libcublas refused,cublas_shared refused,libcublas reserve, " \
+    "alloc,cublas_shared alloc,libcublas cap, free,cublas_shared free,libcublas refused,cublas_shared refused,libcublas reserve, " \
     "  the trace names them row by row"
 else
   skip "cuBLAS row: not built (no nvcc when the tests were built)"

@@ -61,6 +61,24 @@ wait $pid
 [ -s "$WORK/report.$pid.json" ] && [ -s "$WORK/trace.$pid.csv" ]
 ok $? "%p in GPUCAP_REPORT_JSON and GPUCAP_TRACE becomes the process id"
 
+# Two processes of one job naming one file: the later writer says it replaces the other's
+# report, and how to keep both (%p); a file from before it started is replaced in silence.
+probe="$TESTBIN/fakecuda_probe"
+echo old >"$WORK/both.json"
+GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/both.json" \
+  with_shim "$probe" init ctx alloc:1048576 free:0 "wait:$WORK/go" >"$WORK/b.out" 2>"$WORK/b.err" &
+b=$!
+await "$WORK/b.out" "^free"
+GPUCAP_REPORT=off GPUCAP_REPORT_JSON="$WORK/both.json" \
+  with_shim "$probe" init ctx alloc:1048576 free:0 >/dev/null 2>"$WORK/a.err"
+touch "$WORK/go"
+wait "$b"
+is "$(cat "$WORK/a.err")" "" "one process replaces an older file in silence"
+is "$(cat "$WORK/b.err")" "gpucap: warning: GPUCAP_REPORT_JSON: '$WORK/both.json' was written by \
+another process since this one started, and is replaced now; to keep each process's, put %p (its \
+pid) in the name: $WORK/both.%p.json" "the other, which started before it wrote, says it replaces its report"
+like "$(cat "$WORK/both.json")" '"wait:' "  and its report is the one left"
+
 # A CUDA program that never allocates device memory reports nothing.
 out=$(with_shim "$TESTBIN/captest" 0 $((1 << 20)) 0 2>"$WORK/err")
 is "$(cat "$WORK/err")" "" "no allocation, no report"
@@ -74,6 +92,12 @@ rows=$(awk '/"context":/ { c = $2 } /"context_destroyed":/ { d = $2 }
   /"bytes_in_use":/ { print c d $2 }' "$WORK/ctx.json" | tr -d ',' | tr '\n' ' ')
 is "$rows" "1true8388608 2true0 0true0 3false0 " \
   "destroyed contexts keep their rows (context, destroyed, bytes in use at that moment)"
+# Context 2's blocks were all freed before it was destroyed: their memory is free in its row
+# (the driver finished the context's work), not deferred, neither in use nor free.
+rows=$(awk '/"context":/ { c = $2 } /"pool_bytes":/ { p = $2 } /"largest_free_block_bytes":/ { l = $2 }
+  /"deferred_bytes":/ { print c ":" p ":" l ":" $2 }' "$WORK/ctx.json" | tr -d ',' | tr '\n' ' ')
+is "$rows" "1:8388608:0:0 2:50331648:50331648:0 0:0:0:0 3:62914560:62914560:0 " \
+  "  a destroyed context's freed blocks are free in its row (pool, largest free, deferred)"
 like "$(cat "$WORK/err")" $'\n    0:1\\*     8.0 MiB' "  the table marks them d:c*"
 like "$(cat "$WORK/err")" '\* = context destroyed before exit' "  and says what the mark means"
 

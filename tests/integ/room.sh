@@ -109,7 +109,7 @@ for pool in ${TEST_POOLS:-on regions}; do
       "$(grep -o '"alloc_calls": [0-9]*' "$stats" | head -n 1 | sed 's/.*: //')" \
       "  the driver refused no region (every cuMemAlloc_v2 or cuMemCreate call succeeded)"
   done
-  like "$(cat "$WORK/full.err")" "device 0 is full: other processes hold 1000.0 MiB" \
+  like "$(cat "$WORK/full.err")" "other processes and the driver hold 1000.0 MiB" \
     "pool $pool: the refusal says the device is full and what other processes hold"
   exec 3>&-
   wait "$holder"

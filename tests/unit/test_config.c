@@ -151,7 +151,11 @@ static const good_t good_sizes[] = {
     {".5GiB", GiB / 2},
     {"0.5K", 512},
     {"1.3KiB", 1331}, /* 1331.2 bytes, rounded down */
-    {"1", 1},
+    {"1048576", MiB}, /* the smallest size written without a unit */
+    {"1048577", MiB + 1},
+    {"1000KiB", 1000 * KiB}, /* small sizes are written with a unit, and formatted so */
+    {"1000.5K", 1024512},
+    {"1KiB", KiB},
     {"18446744073709551615", UINT64_MAX},
     {"16777215TiB", UINT64_C(16777215) * TiB},
     {"17179869183GiB", UINT64_C(17179869183) * GiB},
@@ -206,6 +210,11 @@ static const bad_t bad_sizes[] = {
     {"16777216TiB", -ERANGE, "2^64"},
     {"17179869184GiB", -ERANGE, "2^64"},
     {"18014398509481984K", -ERANGE, "2^64"},
+    {"1", -EINVAL, "'1' has no unit, and 1 bytes cannot be meant; write a unit ('1GiB'"},
+    {"8", -EINVAL, "no unit"},
+    {"512", -EINVAL, "'512MiB'"},
+    {"1000", -EINVAL, "no unit"},
+    {"1048575", -EINVAL, "or bytes from 1048576 (1 MiB) up"},
     {"0", -ERANGE, "zero"},
     {"0GiB", -ERANGE, "zero"},
     {"0.0000001K", -ERANGE, "zero"},
@@ -666,8 +675,11 @@ static void test_paths_and_formats(void) {
   static const struct {
     uint64_t bytes;
     const char *want;
-  } sizes[] = {{1536 * MiB, "1536MiB"}, {4 * GiB, "4GiB"}, {1000, "1000"},
-               {TiB, "1TiB"},           {KiB, "1KiB"},     {UINT64_MAX, "18446744073709551615"}};
+  } sizes[] = {{1536 * MiB, "1536MiB"}, {4 * GiB, "4GiB"},
+               {1000, "0.9765625KiB"}, /* under 1 MiB: a unit, exactly */
+               {1, "0.0009765625KiB"},  {MiB - 1, "1023.9990234375KiB"},
+               {MiB + 1, "1048577"},    {TiB, "1TiB"},
+               {KiB, "1KiB"},           {UINT64_MAX, "18446744073709551615"}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     char text[32];
     cfg_format_size(sizes[i].bytes, text, sizeof text);
@@ -1099,10 +1111,10 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",       "GPUCAP_SHARE_MIN",
-      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",        "GPUCAP_FRONTS",
-      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON", "GPUCAP_TRACE",
-      "GPUCAP_VERBOSE",      "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",          "GPUCAP_FRONTS",
+      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",      "GPUCAP_REPORT_JSON",
+      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1116,7 +1128,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 7 && CFG_OPT_VERBOSE == 12,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 7 && CFG_OPT_VERBOSE == 13,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");

@@ -1,0 +1,60 @@
+#!/usr/bin/perl
+# Runs TAP tests as `prove --exec '' --timer --merge -jJOBS` does (each file executed itself,
+# its result printed as it ends, prove's closing summary), then says how many checks were
+# skipped and why, so a green run cannot hide what it did not check. The skips are also written
+# to SKIPFILE ("FILE<TAB>REASON" per skipped check) for `make test`'s closing summary.
+#
+# usage: tests/harness.pl JOBS SKIPFILE TEST...
+# Exit status: 0 when every test passed, 1 otherwise (as prove).
+use strict;
+use warnings;
+use TAP::Harness;
+
+my ($jobs, $skipfile, @tests) = @ARGV;
+die "usage: tests/harness.pl JOBS SKIPFILE TEST...\n" unless defined $skipfile;
+
+my @skips;    # [file, reason], in the order they were seen
+my $harness = TAP::Harness->new({jobs => $jobs, merge => 1, timer => 1, exec => []});
+$harness->callback(
+  made_parser => sub {
+    my ($parser, $job) = @_;
+    my $file = ref $job eq 'ARRAY' ? $job->[0] : "$job";
+    $parser->callback(
+      test => sub {
+        my $r = shift;
+        push @skips, [$file, $r->explanation || 'no reason given'] if $r->has_skip;
+      });
+    $parser->callback(
+      plan => sub {
+        my $p = shift;
+        push @skips, [$file, ($p->explanation || 'no reason given') . ' (the whole file)']
+          if $p->has_skip;
+      });
+  });
+my $aggregate = $harness->runtests(@tests);
+@skips = sort { $a->[0] cmp $b->[0] } @skips;    # by file (they end in any order), stable
+
+open(my $out, '>', $skipfile) or die "tests/harness.pl: cannot write $skipfile: $!\n";
+print $out "$_->[0]\t$_->[1]\n" for @skips;
+close($out);
+summary(\@skips);
+exit($aggregate->all_passed ? 0 : 1);
+
+# "Skipped: N checks, in M files:" and one line per file and reason with its count, by file.
+sub summary {
+  my ($list) = @_;
+  if (!@$list) {
+    print "Skipped: none.\n";
+    return;
+  }
+  my (%count, @order, %files);
+  for my $s (@$list) {
+    my $key = "$s->[0]: $s->[1]";
+    push @order, $key unless $count{$key}++;
+    $files{$s->[0]} = 1;
+  }
+  my $n = scalar @$list;
+  printf "Skipped: %d check%s, in %d file%s:\n", $n, $n == 1 ? '' : 's', scalar keys %files,
+    (keys %files) == 1 ? '' : 's';
+  printf "  %s%s\n", $_, $count{$_} > 1 ? " ($count{$_} checks)" : '' for @order;
+}
