@@ -114,6 +114,12 @@ CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+typedef struct CUipcEventHandle_st {
+  char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcEventHandle_v1;
+typedef CUipcEventHandle_v1 CUipcEventHandle;
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 
 /* Memory. */
 CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total); /* PFN_..._v2000 ABI */
