@@ -133,12 +133,6 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
                                 CUdeviceptr ptr);
-CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
-                                                        CUmemGenericAllocationHandle handle);
-CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
-                                              CUmemGenericAllocationHandle handle,
-                                              CUmemAllocationHandleType handleType,
-                                              unsigned long long flags);
 
 /* Arrays: the queries (creation and destruction are in shim/cudadefs.h). */
 CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);

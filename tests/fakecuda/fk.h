@@ -431,6 +431,7 @@ struct fk_phys {
   int host_bytes;  /* its bytes are host memory at its mappings (FAKECUDA_BACKING=1) */
   int imported;    /* another process's allocation (cuMemImportFromShareableHandle): not this
                     * process's device memory */
+  int released;    /* its last handle reference was released once (counted as a free call) */
   size_t data_off; /* where its bytes start in fd */
   unsigned long long id;
 };

@@ -278,7 +278,8 @@ static CUresult mem_release(CUmemGenericAllocationHandle handle) {
   if (p == NULL || p->refs == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (--p->refs == 0 && !p->imported) {
+  if (--p->refs == 0 && !p->imported && !p->released) {
+    p->released = 1; /* a handle retained again and released is not a second free */
     fk.dev[p->prop.location.id].free_calls++;
   }
   phys_maybe_free(p);
