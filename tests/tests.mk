@@ -63,7 +63,7 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh \
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
                 tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
                 tests/integ/fronts.sh tests/integ/ctxswitch.sh tests/integ/arenas.sh
-THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh \
+THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh tests/integ/ipc.sh \
                 tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh \
                 tests/integ/ctxswitch.sh tests/integ/arenas.sh
 
