@@ -131,11 +131,12 @@ pair "exporter without gpucap, gpucap importer" without_shim with_shim import \
   IPCPEER_EXPECT_WRITE=1
 
 # Kills. The exporter killed by SIGKILL while the other process holds its block open: the
-# memory stays where it is mapped, a new open fails, and nothing of the exporter is left.
+# memory stays where it is mapped, a new open fails at once (a child the exporter forked, still
+# alive, does not keep its exports reachable), and nothing of the exporter is left.
 for pool in vmm regions; do
   npair=$((npair + 1))
   d="$WORK/pair$npair"
-  start_exporter "$d" with_shim GPUCAP_POOL=$pool
+  start_exporter "$d" with_shim GPUCAP_POOL=$pool IPCPEER_FORK=1
   (export GPUCAP_POOL=$pool
    FAKECUDA_STATS="$d/i.json" with_shim "$TESTBIN/ipcpeer" hold "$d" > "$d/i.out" 2> "$d/i.err") &
   ipid=$!
@@ -149,6 +150,9 @@ for pool in vmm regions; do
   sed 's/^/    /' "$d/i.out"
   sed 's/^/# importer stderr: /' "$d/i.err" | head -5
   ok "$istatus" "  the importer's checks: its mapping still reads, a new open fails"
+  like "$(cat "$d/i.err")" "process $exporter no longer shares this block" \
+    "  ... refused by the system at once, though the exporter's forked child lives"
+  touch "$d/done"
   importer=$(pid_in "$d/ipid")
   leaves_nothing
 done

@@ -10,7 +10,8 @@
  *                        wrote (IPCPEER_EXPECT_WRITE=1) or its own bytes, and with IPCPEER_CAP
  *                        that it can still allocate up to its cap and no more; frees B, creates
  *                        DIR/freed, waits for DIR/done. Sharing takes at most one descriptor
- *                        (the socket it shares through).
+ *                        (the socket it shares through). IPCPEER_FORK=1: it forks a child once
+ *                        it exported, which waits for DIR/done.
  *   ipcpeer import DIR   opens DIR/handle: the address range and the range attributes are B's,
  *                        the bytes are the exporter's; writes its own, opens again (same
  *                        address), closes both (the address is gone, no descriptor is left
@@ -176,6 +177,15 @@ static void exporter(void) {
   long pid = (long)getpid();
   tap_ok(write_file("handle", &h, sizeof h) && write_file("pid", &pid, sizeof pid),
          "hand the handle over");
+  if (env_is("IPCPEER_FORK") && fork() == 0) {
+    /* A child that outlives its parent: it must not keep the parent's exports reachable. */
+    char p[512];
+    path(p, sizeof p, "done");
+    for (int i = 0; i < 3000 && access(p, F_OK) != 0; i++) {
+      nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    _exit(0);
+  }
   signal_peer("exported");
   if (wait_for("imported")) {
     if (env_is("IPCPEER_EXPECT_WRITE")) {
