@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -35,21 +36,30 @@ uint64_t ipcwire_key(void) {
   return key;
 }
 
-int ipcwire_listen(uint32_t uid, int32_t pid, uint64_t key) {
-  int saved = errno;
+/* A socket listening at the name of (uid, pid, key) (listening), or connected to it; the
+ * socket or -errno. */
+static int named(uint32_t uid, int32_t pid, uint64_t key, bool listening) {
   struct sockaddr_un a;
   socklen_t len = address(&a, uid, pid, key);
   int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  int rc = s < 0 || bind(s, (struct sockaddr *)&a, len) != 0 || listen(s, 64) != 0 ? -errno : s;
-  if (rc < 0 && s >= 0) {
+  bool ok = s >= 0 && (listening ? bind(s, (struct sockaddr *)&a, len) == 0 && listen(s, 64) == 0
+                                 : connect(s, (struct sockaddr *)&a, len) == 0);
+  int rc = ok ? s : -errno;
+  if (!ok && s >= 0) {
     close(s);
   }
+  return rc;
+}
+
+int ipcwire_listen(uint32_t uid, int32_t pid, uint64_t key) {
+  int saved = errno;
+  int rc = named(uid, pid, key, true);
   errno = saved;
   return rc;
 }
 
 /* The credentials of the process at the other end of sock; false when the kernel says none. */
-static int peer_of(int sock, struct ucred *who) {
+static bool peer_of(int sock, struct ucred *who) {
   socklen_t len = sizeof *who;
   return getsockopt(sock, SOL_SOCKET, SO_PEERCRED, who, &len) == 0 && len == sizeof *who;
 }
@@ -69,23 +79,14 @@ int ipcwire_accept(int lfd, uint32_t uid) {
 
 int ipcwire_connect(uint32_t uid, int32_t pid, uint64_t key) {
   int saved = errno;
-  struct sockaddr_un a;
-  socklen_t len = address(&a, uid, pid, key);
-  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  int rc = s;
-  if (s < 0 || connect(s, (struct sockaddr *)&a, len) != 0) {
-    rc = -errno;
-  } else {
-    struct ucred who;
-    if (!peer_of(s, &who) || who.pid != pid || who.uid != uid) {
-      rc = -EPERM;
-    }
-  }
-  if (rc < 0 && s >= 0) {
+  int s = named(uid, pid, key, false);
+  struct ucred who;
+  if (s >= 0 && (!peer_of(s, &who) || who.pid != pid || who.uid != uid)) {
     close(s);
+    s = -EPERM;
   }
   errno = saved;
-  return rc;
+  return s;
 }
 
 int ipcwire_send(int sock, const void *buf, size_t len, const int *fds, int n) {
