@@ -224,7 +224,9 @@ static void serve_one(int sock) {
     return;
   }
   /* VMM memory belongs to no context, but the driver may want one current for these calls. */
-  real.cuCtxSetCurrent(e.owner);
+  if (real.cuCtxSetCurrent) {
+    real.cuCtxSetCurrent(e.owner);
+  }
   for (uint32_t at = 0; at < e.nunits;) {
     int fds[IPCWIRE_MAX_FDS];
     struct batch b = {.count = e.nunits - at < IPCWIRE_MAX_FDS ? e.nunits - at : IPCWIRE_MAX_FDS};
@@ -341,7 +343,8 @@ static CUresult describe(struct export *e, uint64_t base, uint64_t size, CUconte
   e->first = base / unit * unit;
   e->offset = base - e->first;
   e->nunits = (uint32_t)((e->offset + size + unit - 1) / unit);
-  if (!real.cuMemRetainAllocationHandle || !real.cuMemExportToShareableHandle) {
+  if (!real.cuMemRetainAllocationHandle || !real.cuMemExportToShareableHandle ||
+      !real.cuMemRelease) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return check_units(e);
@@ -533,6 +536,10 @@ static CUresult map_units(int sock, const struct reply *r, int32_t pid, uint64_t
   uint64_t span = (uint64_t)r->nunits * r->unit, mapped = 0;
   CUdeviceptr va = 0;
   int dev = -1;
+  if (!real.cuMemAddressReserve || !real.cuMemAddressFree || !real.cuMemImportFromShareableHandle ||
+      !real.cuMemMap || !real.cuMemUnmap || !real.cuMemRelease || !real.cuMemSetAccess) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* a driver without VMM cannot map the exporter's units */
+  }
   CUresult rc = real.cuMemAddressReserve(&va, span, r->unit, 0, 0);
   while (rc == CUDA_SUCCESS && mapped < r->nunits) {
     struct batch b;
@@ -559,7 +566,8 @@ static CUresult map_units(int sock, const struct reply *r, int32_t pid, uint64_t
         continue;
       }
       CUmemAllocationProp prop;
-      if (dev < 0 && real.cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS) {
+      if (dev < 0 && real.cuMemGetAllocationPropertiesFromHandle &&
+          real.cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS) {
         dev = prop.location.id;
       }
       rc = real.cuMemMap(va + mapped * r->unit, r->unit, 0, h, 0);
@@ -568,7 +576,8 @@ static CUresult map_units(int sock, const struct reply *r, int32_t pid, uint64_t
     }
   }
   CUdevice here = 0;
-  if (rc == CUDA_SUCCESS && dev < 0 && real.cuCtxGetDevice(&here) == CUDA_SUCCESS) {
+  if (rc == CUDA_SUCCESS && dev < 0 && real.cuCtxGetDevice &&
+      real.cuCtxGetDevice(&here) == CUDA_SUCCESS) {
     dev = here; /* the driver did not say where the memory lies: this context's device */
   }
   if (rc == CUDA_SUCCESS) {
