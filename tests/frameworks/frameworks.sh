@@ -149,6 +149,10 @@ torch_ipc_row() {
       ipc_workload "$total" "$machine" "$d/s.%p.json" "${runner[@]}"
     rm -f "/dev/shm/fakecuda.$uid.$machine" "/dev/shm/gpucap-budget.$uid.$share"
     stats=("$d"/s.*.json)
+    for f in "${stats[@]}"; do # PyTorch's reference counters of shared tensors, if left
+      p=${f##*/s.}
+      rm -f /dev/shm/torch_"${p%.json}"_*
+    done
     is "${#stats[@]}" 3 "torch-ipc, $shim gpucap: three processes used the device"
     peak=0
     bad=0
