@@ -12,6 +12,7 @@
 #include "shim/fork.h"
 #include "shim/graph.h"
 #include "shim/hook.h"
+#include "shim/ipc.h"
 #include "shim/real.h"
 
 #include <stdatomic.h>
@@ -38,10 +39,11 @@ static void fork_child(void) {
 FORK_CHILD(fork_child)
 
 /* The driver freed everything the context ctx held, and completed the work of its streams
- * (stream-ordered frees included): its object and what was made in it (shim/ctx.h), and its
- * graphs. Stream-ordered memory belongs to no context: it stays. */
+ * (stream-ordered frees included): its exports of pooled blocks, its object and what was made
+ * in it (shim/ctx.h), and its graphs. Stream-ordered memory belongs to no context: it stays. */
 static void forget(CUcontext ctx) {
   if (ctx) {
+    ipc_forget_context(ctx); /* first: the pool unmaps the blocks' units */
     ctx_destroyed(ctx);
     graph_forget_context(ctx);
   }

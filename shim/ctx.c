@@ -227,15 +227,19 @@ enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {
   return where;
 }
 
-bool ctx_vmm_backed(uint64_t addr) {
+bool ctx_pool_of(uint64_t addr, CUcontext *owner, uint64_t *unit) {
   struct ctx *c = ctx_owning(addr);
-  bool vmm = false;
+  bool held = false;
   if (c) {
     pthread_mutex_lock(&c->lock);
-    vmm = c->pool.bfc && c->pool.vmm && bfc_owns(c->pool.bfc, addr);
+    held = c->pool.bfc && bfc_owns(c->pool.bfc, addr);
+    if (held) {
+      *owner = atomic_load_explicit(&c->handle, memory_order_acquire);
+      *unit = c->pool.vmm ? c->pool.unit : 0;
+    }
     pthread_mutex_unlock(&c->lock);
   }
-  return vmm;
+  return held;
 }
 
 uint64_t ctx_idle_bytes(int dev) {

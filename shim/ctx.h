@@ -103,9 +103,11 @@ enum ctx_where { CTX_OUTSIDE, CTX_NOT_HELD, CTX_BLOCK };
  * memory there). Takes each object's lock briefly; O(contexts x log regions). */
 enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size);
 
-/* True iff addr lies in a pool backed by virtual memory management (its blocks are VMM
- * memory to the driver: no legacy IPC). Takes each object's lock briefly. */
-bool ctx_vmm_backed(uint64_t addr);
+/* The pool holding addr: stores the driver's handle of its context and, for a pool backed by
+ * virtual memory management (its blocks are VMM memory to the driver: no legacy IPC), its unit
+ * (the device's allocation granularity; 0 for a region pool), and returns true; false when no
+ * pool holds addr. Takes each object's lock briefly. */
+bool ctx_pool_of(uint64_t addr, CUcontext *owner, uint64_t *unit);
 
 /* Bytes the pools of device dev hold from the driver that the program does not hold: free and
  * deferred chunks. Takes each object's lock briefly. */

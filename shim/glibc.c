@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -108,6 +109,14 @@ OLD(int, pthread_mutexattr_setpshared, (pthread_mutexattr_t * a, int shared), (a
 OLDV(GLIBC_ROBUST, int, pthread_mutexattr_setrobust, (pthread_mutexattr_t * a, int robust),
      (a, robust))
 OLDV(GLIBC_ROBUST, int, pthread_mutex_consistent, (pthread_mutex_t * m), (m))
+/* The IPC server thread (shim/ipc.c), started with every signal blocked (pthread_sigmask also
+ * gained a version in 2.32). */
+OLD(int, pthread_create,
+    (pthread_t *restrict t, const pthread_attr_t *restrict a, void *(*fn)(void *),
+     void *restrict arg),
+    (t, a, fn, arg))
+OLD(int, pthread_sigmask, (int how, const sigset_t *restrict set, sigset_t *restrict old),
+    (how, set, old))
 /* The per-library ledger's stack bounds (pthread_getattr_np also gained a version in 2.32). */
 OLD(int, pthread_getattr_np, (pthread_t t, pthread_attr_t *a), (t, a))
 OLD(int, pthread_attr_getstack,

@@ -132,12 +132,31 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
 
 /* ---- the VMM backing: one reserved range, each unit its own physical allocation -------- */
 
-static CUmemAllocationProp unit_prop(int dev) {
+static CUmemAllocationProp unit_prop(int dev, CUmemAllocationHandleType types) {
   CUmemAllocationProp prop = {0};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
+  prop.requestedHandleTypes = types;
   return prop;
+}
+
+/* A physical allocation of one unit; the driver's answer. A driver that refuses the shareable
+ * handle type for other than want of memory gets the unit without it, and so does every later
+ * unit of the pool (its blocks can then not be shared with another process). */
+static CUresult create_unit(pool_t *p, CUmemGenericAllocationHandle *h) {
+  CUmemAllocationProp prop = unit_prop(p->dev, p->handle_types);
+  CUresult rc = real.cuMemCreate(h, p->unit, &prop, 0);
+  if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY && p->handle_types != 0) {
+    log_msg(LOG_DEBUG,
+            "device %d: the driver refused a shareable pool unit (error %d); units are "
+            "made unshareable",
+            p->dev, rc);
+    p->handle_types = CU_MEM_HANDLE_TYPE_NONE;
+    prop = unit_prop(p->dev, p->handle_types);
+    rc = real.cuMemCreate(h, p->unit, &prop, 0);
+  }
+  return rc;
 }
 
 /* Unmaps the units of [base, base + bytes) one by one, the way they were mapped (the driver
@@ -172,12 +191,11 @@ static int map_units(void *arg, uint64_t bytes, uint64_t *base) {
   if (!cap_charge(p->dev, bytes)) {
     return -ENOMEM;
   }
-  CUmemAllocationProp prop = unit_prop(p->dev);
   CUresult rc = CUDA_SUCCESS;
   uint64_t done = 0;
   while (done < bytes && rc == CUDA_SUCCESS) {
     CUmemGenericAllocationHandle h = 0;
-    rc = real.cuMemCreate(&h, p->unit, &prop, 0);
+    rc = create_unit(p, &h);
     if (rc == CUDA_SUCCESS) {
       p->create_calls++;
       rc = real.cuMemMap(*base + done, p->unit, 0, h, 0);
@@ -240,10 +258,11 @@ static int unmap_range(void *arg, uint64_t base, uint64_t bytes) {
 /* Whether device dev's pool is backed by VMM, in units of what size, over what space. */
 static void vmm_setup(int dev, pool_setup_t *s) {
   int mode = settings_get()->pool;
-  int vmm = 0;
+  int vmm = 0, fd = 0;
   size_t g = 0;
-  CUmemAllocationProp prop = unit_prop(dev);
+  CUmemAllocationProp prop = unit_prop(dev, CU_MEM_HANDLE_TYPE_NONE);
   s->vmm = false;
+  s->handle_types = CU_MEM_HANDLE_TYPE_NONE;
   if (mode != CFG_POOL_ON && mode != CFG_POOL_VMM) {
     return;
   }
@@ -261,6 +280,12 @@ static void vmm_setup(int dev, pool_setup_t *s) {
   }
   s->vmm = true;
   s->unit = g;
+  if (real.cuDeviceGetAttribute(&fd,
+                                CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                dev) == CUDA_SUCCESS &&
+      fd) {
+    s->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  }
   /* Twice the pool limit: free memory is unmapped, but the blocks around it keep their
    * addresses, so a fragmented pool needs more address space than memory. */
   uint64_t whole = (s->limit + g - 1) / g * g;
@@ -346,28 +371,27 @@ void pool_setup(int dev, pool_setup_t *s) {
   vmm_setup(dev, s);
 }
 
-/* The devices given access to p's units: its own, and each peer that can access its memory. */
-static void grant_access(pool_t *p) {
-  int n = 0;
+int pool_access_of(int dev, CUmemAccessDesc *out) {
+  int n = 0, naccess = 0;
   if (!real.cuDeviceGetCount || real.cuDeviceGetCount(&n) != CUDA_SUCCESS) {
     n = 0;
   }
-  p->naccess = 0;
   for (int d = 0; d < n && d < GPUCAP_MAX_DEVICES; d++) {
-    int can = d == p->dev;
+    int can = d == dev;
     if (!can && real.cuDeviceCanAccessPeer &&
-        real.cuDeviceCanAccessPeer(&can, d, p->dev) != CUDA_SUCCESS) {
+        real.cuDeviceCanAccessPeer(&can, d, dev) != CUDA_SUCCESS) {
       can = 0;
     }
     if (can) {
-      p->access[p->naccess++] =
+      out[naccess++] =
           (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     }
   }
-  if (p->naccess == 0) {
-    p->access[p->naccess++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p->dev},
-                                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  if (naccess == 0) {
+    out[naccess++] =
+        (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, dev}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   }
+  return naccess;
 }
 
 /* Reserves the address space of a VMM-backed pool: twice its limit, else once; false when
@@ -431,14 +455,16 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
   p->pitch_align = s->pitch_align;
   p->bfc = NULL;
   p->vmm = false;
+  p->handle_types = CU_MEM_HANDLE_TYPE_NONE;
   p->map_calls = p->unmap_calls = p->create_calls = 0;
   p->window_ns = 0;
   p->window_start_ns = now_ns();
   p->window_peak = 0;
   if (s->vmm && opts.limit != 0 && reserve_space(p, s)) {
     p->vmm = true;
-    grant_access(p);
+    p->naccess = pool_access_of(dev, p->access);
     p->unit = s->unit;
+    p->handle_types = s->handle_types;
     opts.unit = s->unit;
     opts.space_base = p->space;
     opts.space_bytes = p->space_bytes;

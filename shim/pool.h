@@ -41,6 +41,10 @@ typedef struct pool {
   bool vmm;
   CUdeviceptr space;
   uint64_t space_bytes, unit;
+  /* The shareable handle types each unit is made with: a POSIX file descriptor where the
+   * device supports it, so that a block can be shared with another process (shim/ipc.h);
+   * none once the driver refused to make a unit with it. */
+  CUmemAllocationHandleType handle_types;
   /* Read/write access for the device and every device that can access its memory (memory
    * from cuMemAlloc can be reached by peers; mapped units only by the devices named here). */
   CUmemAccessDesc access[GPUCAP_MAX_DEVICES];
@@ -63,9 +67,10 @@ typedef struct pool_setup {
   uint64_t limit;
   bool growth;
   size_t pitch_align;
-  bool vmm;             /* back the pool with virtual memory management */
-  uint64_t unit;        /* ... in units of the device's allocation granularity */
-  uint64_t space_bytes; /* ... over this much address space */
+  bool vmm;                               /* back the pool with virtual memory management */
+  uint64_t unit;                          /* ... in units of the device's allocation granularity */
+  uint64_t space_bytes;                   /* ... over this much address space */
+  CUmemAllocationHandleType handle_types; /* ... each unit shareable as these */
 } pool_setup_t;
 void pool_setup(int dev, pool_setup_t *s);
 
@@ -102,6 +107,12 @@ typedef struct pool_backing {
   uint64_t unmap_calls; /* ... and cuMemUnmap */
 } pool_backing_t;
 void pool_report(const pool_t *p, bfc_stats_t *stats, uint64_t *largest, pool_backing_t *b);
+
+/* What a VMM-backed pool of device dev grants its units: read/write for dev and for every
+ * device that can access dev's memory (as memory from cuMemAlloc can be reached by peers).
+ * Fills out (GPUCAP_MAX_DEVICES entries at most) and returns how many, at least 1. A few
+ * driver queries; needs no lock. */
+int pool_access_of(int dev, CUmemAccessDesc *out);
 
 /* The largest single request p could serve now: its largest free chunk, or (bfc_alloc steps 3
  * and 5) its wholly free regions released plus the room under its limit, reserved as one

@@ -54,6 +54,8 @@ struct real_fns {
   X(cuMemAddressFree)                                                                              \
   X(cuMemSetAccess)                                                                                \
   X(cuMemGetAllocationGranularity)                                                                 \
+  X(cuMemExportToShareableHandle)                                                                  \
+  X(cuMemGetAllocationPropertiesFromHandle)                                                        \
   X(cuDeviceCanAccessPeer)
 #define REAL_FIELD(symbol) __typeof__(&symbol) symbol;
   REAL_EXTRA(REAL_FIELD)

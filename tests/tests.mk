@@ -68,7 +68,7 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/uni
                 tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
                 tests/integ/fronts.sh tests/integ/ctxswitch.sh tests/integ/arenas.sh \
                 tests/integ/ordered.sh tests/integ/oom.sh
-THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh \
+THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh tests/integ/ipc.sh \
                 tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh \
                 tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh
 

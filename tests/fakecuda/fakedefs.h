@@ -114,6 +114,12 @@ CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+typedef struct CUipcEventHandle_st {
+  char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcEventHandle_v1;
+typedef CUipcEventHandle_v1 CUipcEventHandle;
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 
 /* Memory. */
 CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total); /* PFN_..._v2000 ABI */
@@ -126,12 +132,6 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
                                 CUdeviceptr ptr);
-CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
-                                                        CUmemGenericAllocationHandle handle);
-CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
-                                              CUmemGenericAllocationHandle handle,
-                                              CUmemAllocationHandleType handleType,
-                                              unsigned long long flags);
 
 /* Arrays: the queries (creation and destruction are in shim/cudadefs.h). */
 CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);

@@ -154,8 +154,9 @@ struct CUevent_st {
   struct CUstream_st *stream; /* where it was recorded */
   uint64_t seq;               /* ... and the position in that stream */
   int polls;
-  struct fk_capture *cap; /* last recorded inside this capture sequence, or NULL */
-  double ms;              /* when it was recorded (CLOCK_MONOTONIC, milliseconds) */
+  struct fk_capture *cap;   /* last recorded inside this capture sequence, or NULL */
+  double ms;                /* when it was recorded (CLOCK_MONOTONIC, milliseconds) */
+  struct fk_ipc_event *ipc; /* an interprocess event's shared state (fk_ipcevent.c), or NULL */
 };
 
 struct fk_device {
@@ -381,6 +382,32 @@ int fk_work_overlapping(uintptr_t addr, size_t n);
 /* Drops every stream and event of c (after its work completed). */
 void fk_stream_kill_ctx(struct CUctx_st *c);
 
+/* The live event behind handle h, or NULL; fk_event_add makes e live (its handle). */
+struct CUevent_st *fk_event_find(CUevent h);
+void fk_event_add(struct CUevent_st *e);
+
+/* ---- Interprocess events (fk_ipcevent.c). ---- */
+
+/* Gives a new CU_EVENT_INTERPROCESS event its shared slot; CUDA_ERROR_OUT_OF_MEMORY when the
+ * host refuses or the process's table is full. */
+CUresult fk_ipc_event_new(struct CUevent_st *e);
+
+/* Forgets e's shared state (the exporter's slot is freed; an opened one unmapped). No effect on
+ * an event without one. */
+void fk_ipc_event_drop(struct CUevent_st *e);
+
+/* e (interprocess) was recorded outside a capture, after completing the work it follows;
+ * had_work: some was pending. Every process that opened it sees the record. */
+void fk_ipc_event_recorded(struct CUevent_st *e, int had_work);
+
+/* cuEventQuery of an interprocess event: NOT_READY on the first poll of a record that had work
+ * to complete, else SUCCESS; INVALID_HANDLE once the exporter destroyed it. */
+CUresult fk_ipc_event_query(struct CUevent_st *e);
+
+/* cuEventSynchronize / cuStreamWaitEvent of an interprocess event: its work is complete
+ * (SUCCESS), or INVALID_HANDLE once the exporter destroyed it. */
+CUresult fk_ipc_event_complete(struct CUevent_st *e);
+
 /* ---- Memory (fk_mem.c, fk_vmm.c, fk_copy.c). ---- */
 
 enum {
@@ -404,6 +431,7 @@ struct fk_phys {
   int host_bytes;  /* its bytes are host memory at its mappings (FAKECUDA_BACKING=1) */
   int imported;    /* another process's allocation (cuMemImportFromShareableHandle): not this
                     * process's device memory */
+  int released;    /* its last handle reference was released once (counted as a free call) */
   size_t data_off; /* where its bytes start in fd */
   unsigned long long id;
 };

@@ -317,7 +317,7 @@ FK_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
 }
 
 /* Attribute values of an H100 SXM (compute capability 9.0) or, for FAKECUDA_CC below 9, an
- * A100; attributes the fake does not model (IPC handles, RDMA, sparse arrays...) read 0. */
+ * A100; attributes the fake does not model (RDMA, sparse arrays...) read 0. */
 static int attr_value(int attr, int dev) {
   int hopper = fk.cfg.cc_major >= 9;
   /* clang-format off */
@@ -376,6 +376,7 @@ static int attr_value(int attr, int dev) {
   case 111: return 1024;              /* RESERVED_SHARED_MEMORY_PER_BLOCK */
   case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
   case 120: return hopper;            /* CLUSTER_LAUNCH */
+  case 125: return 1;                 /* IPC_EVENT_SUPPORTED (fk_ipcevent.c) */
   case 126: return hopper ? 4 : 1;    /* MEM_SYNC_DOMAIN_COUNT */
   case 127: return hopper;            /* TENSOR_MAP_ACCESS_SUPPORTED */
   case 131: case 134: return -1;      /* NUMA_ID, HOST_NUMA_ID */

@@ -284,6 +284,7 @@ void fk_stream_kill_ctx(struct CUctx_st *c) {
     if (fk.events[i]->ctx == c) {
       struct CUevent_st *e = fk.events[i];
       fk.events[i] = fk.events[--fk.nevents];
+      fk_ipc_event_drop(e);
       free(e);
     } else {
       i++;
@@ -373,13 +374,17 @@ FK_API CUresult cuStreamQuery_ptsz(CUstream hStream) {
   FK_BODY(FK_NEED_INIT, stream_query(hStream, 1));
 }
 
-static struct CUevent_st *event_find(CUevent h) {
+struct CUevent_st *fk_event_find(CUevent h) {
   for (size_t i = 0; i < fk.nevents; i++) {
     if (fk.events[i] == h) {
       return h;
     }
   }
   return NULL;
+}
+
+void fk_event_add(struct CUevent_st *e) {
+  fk_push((void ***)&fk.events, &fk.nevents, &fk.capevents, e);
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent he, unsigned flags, int ptsz) {
@@ -391,7 +396,7 @@ static CUresult stream_wait_event(CUstream h, CUevent he, unsigned flags, int pt
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  struct CUevent_st *e = event_find(he);
+  struct CUevent_st *e = fk_event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
@@ -400,6 +405,9 @@ static CUresult stream_wait_event(CUstream h, CUevent he, unsigned flags, int pt
   }
   if (flags != CU_EVENT_WAIT_DEFAULT) {
     return CUDA_ERROR_INVALID_VALUE; /* WAIT_EXTERNAL is only valid during stream capture */
+  }
+  if (e->ipc != NULL) {
+    return fk_ipc_event_complete(e); /* its record completed its work (fk_ipcevent.c) */
   }
   if (e->recorded && pending_upto(e->stream, e->seq)) {
     struct fk_work *w = fk_work_new(FK_W_WAIT);
@@ -497,7 +505,14 @@ static CUresult event_create(CUevent *ph, unsigned flags) {
   }
   e->ctx = c;
   e->flags = flags;
-  fk_push((void ***)&fk.events, &fk.nevents, &fk.capevents, e);
+  if (flags & CU_EVENT_INTERPROCESS) {
+    rc = fk_ipc_event_new(e);
+    if (rc != CUDA_SUCCESS) {
+      free(e);
+      return rc;
+    }
+  }
+  fk_event_add(e);
   *ph = e;
   return CUDA_SUCCESS;
 }
@@ -513,7 +528,7 @@ static double now_ms(void) {
 }
 
 static CUresult event_record(CUevent he, CUstream h, int ptsz, unsigned flags) {
-  struct CUevent_st *e = event_find(he);
+  struct CUevent_st *e = fk_event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
@@ -537,6 +552,13 @@ static CUresult event_record(CUevent he, CUstream h, int ptsz, unsigned flags) {
   e->seq = fk.seq;
   e->polls = 0;
   e->ms = now_ms();
+  if (e->ipc != NULL && e->recorded) {
+    /* Another process may wait for it while this one never reaches a sync point: the work it
+     * follows completes now (fk_ipcevent.c). */
+    int had_work = pending_upto(s, e->seq);
+    fk_stream_reach(s, e->seq);
+    fk_ipc_event_recorded(e, had_work);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -557,12 +579,15 @@ FK_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, un
 }
 
 static CUresult event_query(CUevent he) {
-  struct CUevent_st *e = event_find(he);
+  struct CUevent_st *e = fk_event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   if (e->cap != NULL) {
     return CUDA_ERROR_CAPTURED_EVENT;
+  }
+  if (e->ipc != NULL) {
+    return fk_ipc_event_query(e); /* recorded here or in another process */
   }
   return e->recorded ? poll(e->stream, e->seq, &e->polls) : CUDA_SUCCESS;
 }
@@ -572,12 +597,15 @@ FK_API CUresult cuEventQuery(CUevent hEvent) {
 }
 
 static CUresult event_sync(CUevent he) {
-  struct CUevent_st *e = event_find(he);
+  struct CUevent_st *e = fk_event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   if (e->cap != NULL) {
     return CUDA_ERROR_CAPTURED_EVENT;
+  }
+  if (e->ipc != NULL) {
+    return fk_ipc_event_complete(e);
   }
   if (e->recorded) {
     fk_stream_reach(e->stream, e->seq);
@@ -590,11 +618,12 @@ FK_API CUresult cuEventSynchronize(CUevent hEvent) {
 }
 
 static CUresult event_destroy(CUevent he) {
-  struct CUevent_st *e = event_find(he);
+  struct CUevent_st *e = fk_event_find(he);
   if (e == NULL) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   remove_ptr((void **)fk.events, &fk.nevents, e);
+  fk_ipc_event_drop(e);
   free(e);
   return CUDA_SUCCESS;
 }
@@ -609,7 +638,7 @@ static CUresult elapsed(float *ms, CUevent hs, CUevent he) {
   if (ms == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  struct CUevent_st *a = event_find(hs), *b = event_find(he);
+  struct CUevent_st *a = fk_event_find(hs), *b = fk_event_find(he);
   if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
       ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)) {
     return CUDA_ERROR_INVALID_HANDLE;

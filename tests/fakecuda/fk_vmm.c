@@ -8,7 +8,8 @@
  * Mappings of a reservation are sorted by address and never overlap. With FAKECUDA_BACKING=1
  * each physical allocation's bytes are a memfd, mapped MAP_SHARED at each of its mappings, so
  * two mappings of one handle see the same bytes; host protection follows the widest access any
- * device was granted (none until cuMemSetAccess). A shareable allocation always has a memfd: a
+ * device was granted (none until cuMemSetAccess). A shareable allocation's memfd (made at its
+ * first export when there is no backing, so that unexported ones hold no descriptor) has a
  * description (struct share) in its first page, its bytes after it; an exported descriptor is
  * a duplicate of it, so an importer reads the description and, with backing, maps the bytes.
  */
@@ -253,7 +254,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
   p->data_off = shareable ? (size_t)sysconf(_SC_PAGESIZE) : 0;
   phys_add(p);
   p->fd = -1;
-  if (shareable || p->host_bytes) {
+  if (p->host_bytes) { /* a shareable one without backing gets its memfd at its first export */
     p->fd = phys_memfd(p, shareable);
     if (p->fd < 0) {
       nphys--;
@@ -277,7 +278,8 @@ static CUresult mem_release(CUmemGenericAllocationHandle handle) {
   if (p == NULL || p->refs == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (--p->refs == 0 && !p->imported) {
+  if (--p->refs == 0 && !p->imported && !p->released) {
+    p->released = 1; /* a handle retained again and released is not a second free */
     fk.dev[p->prop.location.id].free_calls++;
   }
   phys_maybe_free(p);
@@ -490,7 +492,10 @@ static CUresult export_handle(void *out, CUmemGenericAllocationHandle handle, in
       !(p->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
     return CUDA_ERROR_INVALID_VALUE; /* a type not requested when it was created */
   }
-  int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+  if (p->fd < 0) {
+    p->fd = phys_memfd(p, 1);
+  }
+  int fd = p->fd < 0 ? -1 : fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

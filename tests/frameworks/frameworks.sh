@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real frameworks from PyPI over the fake driver, each workload run without gpucap (a 4 GiB fake
-# device) and under gpucap (a cap of 256 MiB, 1 GiB for PyTorch): the framework must see the
+# device) and under gpucap (a cap of 256 MiB, 1 GiB for PyTorch, 48 MiB shared by the three
+# processes of torch-ipc): the framework must see the
 # device or the cap as its total, raise its own out-of-memory error for an over-size request and
 # go on (the workloads check that themselves, tests/frameworks/*_workload.py); from outside, the
 # fake driver's own per-device peak must stay within the device or the cap, with no hazards and
@@ -12,8 +13,8 @@
 venv=${FRAMEWORKS_VENV:-}
 py="$venv/bin/python"
 rows="torch-caching torch-no-caching torch-async torch-expandable torch-graph torch-graph-uncapped
-  cupy-pool cupy-async cupy-none
-  cupy-managed cupy-mixed-uncapped cupy-mixed numba cuda-python"
+  torch-ipc cupy-pool cupy-async cupy-none cupy-managed cupy-mixed-uncapped cupy-mixed numba
+  cuda-python"
 if [ -z "$venv" ] || [ ! -f "$venv/.complete" ]; then
   why="frameworks not installed: run 'make frameworks'"
   [ -n "$venv" ] && [ -f "$venv.failed" ] && why="$(head -n 1 "$venv.failed")"
@@ -108,6 +109,84 @@ row torch-expandable $((1 << 30)) OutOfMemoryError torch_workload.py \
 # frees PyTorch's cache just before the capture allocates new segments. With a cap and without.
 row torch-graph $((1 << 30)) OutOfMemoryError torch_graph_workload.py DRIVER_CALL=cuGraphLaunch
 row torch-graph-uncapped none OutOfMemoryError torch_graph_workload.py
+
+# sum_calls NAME FILES...: the calls of NAME the fake served in all those processes.
+sum_calls() {
+  local name=$1 f n total=0
+  shift
+  for f in "$@"; do
+    n=$(json_obj_num "$f" calls "$name")
+    total=$((total + ${n:-0}))
+  done
+  echo "$total"
+}
+
+# ipc_workload TOTAL MACHINE STATS [RUNNER...]: torch_ipc_workload.py on fake machine MACHINE
+# (backed, so that bytes cross), each process's statistics in STATS, run by RUNNER.
+ipc_workload() {
+  (
+    export EXPECT_TOTAL=$1 FAKECUDA_MEMORY=4GiB FAKECUDA_BACKING=1 FAKECUDA_MACHINE=$2 \
+      FAKECUDA_STATS=$3
+    shift 3
+    without_shim "$@" "$py" "$TOP/tests/frameworks/torch_ipc_workload.py"
+  )
+}
+
+# torch.multiprocessing sharing CUDA tensors with two spawned children and back
+# (torch_ipc_workload.py), the three processes on one fake machine: without gpucap on the
+# device, with gpucap under `gpucap run --share` (the default pool: a block's units travel as
+# file descriptors), one 48 MiB budget for the three, which the workload stays within only if
+# imported memory is its exporter's charge and nobody else's. From outside: the machine's peak
+# within the device or the budget, each process's own within it too, no hazards and no work
+# left pending in any, and the driver served PyTorch's interprocess events (and, with gpucap,
+# the units' descriptors).
+torch_ipc_row() {
+  local budget=$((48 << 20)) shim d total uid machine share stats peak p bad n
+  uid=$(id -u)
+  for shim in without with; do
+    d="$WORK/torch-ipc.$shim"
+    mkdir -p "$d"
+    machine="torch-ipc-$$-$shim"
+    share="torch-ipc-$$"
+    total=$device
+    [ $shim = with ] && total=$budget
+    runner=()
+    [ $shim = with ] && runner=("$BUILD/gpucap" run --limit "$budget" --share "$share" --quiet --)
+    tap_program "torch-ipc, $shim gpucap: the workload's own checks" \
+      ipc_workload "$total" "$machine" "$d/s.%p.json" "${runner[@]}"
+    rm -f "/dev/shm/fakecuda.$uid.$machine" "/dev/shm/gpucap-budget.$uid.$share"
+    stats=("$d"/s.*.json)
+    for f in "${stats[@]}"; do # PyTorch's reference counters of shared tensors, if left
+      p=${f##*/s.}
+      rm -f /dev/shm/torch_"${p%.json}"_*
+    done
+    is "${#stats[@]}" 3 "torch-ipc, $shim gpucap: three processes used the device"
+    peak=0
+    bad=0
+    for f in "${stats[@]}"; do
+      p=$(json_num "$f" machine_peak_bytes)
+      [ "${p:-0}" -gt "$peak" ] && peak=$p
+      p=$(json_num "$f" peak_bytes)
+      [ -n "$p" ] && [ "$p" -le "$total" ] || bad=$((bad + 1))
+      n=$(($(json_num "$f" hazards) + $(json_num "$f" pending_work)))
+      [ "$n" -eq 0 ] || bad=$((bad + 1))
+    done
+    [ "$peak" -gt 0 ] && [ "$peak" -le "$total" ]
+    ok $? "torch-ipc, $shim gpucap: the machine's peak $peak B stays within $total B"
+    is "$bad" 0 "torch-ipc, $shim gpucap: each process's peak within it, no hazards, no pending work"
+    n="$(sum_calls cuIpcGetEventHandle "${stats[@]}")/$(sum_calls cuIpcOpenEventHandle "${stats[@]}")"
+    like "$n" '^[1-9][0-9]*/[1-9][0-9]*$' \
+      "torch-ipc, $shim gpucap: the driver served interprocess events (exported/opened $n)"
+    if [ $shim = with ]; then
+      n="$(sum_calls cuMemExportToShareableHandle "${stats[@]}")/$(sum_calls \
+        cuMemImportFromShareableHandle "${stats[@]}")"
+      like "$n" '^[1-9][0-9]*/[1-9][0-9]*$' \
+        "torch-ipc, with gpucap: pooled blocks travelled as unit descriptors (exported/imported $n)"
+    fi
+  done
+}
+torch_ipc_row
+
 case "${SAN_PRELOAD:-}" in
 *libasan*)
   # NVRTC loads its builtins with RTLD_DEEPBIND, which AddressSanitizer refuses.

@@ -113,19 +113,6 @@ stress_finish() {
   done
 }
 
-# shm_mark FILE: dates FILE one second back, before a process starts, for exports_of (file times
-# come from the kernel's coarse clock: a second covers its step).
-shm_mark() {
-  touch -d "@$(($(date +%s) - 1))" "$1"
-}
-
-# exports_of PID MARK: PID's IPC export files (/dev/shm/gpucap-UID/PID-*) newer than MARK, one
-# path per line. Files an earlier process of the same pid left behind (killed before it could
-# remove them) are older, and are not its.
-exports_of() {
-  find "/dev/shm/gpucap-$(id -u)" -maxdepth 1 -name "$1-*" -newer "$2" 2>/dev/null
-}
-
 # json_num FILE KEY: the first numeric value of "KEY": in FILE (flat JSON written by the fake).
 json_num() {
   grep -o "\"$2\": *-\{0,1\}[0-9][0-9]*" "$1" | head -n 1 | sed 's/.*: *//'

@@ -151,18 +151,22 @@ for j in "$WORK"/workers/j-*.json; do
 done
 ok "$ok" "each a valid report of that worker's allocations"
 
-# ---- IPC export files: none outlives a process that exits while threads export ----
+# ---- IPC exports: a process that exits while threads export (its server thread answering)
+# exits cleanly and leaves nothing behind: no file, no socket ----
 left=0
-shm_mark "$WORK/mark"
-for i in $(seq "$((2 * RUNS))"); do
-  GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off LD_LIBRARY_PATH="$FAKE_DIR" \
-    LD_PRELOAD="$(preload)" "$LIFE" exports >/dev/null 2>&1 &
-  pid=$!
-  wait "$pid"
-  n=$(exports_of "$pid" "$WORK/mark" | wc -l)
-  [ "$n" -gt 0 ] && left=$((left + 1))
+for pool in vmm regions; do
+  for i in $(seq "$RUNS"); do
+    GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off LD_LIBRARY_PATH="$FAKE_DIR" \
+      LD_PRELOAD="$(preload)" "$LIFE" exports >/dev/null 2>&1 &
+    pid=$!
+    wait "$pid"
+    status=$?
+    n=$(find "/dev/shm/gpucap-$(id -u)" -maxdepth 1 -name "$pid-*" 2>/dev/null | wc -l)
+    m=$(grep -c "@gpucap-ipc\.$(id -u)\.$pid\." /proc/net/unix)
+    [ "$status/$n/$m" = "0/0/0" ] || left=$((left + 1))
+  done
 done
-is "$left" 0 "exit while 4 threads export: no export file of the process is left ($((2 * RUNS)) runs)"
+is "$left" 0 "exit while 4 threads export: every run exits 0 and leaves no file or socket ($((2 * RUNS)) runs)"
 
 # ---- output files: planted files, one path for two settings, %% ----
 mkdir -m 1777 "$WORK/sticky"

@@ -1,5 +1,5 @@
 /* CUDA IPC between two processes: the program exports a device allocation (the second of two,
- * so under gpucap it lies inside a pool region), starts a copy of itself that opens the handle,
+ * so under gpucap it lies inside a pool region or shares a unit of a VMM-backed pool), starts a copy of itself that opens the handle,
  * checks the exporter's bytes, writes its own and closes the handle; the exporter then sees the
  * importer's bytes. The importer's facts are printed with an "importer_" prefix. Both processes
  * must run under the same gpucap settings (docs/compatibility.md: IPC of pooled blocks needs

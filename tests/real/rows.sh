@@ -17,7 +17,8 @@ program_rows() {
   row meminfo
   row meminfo pool=regions known="malloc_what_is_free:gpucap:$gpucap_bug: free memory that gpucap reports is not one allocatable piece when pool regions are partly used"
   row ptrattr
-  row ipc procs=2 pool=regions # legacy IPC of pooled blocks: the region pool's
+  row ipc procs=2 # legacy IPC of pooled blocks: the VMM-backed pool's (its units' descriptors)
+  row ipc procs=2 pool=regions # ... and the region pool's (the region's driver handle)
   row reset teardown="cudaDeviceReset frees what the program held"
   row devices devices=2 cap=0:64MiB,1:32MiB
   row threads

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BOGUS ((CUdeviceptr)0xdead0000ull)
 
@@ -267,7 +268,12 @@ static void pooled(void) {
        cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, block + 300));
   printf("~ptrattr_base_ok %d\n", v == block);
   show("~ipc(h,block)", cuIpcGetMemHandle(&h, block));
-  memset((char *)&h + 16, 0x5a, 8); /* a gpucap handle naming an export that does not exist */
+  /* A gpucap handle naming an export that does not exist: another process (the pid at bytes
+   * 8..11, shim/ipc.c), which shares nothing, under a key it never had (16..23); for the driver's
+   * own handle (pool=off) bytes it never wrote. */
+  int32_t other = (int32_t)getppid();
+  memcpy((char *)&h + 8, &other, sizeof other);
+  memset((char *)&h + 16, 0x5a, 8);
   show("~ipcopen(p,unknown export,1)", cuIpcOpenMemHandle_v2(&v, h, 1));
   show("~freeasync(block,bogus stream)", cuMemFreeAsync(block, (CUstream)(uintptr_t)0x1234));
   fflush(stdout);

@@ -133,10 +133,8 @@ NONE='^$'
 OVERCAP='^(noctx|ctx):(alloc_v1|alloc_v2|pitch_v1|pitch_v2|managed|memcreate|allocasync|array_v2|array3d'
 OVERCAP="$OVERCAP"'|mipmap)'
 OVERCAP="$OVERCAP"'\(.*(SIZE_MAX|UINT_MAX|2\^6|2\^31).*\) 2$'
-# GPUCAP_POOL=on is the VMM-backed pool (the fake has VMM), whose blocks have no legacy IPC
-# handle (the driver's answer for VMM memory, not the driver's for cuMemAlloc memory);
-# regions last: the IPC checks below read its run.
-VMMIPC='^~ipc\(h,block\) 1$'
+# Every pool exports its blocks as the driver exports cuMemAlloc memory (the VMM-backed pool's
+# through its units); regions last: the IPC checks below read its run.
 for cap in none 64MiB; do
   for mode in off on regions; do
     if [ "$cap" = none ]; then
@@ -150,7 +148,6 @@ for cap in none 64MiB; do
       "$WORK/badargs.err" | sed 's/^/#   stderr: /'; }
     allowed=$NONE
     [ "$cap" = none ] || allowed=$OVERCAP
-    [ "$mode" != on ] || allowed="$allowed|$VMMIPC"
     compare "cap $cap, pool=$mode" "$WORK/$mode.txt" "$allowed"
     if [ "$mode" != off ]; then
       got=$(grep '^~freeasync(block,bogus stream) ' "$WORK/$mode.txt")
