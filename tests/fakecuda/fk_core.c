@@ -280,7 +280,7 @@ static void out_flush(struct out *o) {
 }
 
 __attribute__((format(printf, 2, 3))) static void out_printf(struct out *o, const char *fmt, ...) {
-  char tmp[512];
+  char tmp[1024]; /* one device's line of the report, the machine's figures included */
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
@@ -361,9 +361,12 @@ static void write_stats(void) {
     out_printf(&o,
                "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
                "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
-               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu%s}",
+               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu, "
+               "\"managed_bytes\": %zu, \"managed_peak_bytes\": %zu, "
+               "\"migrated_to_device_bytes\": %llu, \"migrated_to_host_bytes\": %llu%s}",
                d ? "," : "", d, dv->total, dv->alloc_calls, dv->free_calls, dv->used, dv->peak,
-               leaked, leaked_bytes, dv->driver, machine);
+               leaked, leaked_bytes, dv->driver, dv->managed, dv->managed_peak, dv->migrated_in,
+               dv->migrated_out, machine);
   }
   out_printf(&o, "\n],\n\"calls\": {");
   int first = 1;
