@@ -484,6 +484,27 @@ CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advi
                              CUdevice device); /* PFN_..._v8000 ABI */
 CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
                                 CUmemLocation location);
+CUresult CUDAAPI cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                         CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+                                         size_t numPrefetchLocs, unsigned long long flags,
+                                         CUstream hStream);
+CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                              CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+                                              size_t numPrefetchLocs, unsigned long long flags,
+                                              CUstream hStream);
+CUresult CUDAAPI cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                        unsigned long long flags, CUstream hStream);
+CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                             unsigned long long flags, CUstream hStream);
+CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                                   CUmemLocation *prefetchLocs,
+                                                   size_t *prefetchLocIdxs, size_t numPrefetchLocs,
+                                                   unsigned long long flags, CUstream hStream);
+CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes,
+                                                        size_t count, CUmemLocation *prefetchLocs,
+                                                        size_t *prefetchLocIdxs,
+                                                        size_t numPrefetchLocs,
+                                                        unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
                                         unsigned int flags);
 CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length,

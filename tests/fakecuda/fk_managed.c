@@ -508,6 +508,135 @@ FK_API CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, 
   FK_BODY(FK_NEED_INIT, attach(hStream, dptr, length, flags, 1));
 }
 
+/* ---- Batches (CUDA 13): prefetches, discards, and both. ---- */
+
+/* Checks a batch as cuda.h describes it: count ranges, each inside one managed allocation; with
+ * locations (locs non-NULL or nlocs > 0), nlocs of them, idxs starting at 0 and rising below
+ * count; flags 0; a stream that is not the legacy NULL stream. */
+static CUresult batch_check(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+                            size_t *idxs, size_t nlocs, int with_locs, unsigned long long flags,
+                            CUstream h, int ptsz, struct CUstream_st **s) {
+  CUresult rc = fk_stream_resolve(h, ptsz, s);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if ((h == NULL && !ptsz) || h == CU_STREAM_LEGACY || flags != 0 || count == 0 || dptrs == NULL ||
+      sizes == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (with_locs && (locs == NULL || idxs == NULL || nlocs == 0 || nlocs > count || idxs[0] != 0)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t k = 0; with_locs && k < nlocs; k++) {
+    if ((k > 0 && idxs[k] <= idxs[k - 1]) || idxs[k] >= count ||
+        (rc = location_check(locs[k])) != CUDA_SUCCESS) {
+      return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (size_t i = 0; i < count; i++) {
+    struct fk_alloc *a;
+    if ((rc = managed_range(dptrs[i], sizes[i], &a)) != CUDA_SUCCESS) {
+      return rc;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+/* The contents of the pages are no longer wanted: no device holds them any more. */
+static void discard(struct fk_alloc *a, CUdeviceptr p, size_t n) {
+  size_t i0, i1;
+  pages_of(a, (uintptr_t)p, n, &i0, &i1);
+  for (size_t i = i0; i < i1; i++) {
+    struct mpage *pg = &a->mg->pages[i];
+    for (int e = 0; pg->dup != 0 && e < fk.ndev; e++) {
+      if (pg->dup >> e & 1) {
+        pg->dup &= ~((uint64_t)1 << e);
+        give(a, e, MPAGE, 0);
+      }
+    }
+    if (pg->at > 0) {
+      give(a, pg->at - 1, MPAGE, 0);
+      pg->at = 0;
+    }
+  }
+}
+
+static CUresult batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+                      size_t *idxs, size_t nlocs, unsigned long long flags, CUstream h, int ptsz,
+                      int discarding, int prefetching) {
+  struct CUstream_st *s;
+  CUresult rc =
+      batch_check(dptrs, sizes, count, locs, idxs, nlocs, prefetching, flags, h, ptsz, &s);
+  if (rc != CUDA_SUCCESS || s->cap != NULL) {
+    return rc;
+  }
+  fk_stream_reach(s, fk.seq);
+  size_t k = 0;
+  for (size_t i = 0; i < count; i++) {
+    struct fk_alloc *a = fk_mem_find((uintptr_t)dptrs[i]);
+    if (discarding) {
+      discard(a, dptrs[i], sizes[i]);
+    }
+    if (!prefetching) {
+      continue;
+    }
+    while (k + 1 < nlocs && idxs[k + 1] <= i) {
+      k++;
+    }
+    if (locs[k].type == CU_MEM_LOCATION_TYPE_DEVICE) {
+      size_t i0, i1;
+      pages_of(a, (uintptr_t)dptrs[i], sizes[i], &i0, &i1);
+      bring(a, i0, i1, locs[k].id, 0, on_prefetch);
+    } else {
+      to_host(a, dptrs[i], sizes[i]);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+FK_API CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                        CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+                                        size_t numPrefetchLocs, unsigned long long flags,
+                                        CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs,
+                              flags, hStream, 0, 0, 1));
+}
+
+FK_API CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                             CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+                                             size_t numPrefetchLocs, unsigned long long flags,
+                                             CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs,
+                              flags, hStream, 1, 0, 1));
+}
+
+FK_API CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                       unsigned long long flags, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, batch(dptrs, sizes, count, NULL, NULL, 0, flags, hStream, 0, 1, 0));
+}
+
+FK_API CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                            unsigned long long flags, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, batch(dptrs, sizes, count, NULL, NULL, 0, flags, hStream, 1, 1, 0));
+}
+
+FK_API CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                                  CUmemLocation *prefetchLocs,
+                                                  size_t *prefetchLocIdxs, size_t numPrefetchLocs,
+                                                  unsigned long long flags, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs,
+                              flags, hStream, 0, 1, 1));
+}
+
+FK_API CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes,
+                                                       size_t count, CUmemLocation *prefetchLocs,
+                                                       size_t *prefetchLocIdxs,
+                                                       size_t numPrefetchLocs,
+                                                       unsigned long long flags, CUstream hStream) {
+  FK_BODY(FK_NEED_INIT, batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs,
+                              flags, hStream, 1, 1, 1));
+}
+
 /* ---- Test hook. ---- */
 
 FK_API CUresult fakecudaManagedUsage(int dev, fakecuda_managed_t *out) {

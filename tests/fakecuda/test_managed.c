@@ -222,6 +222,46 @@ static void other_device(void) {
   TAP_EQ(usage(1).resident, 0ull, "freed from device 1 too");
 }
 
+static void batches(void) {
+  CUdeviceptr m = 0, d = 0;
+  CUstream s = NULL;
+  CK(cuStreamCreate(&s, 0));
+  CK(cuMemAllocManaged(&m, 4 * MiB, CU_MEM_ATTACH_GLOBAL));
+  CK(cuMemAlloc_v2(&d, MiB));
+  CUdeviceptr ptrs[3] = {m, m + MiB, m + 2 * MiB};
+  size_t sizes[3] = {MiB, MiB, 2 * MiB};
+  CUmemLocation locs[2] = {dev0, host};
+  size_t idxs[2] = {0, 2};
+  CK(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, s));
+  TAP_EQ(usage(0).resident, 2 * MiB + 0ull, "a batch: the first two ranges to the device");
+  locs[1] = dev0;
+  CK(cuMemPrefetchBatchAsync_ptsz(ptrs, sizes, 3, locs, idxs, 2, 0, s));
+  TAP_EQ(usage(0).resident, 4 * MiB + 0ull, "the third too");
+  CK(cuMemDiscardBatchAsync(ptrs, sizes, 1, 0, s));
+  TAP_EQ(usage(0).resident, 3 * MiB + 0ull, "a discard gives the device memory back");
+  CK(cuMemDiscardAndPrefetchBatchAsync(ptrs + 2, sizes + 2, 1, locs, idxs, 1, 0, s));
+  TAP_EQ(usage(0).resident, 3 * MiB + 0ull, "discard and prefetch: the pages on the device again");
+  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, NULL),
+         CUDA_ERROR_INVALID_VALUE, "not on the legacy NULL stream");
+  idxs[0] = 1;
+  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, s), CUDA_ERROR_INVALID_VALUE,
+         "the first location applies from 0");
+  idxs[0] = 0;
+  idxs[1] = 3;
+  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, s), CUDA_ERROR_INVALID_VALUE,
+         "locations apply below count");
+  idxs[1] = 2;
+  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 1, s), CUDA_ERROR_INVALID_VALUE,
+         "flags 1");
+  ptrs[1] = d;
+  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, s), CUDA_ERROR_INVALID_VALUE,
+         "a range of cuMemAlloc memory");
+  TAP_EQ(usage(0).resident, 3 * MiB + 0ull, "a refused batch moves nothing");
+  CK(cuMemFree_v2(m));
+  CK(cuMemFree_v2(d));
+  CK(cuStreamDestroy_v2(s));
+}
+
 int main(void) {
   setenv("FAKECUDA_MEMORY", "64MiB", 1);
   setenv("FAKECUDA_DEVICES", "2", 1);
@@ -238,6 +278,7 @@ int main(void) {
   full_device();
   association();
   other_device();
+  batches();
   TAP_EQ(fakecudaHazards(), 0ull, "no hazards");
   return tap_done();
 }
