@@ -24,6 +24,9 @@ static uint64_t sum(uint64_t a, uint64_t b) {
 }
 
 enum oom_verdict oom_judge(const oom_facts_t *f) {
+  if (f->spill_max > 0) {
+    return OOM_SPILL_FULL; /* the cap was passed already: the spill budget refused */
+  }
   uint64_t headroom = f->cap == CAP_NONE ? 0 : f->cap > f->charged ? f->cap - f->charged : 0;
   uint64_t here = sum(f->free_bytes, headroom);
   if (f->in_capture > 0 && sum(here, f->in_capture) >= f->bytes) {
@@ -113,6 +116,18 @@ static void why(const oom_facts_t *f, enum oom_verdict v, char *buf, size_t cap)
              "captured; free that memory before the capture begins, or raise the cap",
              a, f->dev);
     break;
+  case OOM_SPILL_FULL: {
+    char c[REPORT_SIZE_MAX];
+    report_format_size(f->spill_max > f->spilled ? f->spill_max - f->spilled : 0, a, sizeof a);
+    report_format_size(f->spill_max, b, sizeof b);
+    report_format_size(f->spilled, c, sizeof c);
+    snprintf(buf, cap,
+             "spill budget full: the request does not fit under the cap, nor in the %s spill "
+             "budget of device %d beyond it (%s free, %s spilled); raise the spill budget "
+             "(--oversubscribe, GPUCAP_OVERSUBSCRIBE) or the cap, or free memory",
+             b, f->dev, a, c);
+    break;
+  }
   case OOM_OTHER_POOLS:
     report_format_size(f->others_idle, a, sizeof a);
     snprintf(buf, cap,
@@ -148,8 +163,8 @@ void oom_print(uint64_t rank, const oom_facts_t *f, enum oom_verdict v, const ch
   char text[512];
   why(f, v, text, sizeof text);
   if (rank == 0) {
-    log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes under the cap", f->dev,
-            (unsigned long long)f->bytes);
+    log_msg(LOG_WARN, "device %d: out of memory allocating %llu bytes under the cap%s", f->dev,
+            (unsigned long long)f->bytes, v == OOM_SPILL_FULL ? " and the spill budget" : "");
     if (report != NULL) {
       log_write_raw(report, strnlen(report, len));
     }
