@@ -31,7 +31,7 @@ is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... the whole 1 GiB cap"
 
 trace="$WORK/trace.csv"
 GPUCAP_TRACE="$trace" with_shim "$TESTBIN/pooltest" many 3000 >/dev/null 2>&1
-is "$(head -n 1 "$trace")" "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library" \
+is "$(head -n 1 "$trace")" "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled" \
   "trace: RMM's CSV header, then gpucap's columns"
 is "$(grep -c ',allocate,' "$trace")" "$(grep -c ',free,' "$trace")" \
   "trace: one free for every allocation"
