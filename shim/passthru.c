@@ -57,18 +57,18 @@ uint64_t passthru_charge_of(const charge_t *e) {
 }
 
 /* Returns what a block was charged, the cap's part and the spill budget's. */
-static void credit_charge(uint64_t ptr, const charge_t *e) {
+static void credit_charge(const charge_t *e) {
   cap_credit(e->dev, passthru_charge_of(e));
   if (e->spill > 0) {
     spill_credit(e->dev, e->spill);
-    spill_forget(ptr);
+    spill_forget(e->aux); /* its spilled range (passthru_spill) */
   }
 }
 
 /* Returns a tracked block's charge once the driver no longer has it. */
 static void credit_block(uint64_t ptr, const charge_t *e) {
   forget_block(ptr, e, trace_ticket());
-  credit_charge(ptr, e);
+  credit_charge(e);
 }
 
 static void credit_array(uint64_t handle, const charge_t *e) {
@@ -77,8 +77,9 @@ static void credit_array(uint64_t handle, const charge_t *e) {
   cap_credit(e->dev, e->bytes);
 }
 
-/* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block), the bytes of the charge
- * that are the spill budget's, and the library to charge in the ledger. */
+/* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block; a spilled block's range in
+ * shim/spill.h), the bytes of the charge that are the spill budget's, and the library to charge
+ * in the ledger. */
 static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind, uint64_t aux,
                       uint64_t spill, int lib, passthru_free_fn driver_free, void *arg) {
   charge_t e = {.bytes = bytes,
@@ -95,7 +96,7 @@ static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind 
   int put = charges_put(&blocks, ptr, &e, &old);
   if (put < 0) {
     driver_free(ptr, arg);
-    credit_charge(ptr, &e);
+    credit_charge(&e);
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -234,6 +235,7 @@ CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned fla
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUdeviceptr p = 0;
+  uint64_t range = 0;
   CUresult rc = real.cuMemAllocManaged(&p, (size_t)bytes, flags);
   if (rc == CUDA_SUCCESS) {
     rc = spill_keep_on_host(p + kept, spill, dev);
@@ -242,7 +244,7 @@ CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned fla
               "device %d: cannot keep %llu spilled bytes on the host (the driver "
               "answered %d to cuMemAdvise): allocation refused",
               dev, (unsigned long long)spill, (int)rc);
-    } else if (!spill_remember(p, kept, bytes, dev)) {
+    } else if ((range = spill_remember(p, kept, bytes, dev)) == 0) {
       log_msg(LOG_ERROR, "out of host memory while recording a spilled allocation");
       rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -258,7 +260,7 @@ CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned fla
   }
   log_msg(LOG_DEBUG, "device %d: %llu bytes beyond the cap spilled to host memory (%llu under it)",
           dev, (unsigned long long)spill, (unsigned long long)kept);
-  rc = track(p, dev, bytes, PASSTHRU_CONTEXT, 0, spill, lib, free_spilled, NULL);
+  rc = track(p, dev, bytes, PASSTHRU_CONTEXT, range, spill, lib, free_spilled, NULL);
   if (rc == CUDA_SUCCESS) {
     *dptr = p;
   }
@@ -298,7 +300,7 @@ CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void 
     if (after) {
       after(&e, arg);
     } else {
-      credit_charge(ptr, &e);
+      credit_charge(&e);
     }
   } else {
     trace_fill(ticket, TRACE_NONE, -1, 0, 0, 0, -1);

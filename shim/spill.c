@@ -22,14 +22,17 @@ struct budget {
 static struct budget budgets[GPUCAP_MAX_DEVICES];
 
 struct range {
-  uint64_t alloc;  /* the allocation's base address: its key */
-  uint64_t lo, hi; /* what of it is spilled */
+  uint64_t id;     /* its own (an address is reused once its allocation is freed) */
+  uint64_t lo, hi; /* what of the allocation is spilled */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range *ranges;
 static size_t nranges, capranges;
 static atomic_size_t live; /* nranges, for lock-free readers */
+static uint64_t next_id;   /* the last range's id; under the lock */
+static uint64_t longest;   /* no range is longer (ranges of a freed allocation and of a new one at
+                            * its address may overlap for a moment); under the lock */
 
 uint64_t spill_budget(int dev) {
   if (dev < 0 || dev >= GPUCAP_MAX_DEVICES || !settings_valid()) {
@@ -96,12 +99,12 @@ uint64_t spill_used(int dev) {
   return atomic_load_explicit(&budgets[dev].used, memory_order_relaxed);
 }
 
-/* Index of the first range whose end is above p. Lock held. */
-static size_t first_above(uint64_t p) {
+/* Index of the first range that starts at p or later (ranges are sorted by start). Lock held. */
+static size_t first_from(uint64_t p) {
   size_t lo = 0, hi = nranges;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (ranges[mid].hi <= p) {
+    if (ranges[mid].lo < p) {
       lo = mid + 1;
     } else {
       hi = mid;
@@ -110,7 +113,7 @@ static size_t first_above(uint64_t p) {
   return lo;
 }
 
-bool spill_remember(uint64_t base, uint64_t kept, uint64_t bytes, int dev) {
+uint64_t spill_remember(uint64_t base, uint64_t kept, uint64_t bytes, int dev) {
   CHECK_DEVICE(dev);
   pthread_mutex_lock(&lock);
   if (nranges == capranges) {
@@ -118,34 +121,36 @@ bool spill_remember(uint64_t base, uint64_t kept, uint64_t bytes, int dev) {
     struct range *grown = realloc(ranges, cap * sizeof *grown);
     if (grown == NULL) {
       pthread_mutex_unlock(&lock);
-      return false;
+      return 0;
     }
     ranges = grown;
     capranges = cap;
   }
-  struct range r = {.alloc = base, .lo = base + kept, .hi = base + bytes};
-  size_t i = first_above(r.lo);
+  struct range r = {.id = ++next_id, .lo = base + kept, .hi = base + bytes};
+  size_t i = first_from(r.lo);
+  longest = r.hi - r.lo > longest ? r.hi - r.lo : longest;
   memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof *ranges);
   ranges[i] = r;
   nranges++;
   atomic_store_explicit(&live, nranges, memory_order_release);
   pthread_mutex_unlock(&lock);
   atomic_fetch_add_explicit(&budgets[dev].allocs, 1, memory_order_relaxed);
-  return true;
+  return r.id;
 }
 
-void spill_forget(uint64_t base) {
-  if (atomic_load_explicit(&live, memory_order_acquire) == 0) {
+void spill_forget(uint64_t id) {
+  if (id == 0 || atomic_load_explicit(&live, memory_order_acquire) == 0) {
     return;
   }
   pthread_mutex_lock(&lock);
-  for (size_t i = first_above(base); i < nranges; i++) {
-    if (ranges[i].alloc == base) {
+  for (size_t i = 0; i < nranges; i++) {
+    if (ranges[i].id == id) {
       memmove(&ranges[i], &ranges[i + 1], (nranges - i - 1) * sizeof *ranges);
       nranges--;
       break;
     }
   }
+  longest = nranges == 0 ? 0 : longest;
   atomic_store_explicit(&live, nranges, memory_order_release);
   pthread_mutex_unlock(&lock);
 }
@@ -161,9 +166,13 @@ int spill_outside(uint64_t p, uint64_t n, uint64_t out[][2], int max, uint64_t *
   int parts = 0;
   uint64_t at = p;
   pthread_mutex_lock(&lock);
-  for (size_t i = first_above(p); i < nranges && ranges[i].lo < end; i++) {
+  for (size_t i = first_from(p > longest ? p - longest : 0); i < nranges && ranges[i].lo < end;
+       i++) {
     uint64_t lo = ranges[i].lo > at ? ranges[i].lo : at;
     uint64_t hi = ranges[i].hi < end ? ranges[i].hi : end;
+    if (hi <= lo) {
+      continue; /* before p, or within what an earlier range covers */
+    }
     if (lo > at && parts < max) {
       out[parts][0] = at;
       out[parts++][1] = lo - at;
@@ -215,6 +224,7 @@ static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
   ranges = NULL;
   nranges = capranges = 0;
+  next_id = longest = 0;
   atomic_store(&live, 0);
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     atomic_store(&budgets[dev].used, 0);

@@ -38,12 +38,14 @@ void spill_credit(int dev, uint64_t bytes);
 uint64_t spill_used(int dev);
 
 /* Records that [base + kept, base + bytes) of the allocation at base is spilled for dev (kept:
- * its part under the cap), and counts one spilled allocation. Returns false iff host memory ran
- * out (nothing recorded). O(ranges). */
-bool spill_remember(uint64_t base, uint64_t kept, uint64_t bytes, int dev);
+ * its part under the cap), and counts one spilled allocation. Returns the range's id (never 0),
+ * or 0 iff host memory ran out (nothing recorded). O(ranges). */
+uint64_t spill_remember(uint64_t base, uint64_t kept, uint64_t bytes, int dev);
 
-/* Forgets the spilled range of the allocation at base, if any (it was freed). O(ranges). */
-void spill_forget(uint64_t base);
+/* Forgets the spilled range `id` (its allocation was freed); nothing for 0 or an id forgotten
+ * already. By id, not address: once the driver has freed an allocation its address may be
+ * handed out again, and spilled again, before the first is forgotten. O(ranges). */
+void spill_forget(uint64_t id);
 
 /* The parts of [p, p + n) outside every spilled range, in address order, into out[0 .. max)
  * as (start, length) pairs; returns their number, and in *spilled the bytes inside spilled
