@@ -58,6 +58,7 @@ struct fk_config {
    * into fk_exports (0: none); FAKECUDA_LATENCY_SLEEP=0 charges them without spending them. */
   unsigned long long latency_ns[FK_MAX_EXPORTS];
   int latency_charge_only;
+  unsigned long long migration_ns; /* FAKECUDA_MIGRATION: per managed page migrated (0: none) */
 };
 
 /* Parses one size ("4096", "512KiB", "16GiB", "1T"; binary units only) into *out.
@@ -207,6 +208,7 @@ struct fk_global {
   unsigned long long gpa_queries;
   struct fk_caller callers[FK_MAX_CALLERS];
   unsigned long long hazards, stale_work;
+  unsigned long long migration_ns; /* FAKECUDA_MIGRATION charged, in total */
 };
 
 extern struct fk_global fk;
@@ -228,6 +230,10 @@ void fk_logs_teardown(void);
 
 /* Releases the lock; returns rc. */
 CUresult fk_leave(CUresult rc);
+
+/* Charges FAKECUDA_MIGRATION for `pages` managed pages migrated to the entry point the calling
+ * thread is in (the call that executes the work or prefetch), spent with its latency. */
+void fk_charge_migration(size_t pages);
 
 /* Around a call out of the driver into the program's code (context-local storage destructors):
  * fk_callout_begin drops the lock when the calling thread holds it once (it is inside one entry

@@ -113,6 +113,21 @@ CUresult fk_enter(const char *fn, int need_init) {
   return CUDA_SUCCESS;
 }
 
+void fk_charge_migration(size_t pages) {
+  unsigned long long ns = fk.cfg.migration_ns * pages;
+  int idx = trace_depth > 0 && trace_depth <= TRACE_DEPTH
+                ? fk_export_index(current_fn[trace_depth - 1])
+                : -1;
+  if (ns == 0) {
+    return;
+  }
+  fk.migration_ns += ns;
+  if (idx >= 0) {
+    fk.latency_ns[idx] += ns;
+  }
+  owed_ns += fk.cfg.latency_charge_only ? 0 : ns;
+}
+
 /* Spends a call's FAKECUDA_LATENCY, without the lock: a real driver's calls overlap across
  * threads (each waits on its own ioctl). Short ones spin, as the driver's CPU work would keep
  * the thread busy and a sleep that short would oversleep by the kernel's timer slack; longer
@@ -378,7 +393,8 @@ static void write_stats(void) {
     }
     driver_ns += fk.latency_ns[i];
   }
-  out_printf(&o, "\n},\n\"driver_time_ns\": %llu,\n\"latency_ns\": {", driver_ns);
+  out_printf(&o, "\n},\n\"driver_time_ns\": %llu,\n\"migration_ns\": %llu,\n\"latency_ns\": {",
+             driver_ns, fk.migration_ns);
   first = 1;
   for (size_t i = 0; i < fk_export_count; i++) {
     if (fk.latency_ns[i] != 0) {

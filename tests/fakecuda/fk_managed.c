@@ -78,6 +78,7 @@ static void give(struct fk_alloc *a, int dev, size_t bytes, int to_host) {
   fk.dev[dev].managed -= bytes;
   if (to_host) {
     fk.dev[dev].migrated_out += bytes;
+    fk_charge_migration(bytes / MPAGE);
   }
 }
 
@@ -88,6 +89,7 @@ static void gain(struct fk_alloc *a, int dev, size_t bytes) {
   d->managed += bytes;
   d->managed_peak = d->managed > d->managed_peak ? d->managed : d->managed_peak;
   d->migrated_in += bytes;
+  fk_charge_migration(bytes / MPAGE);
 }
 
 /* Drops device dev's copy of page i: the read-only one, or the owner, which goes to the host. */
