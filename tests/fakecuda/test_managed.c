@@ -241,8 +241,8 @@ static void batches(void) {
   TAP_EQ(usage(0).resident, 3 * MiB + 0ull, "a discard gives the device memory back");
   CK(cuMemDiscardAndPrefetchBatchAsync(ptrs + 2, sizes + 2, 1, locs, idxs, 1, 0, s));
   TAP_EQ(usage(0).resident, 3 * MiB + 0ull, "discard and prefetch: the pages on the device again");
-  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, NULL),
-         CUDA_ERROR_INVALID_VALUE, "not on the legacy NULL stream");
+  TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, NULL), CUDA_ERROR_INVALID_VALUE,
+         "not on the legacy NULL stream");
   idxs[0] = 1;
   TAP_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, idxs, 2, 0, s), CUDA_ERROR_INVALID_VALUE,
          "the first location applies from 0");
