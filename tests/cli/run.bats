@@ -77,7 +77,7 @@ load helpers
   grun_leaks --trace ./t.csv --quiet --limit 2GiB -- "$WORKLOAD" >/dev/null 2>&1
   [ "$(head -n 1 t.csv)" = "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled" ]
   [ "$(grep -c ',allocate,' t.csv)" -eq 3 ]
-  [ "$(grep -c ',allocate failure,0x0,1073741824,0x0,0,refused,0,cap_full,workload$' t.csv)" -eq 1 ]
+  [ "$(grep -c ',allocate failure,0x0,1073741824,0x0,0,refused,0,cap_full,workload,0$' t.csv)" -eq 1 ]
 }
 
 # ---- Options become variables; options override the environment ----

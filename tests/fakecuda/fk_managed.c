@@ -144,17 +144,23 @@ void fk_managed_make_room(int dev, size_t bytes) {
 
 enum { STAY, MOVE, COPY }; /* what an access or a prefetch does to a page */
 
+/* Drops the read-only copies of page i of a on every device but `keep` (-1: none). */
+static void drop_copies(struct fk_alloc *a, size_t i, int keep) {
+  struct mpage *p = &a->mg->pages[i];
+  for (int e = 0; p->dup != 0 && e < fk.ndev; e++) {
+    if (e != keep && (p->dup >> e & 1)) {
+      p->dup &= ~((uint64_t)1 << e);
+      give(a, e, MPAGE, 0);
+    }
+  }
+}
+
 /* A device's write invalidates every other copy of a read-mostly page; a copy of its own becomes
  * the owner. */
 static void invalidate(struct fk_alloc *a, size_t i, int dev) {
   struct mpage *p = &a->mg->pages[i];
   uint64_t bit = (uint64_t)1 << dev;
-  for (int e = 0; p->dup != 0 && e < fk.ndev; e++) {
-    if (e != dev && (p->dup >> e & 1)) {
-      p->dup &= ~((uint64_t)1 << e);
-      give(a, e, MPAGE, 0);
-    }
-  }
+  drop_copies(a, i, dev);
   if (p->dup & bit) {
     p->dup = 0;
     if (p->at > 0) {
@@ -405,12 +411,7 @@ static void collapse(struct fk_alloc *a, size_t i) {
     }
     p->at = (uint8_t)(keep + 1);
   }
-  for (int e = 0; p->dup != 0 && e < fk.ndev; e++) {
-    if (p->dup >> e & 1) {
-      p->dup &= ~((uint64_t)1 << e);
-      give(a, e, MPAGE, 0);
-    }
-  }
+  drop_copies(a, i, -1);
 }
 
 /* The advice changes where pages may go, never where they are (cuda.h: "does not cause data to
@@ -550,12 +551,7 @@ static void discard(struct fk_alloc *a, CUdeviceptr p, size_t n) {
   pages_of(a, (uintptr_t)p, n, &i0, &i1);
   for (size_t i = i0; i < i1; i++) {
     struct mpage *pg = &a->mg->pages[i];
-    for (int e = 0; pg->dup != 0 && e < fk.ndev; e++) {
-      if (pg->dup >> e & 1) {
-        pg->dup &= ~((uint64_t)1 << e);
-        give(a, e, MPAGE, 0);
-      }
-    }
+    drop_copies(a, i, -1);
     if (pg->at > 0) {
       give(a, pg->at - 1, MPAGE, 0);
       pg->at = 0;
