@@ -29,10 +29,12 @@ struct range {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range *ranges;
 static size_t nranges, capranges;
-static atomic_size_t live; /* nranges, for lock-free readers */
-static uint64_t next_id;   /* the last range's id; under the lock */
-static uint64_t longest;   /* no range is longer (ranges of a freed allocation and of a new one at
-                            * its address may overlap for a moment); under the lock */
+static atomic_size_t live;         /* nranges, for lock-free readers */
+static uint64_t next_id;           /* the last range's id; under the lock */
+static struct range *inherited[8]; /* a fork child's parents' arrays, kept reachable */
+static int ninherited;
+static uint64_t longest; /* no range is longer (ranges of a freed allocation and of a new one at
+                          * its address may overlap for a moment); under the lock */
 
 uint64_t spill_budget(int dev) {
   if (dev < 0 || dev >= GPUCAP_MAX_DEVICES || !settings_valid()) {
@@ -222,6 +224,9 @@ void spill_counts(int dev, spill_counts_t *out) {
  * abandoned unread, since another thread may have been changing them. */
 static void fork_child(void) {
   pthread_mutex_init(&lock, NULL);
+  if (ninherited < 8) {
+    inherited[ninherited++] = ranges;
+  }
   ranges = NULL;
   nranges = capranges = 0;
   next_id = longest = 0;

@@ -87,6 +87,14 @@ for pool in on regions off; do
   ok $? "pool $pool: gpucap plot reads a trace with the Spilled column"
 done
 
+# The same through the command's own options: gpucap run --oversubscribe --spill.
+rm -f "$WORK/cli.json"
+tap_program "gpucap run --limit 64MiB --oversubscribe 128MiB --spill: the fifth block spills" \
+  env LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="${SAN_PRELOAD:-}" FAKECUDA_STATS="$WORK/cli.json" \
+  "$BUILD/gpucap" run --limit 64MiB --oversubscribe 128MiB --spill --quiet -- \
+  "$TESTBIN/spilltest" malloc $cap spill
+below "  the device's peak stays within the cap" "$(json_num "$WORK/cli.json" peak_bytes)" $cap
+
 # 2. Half of a block spilled (a quarter of the cap left), prefetched whole; pitched beyond.
 run split GPUCAP_MEMORY_LIMIT=$cap GPUCAP_OVERSUBSCRIBE=128MiB GPUCAP_SPILL=on \
   GPUCAP_REPORT=off -- split $cap
