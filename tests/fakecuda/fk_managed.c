@@ -334,17 +334,21 @@ static CUmemLocation location_of(CUdevice dev) {
   return loc;
 }
 
-/* The pages of [p, p + n) of a go to the host: the only copy of each (a read-mostly page gains a
- * host copy; the devices keep theirs). */
-static void to_host(struct fk_alloc *a, CUdeviceptr p, size_t n) {
+/* The pages of [p, p + n) of a go to the host: the only copy of each, migrated (a read-mostly
+ * page gains a host copy; the devices keep theirs); or, discarding, their contents are no longer
+ * wanted: no device holds them any more, and nothing moves. */
+static void to_host(struct fk_alloc *a, CUdeviceptr p, size_t n, int discarding) {
   size_t i0, i1;
   pages_of(a, (uintptr_t)p, n, &i0, &i1);
   for (size_t i = i0; i < i1; i++) {
     struct mpage *pg = &a->mg->pages[i];
-    if (!pg->rm && pg->at > 0) {
+    if (discarding) {
+      drop_copies(a, i, -1);
+    }
+    if ((discarding || !pg->rm) && pg->at > 0) {
       int dev = pg->at - 1;
       pg->at = 0;
-      give(a, dev, MPAGE, 1);
+      give(a, dev, MPAGE, !discarding);
     }
   }
 }
@@ -374,7 +378,7 @@ static CUresult prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned fl
     pages_of(a, (uintptr_t)p, n, &i0, &i1);
     bring(a, i0, i1, loc.id, 0, on_prefetch);
   } else {
-    to_host(a, p, n);
+    to_host(a, p, n, 0);
   }
   return CUDA_SUCCESS;
 }
@@ -545,20 +549,6 @@ static CUresult batch_check(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUm
   return CUDA_SUCCESS;
 }
 
-/* The contents of the pages are no longer wanted: no device holds them any more. */
-static void discard(struct fk_alloc *a, CUdeviceptr p, size_t n) {
-  size_t i0, i1;
-  pages_of(a, (uintptr_t)p, n, &i0, &i1);
-  for (size_t i = i0; i < i1; i++) {
-    struct mpage *pg = &a->mg->pages[i];
-    drop_copies(a, i, -1);
-    if (pg->at > 0) {
-      give(a, pg->at - 1, MPAGE, 0);
-      pg->at = 0;
-    }
-  }
-}
-
 static CUresult batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
                       size_t *idxs, size_t nlocs, unsigned long long flags, CUstream h, int ptsz,
                       int discarding, int prefetching) {
@@ -573,7 +563,7 @@ static CUresult batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLoca
   for (size_t i = 0; i < count; i++) {
     struct fk_alloc *a = fk_mem_find((uintptr_t)dptrs[i]);
     if (discarding) {
-      discard(a, dptrs[i], sizes[i]);
+      to_host(a, dptrs[i], sizes[i], 1);
     }
     if (!prefetching) {
       continue;
@@ -586,7 +576,7 @@ static CUresult batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLoca
       pages_of(a, (uintptr_t)dptrs[i], sizes[i], &i0, &i1);
       bring(a, i0, i1, locs[k].id, 0, on_prefetch);
     } else {
-      to_host(a, dptrs[i], sizes[i]);
+      to_host(a, dptrs[i], sizes[i], 0);
     }
   }
   return CUDA_SUCCESS;
