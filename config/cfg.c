@@ -11,11 +11,13 @@
 #include "config/cfg.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/sysinfo.h>
 
 #define QUOTE_MAX 80 /* input bytes of a bad value quoted back in a message */
 
@@ -324,6 +326,86 @@ void cfg_defaults(cfg_t *cfg) {
   errno = saved;
 }
 
+/* The host's physical memory (what a spill budget is checked against); UINT64_MAX when the
+ * kernel does not say, so that nothing is refused on a guess. */
+static uint64_t host_memory(void) {
+  struct sysinfo si;
+  if (sysinfo(&si) != 0 || si.totalram == 0) {
+    return UINT64_MAX;
+  }
+  __extension__ unsigned __int128 b =
+      (unsigned __int128)si.totalram * (si.mem_unit ? si.mem_unit : 1);
+  return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
+}
+
+/* Spilling asked for where it cannot happen: a warning, not a failure (nothing runs uncapped). */
+static void spill_warning(const cfg_t *cfg, char *msg, size_t msglen) {
+  bool budget =
+      cfg->oversubscribe.every ? cfg->oversubscribe.every_value > 0 : cfg->oversubscribe.mask != 0;
+  bool capped = cfg->limit.every || cfg->limit.mask || cfg->fraction.every || cfg->fraction.mask ||
+                cfg->share[0] != '\0';
+  if (msg == NULL || msglen == 0) {
+    return;
+  }
+  if (cfg->spill && !budget) {
+    snprintf(msg, msglen,
+             "gpucap: warning: GPUCAP_SPILL=on has no effect without a spill budget "
+             "(GPUCAP_OVERSUBSCRIBE): allocations the cap refuses are refused");
+  } else if (budget && !capped) {
+    snprintf(msg, msglen,
+             "gpucap: warning: GPUCAP_OVERSUBSCRIBE has no effect without a cap "
+             "(GPUCAP_MEMORY_LIMIT, GPUCAP_MEMORY_FRACTION or GPUCAP_SHARE): nothing is beyond it");
+  }
+}
+
+int cfg_check_spill(const cfg_t *cfg, uint64_t host_bytes, char *msg, size_t msglen) {
+  int saved = errno;
+  const cfg_devvals_t *v = cfg != NULL ? &cfg->oversubscribe : NULL;
+  uint64_t sum = 0, one = 0;
+  int dev = -2; /* whose budget alone is too large: a device, -1 every device, -2 none */
+  for (int d = 0; v != NULL && d < GPUCAP_MAX_DEVICES && dev == -2; d++) {
+    uint64_t b = v->every ? (d == 0 ? v->every_value : 0) : (v->mask >> d & 1) ? v->value[d] : 0;
+    sum = sum > UINT64_MAX - b ? UINT64_MAX : sum + b;
+    if (b > host_bytes) {
+      dev = v->every ? -1 : d;
+      one = b;
+    }
+  }
+  bool bad = dev != -2 || sum > host_bytes;
+  if (bad && msg != NULL && msglen > 0) {
+    char value[GPUCAP_MAX_DEVICES * 24], budget[32], host[48], all[32], whose[32];
+    cfg_format_size(one, budget, sizeof budget);
+    cfg_format_devvals(v, CFG_DEV_SIZE, value, sizeof value);
+    cfg_format_size(sum, all, sizeof all);
+    /* The host's memory is rarely a round size: in GiB with one decimal, rounded down. */
+    snprintf(host, sizeof host, "%" PRIu64 ".%" PRIu64 " GiB", host_bytes >> 30,
+             ((host_bytes & ((UINT64_C(1) << 30) - 1)) * 10) >> 30);
+    snprintf(whose, sizeof whose, dev == -1 ? "every device" : "device %d", dev);
+    if (dev != -2) {
+      snprintf(msg, msglen,
+               "gpucap: error: GPUCAP_OVERSUBSCRIBE='%s': the spill budget of %s (%s) is more "
+               "than this host's memory (%s); accepted: budgets the host's memory holds",
+               value, whose, budget, host);
+    } else {
+      snprintf(msg, msglen,
+               "gpucap: error: GPUCAP_OVERSUBSCRIBE='%s': the spill budgets add up to %s, more "
+               "than this host's memory (%s); accepted: budgets the host's memory holds",
+               value, all, host);
+    }
+  }
+  errno = saved;
+  return bad ? -EINVAL : 0;
+}
+
+uint64_t cfg_spill_budget(const cfg_t *cfg, int ordinal) {
+  uint64_t v = 0;
+  if (cfg == NULL || !cfg->valid || ordinal < 0 ||
+      !cfg_devvals_get(&cfg->oversubscribe, ordinal, &v)) {
+    return 0;
+  }
+  return v;
+}
+
 int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen) {
   int saved = errno;
   bool failed = false;
@@ -370,6 +452,13 @@ int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen
     }
   }
 
+  if (!failed && cfg_check_spill(cfg, host_memory(), msg, msglen) != 0) {
+    cfg->source[CFG_OPT_OVERSUBSCRIBE] = CFG_SRC_INVALID; /* its error replaces any warning */
+    failed = true;
+  }
+  if (!failed && !warned) {
+    spill_warning(cfg, msg, msglen);
+  }
   cfg->valid = !failed;
   errno = saved;
   return failed ? -EINVAL : 0;

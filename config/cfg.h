@@ -64,6 +64,8 @@ typedef struct cfg {
   char share[CFG_NAME_MAX];            /* GPUCAP_SHARE, "" = no shared budget */
   cfg_devvals_t share_min;             /* GPUCAP_SHARE_MIN, bytes */
   cfg_devvals_t share_max;             /* GPUCAP_SHARE_MAX, bytes */
+  cfg_devvals_t oversubscribe;         /* GPUCAP_OVERSUBSCRIBE, bytes of host memory per device */
+  bool spill;                          /* GPUCAP_SPILL: device allocations spill too */
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
   int pool;                            /* GPUCAP_POOL: a cfg_pool_t */
   bool fronts;                         /* GPUCAP_FRONTS: per-thread caches of freed blocks */
@@ -107,13 +109,15 @@ void cfg_defaults(cfg_t *cfg);
  * msglen > 0 (truncated to fit; CFG_MSG_MAX always suffices):
  *   on failure  "gpucap: error: VAR='value': what is wrong; accepted: the accepted forms"
  *               for the first bad variable in options.def order;
- *   on success  "" or a "gpucap: warning: ..." (TF_FORCE_GPU_ALLOW_GROWTH not "true"/"false").
+ *   on success  "" or a "gpucap: warning: ..." (TF_FORCE_GPU_ALLOW_GROWTH not "true"/"false";
+ *               GPUCAP_SPILL on without a spill budget; a spill budget without any cap).
  * A variable that is empty or only white space counts as unset (so an alias is then read).
- * Returns 0, or -EINVAL iff cfg is NULL or any variable holds a malformed or out-of-range
- * value. On -EINVAL cfg->valid is false (fail closed), bad options
- * have source CFG_SRC_INVALID and keep their defaults, and the rest hold what was read, so
- * the report and log settings still work. O(total length of the values); errno unchanged;
- * reentrant, but must not race changes to the environment. */
+ * Returns 0, or -EINVAL iff cfg is NULL, any variable holds a malformed or out-of-range
+ * value, or the spill budgets do not fit in the host's memory (cfg_check_spill). On -EINVAL
+ * cfg->valid is false (fail closed), bad options have source CFG_SRC_INVALID and keep their
+ * defaults, and the rest hold what was read, so the report and log settings still work. O(total
+ * length of the values); errno unchanged; reentrant, but must not race changes to the environment.
+ */
 int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen);
 
 /* Finds GPUCAP_ variables in env (a NULL-terminated "NAME=value" array; NULL for the process
@@ -137,6 +141,19 @@ int cfg_unknown_check(const char *const *env, bool refuse, char *msg, size_t msg
  * cfg is NULL or invalid or ordinal < 0: fail closed. A limit above the device's total is
  * returned as is. O(1); thread-safe on a loaded cfg_t; never fails. */
 uint64_t cfg_device_cap(const cfg_t *cfg, int ordinal, uint64_t device_total_bytes);
+
+/* Returns device `ordinal`'s spill budget (GPUCAP_OVERSUBSCRIBE): bytes of host memory that
+ * managed memory (and with GPUCAP_SPILL device allocations) may take beyond the device's cap, or
+ * 0 (none) when unset, 0, or cfg is NULL or invalid. O(1); thread-safe on a loaded cfg_t. */
+uint64_t cfg_spill_budget(const cfg_t *cfg, int ordinal);
+
+/* Whether the spill budgets in cfg fit in a host of `host_bytes` of memory: every device's
+ * budget, and the sum of those a per-device list names, at most host_bytes. Returns 0, or
+ * -EINVAL with one line in msg (msglen > 0; the format of cfg_load's errors, naming the device,
+ * its budget and the host's memory). cfg_load applies it with the host's physical memory
+ * (sysinfo), so a budget the machine cannot hold fails closed like a malformed value.
+ * O(devices); reentrant; errno unchanged. */
+int cfg_check_spill(const cfg_t *cfg, uint64_t host_bytes, char *msg, size_t msglen);
 
 /* Returns the description of option `id`, or NULL iff id is not below CFG_OPT_COUNT.
  * Static storage; O(1); thread-safe. */

@@ -783,7 +783,9 @@ size_t cfg_format_size(uint64_t bytes, char *buf, size_t len) {
       done = true;
     }
   }
-  if (!done && bytes < CFG_BARE_MIN) {
+  if (bytes == 0) {
+    n = cfg_snprintf(buf, len, "0"); /* no size parses to it (it allows no memory) */
+  } else if (!done && bytes < CFG_BARE_MIN) {
     /* Too small to be written bare: in KiB, exactly (a multiple of 1/1024 has at most ten
      * decimals, 1/1024 = 0.0009765625). */
     uint64_t frac = (bytes & 1023) * UINT64_C(9765625); /* in units of 10^-10 KiB */

@@ -147,7 +147,8 @@ uint64_t cfg_fraction_of(uint64_t total, uint64_t e18);
  * the same value) into buf, NUL-terminated and truncated to fit when len > 0, and return the
  * length the full text needs, as snprintf does. O(length of the text); never fail.
  * cfg_format_size uses the largest unit that divides `bytes` exactly (`1536MiB`, `4GiB`,
- * `1048577`), or KiB with the exact decimals under CFG_BARE_MIN (`0.9765625KiB` for 1000);
+ * `1048577`), or KiB with the exact decimals under CFG_BARE_MIN (`0.9765625KiB` for 1000),
+ * and `0` for 0 (which no size parses to);
  * cfg_format_fraction prints the shortest exact decimal (`0.25`, `1`); cfg_format_devvals prints
  * one value or `0:4GiB,1:2GiB` in ordinal order, or "" when empty. */
 size_t cfg_format_size(uint64_t bytes, char *buf, size_t len);

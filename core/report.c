@@ -87,8 +87,8 @@ static uint64_t available_frag_scaled(const view_t *v, uint64_t scale) {
 }
 
 const char *report_verdict_name(int v) {
-  static const char *const names[REPORT_VERDICTS] = {"cap_full", "fragmentation", "device_full",
-                                                     "other_pools", "capture"};
+  static const char *const names[REPORT_VERDICTS] = {"cap_full",    "fragmentation", "device_full",
+                                                     "other_pools", "capture",       "spill_full"};
   return v >= 0 && v < REPORT_VERDICTS ? names[v] : "unknown";
 }
 
@@ -189,9 +189,21 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
                   size_cell(d->peak).text);
     strbuf_printf(o, "    %-38s%12s%14s\n", "driver and outside gpucap (measured)",
                   d->driver == REPORT_UNKNOWN ? "?" : size_cell(d->driver).text, "-");
+    if (d->spill_budget > 0 || d->spilled_allocs > 0) {
+      strbuf_printf(
+          o,
+          "  device %d spilled to host: %s now, %s at peak, %" PRIu64 " allocation%s (budget %s)\n",
+          d->device, size_cell(d->spilled).text, size_cell(d->peak_spilled).text, d->spilled_allocs,
+          d->spilled_allocs == 1 ? "" : "s", size_cell(d->spill_budget).text);
+    }
     if (d->right_size == REPORT_UNKNOWN) {
       strbuf_printf(o, "  device %d right-size: not known (the run was refused memory)\n",
                     d->device);
+    } else if (d->peak_spilled > 0) {
+      strbuf_printf(o,
+                    "  device %d right-size: %s (peak pool + spilled + driver, rounded up: a "
+                    "cap that would not spill)\n",
+                    d->device, size_cell(d->right_size).text);
     } else {
       strbuf_printf(o, "  device %d right-size: %s (peak pool + driver, rounded up)\n", d->device,
                     size_cell(d->right_size).text);
@@ -522,6 +534,10 @@ static void put_usage_json(strbuf_t *o, const report_run_t *r) {
     put_key_u64(o, "peak_held_bytes", d->peak);
     put_u64_or_null(o, "driver_bytes", d->driver);
     put_u64_or_null(o, "right_size_bytes", d->right_size);
+    put_key_u64(o, "spill_budget_bytes", d->spill_budget);
+    put_key_u64(o, "spilled_bytes", d->spilled);
+    put_key_u64(o, "peak_spilled_bytes", d->peak_spilled);
+    put_key_u64(o, "spilled_allocations", d->spilled_allocs);
     strbuf_str(o, ",\n      \"refusals\": {");
     for (int v = 0; v < REPORT_VERDICTS; v++) {
       strbuf_printf(o, "%s\"%s\": %" PRIu64, v == 0 ? "" : ", ", report_verdict_name(v),

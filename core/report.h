@@ -36,7 +36,7 @@
 #define REPORT_NOTE_MAX 256
 #define REPORT_LIBS_MAX 96 /* lines of the per-library ledger, all devices together */
 #define REPORT_LIB_NAME_MAX 64
-#define REPORT_VERDICTS 5 /* kinds of refusal: report_verdict_name */
+#define REPORT_VERDICTS 6 /* kinds of refusal: report_verdict_name */
 
 /* Bytes that always hold the full text or JSON report of n rows, NUL included, whatever the
  * rows and the run hold and for a GPUCAP_VERSION under 100 characters
@@ -73,13 +73,16 @@ typedef struct report_usage {
   int device;
   uint64_t current, peak; /* held by the program (the libraries' sum) at exit, and at most */
   uint64_t driver;        /* device memory in use outside gpucap's charges; REPORT_UNKNOWN */
-  uint64_t right_size;    /* the smallest cap that would have let the run finish;
-                           * REPORT_UNKNOWN when the run was refused memory */
+  uint64_t right_size;    /* the smallest cap that would have let the run finish (without
+                           * spilling); REPORT_UNKNOWN when the run was refused memory */
   uint64_t refusals[REPORT_VERDICTS];
+  /* Oversubscription (GPUCAP_OVERSUBSCRIBE): the spill budget (0: none), the bytes spilled to
+   * host memory beyond the cap at exit and at most, and the allocations that spilled. */
+  uint64_t spill_budget, spilled, peak_spilled, spilled_allocs;
 } report_usage_t;
 
 /* The name of refusal verdict v (0..REPORT_VERDICTS-1): "cap_full", "fragmentation",
- * "device_full", "other_pools", "capture"; "unknown" otherwise. */
+ * "device_full", "other_pools", "capture", "spill_full"; "unknown" otherwise. */
 const char *report_verdict_name(int v);
 
 /* The right size for a run that held at most `peak` bytes while the driver used `driver`

@@ -244,6 +244,16 @@ static int read_usage(const json_t *doc, report_run_t *run, char *err, size_t er
               u64_or_null(json_get(o, "driver_bytes"), &d->driver) == 0 &&
               u64_or_null(json_get(o, "right_size_bytes"), &d->right_size) == 0 &&
               json_type(refusals) == JSON_OBJECT;
+    /* The spill figures are newer than "usage": absent from older reports, none spilled. */
+    const char *const spill_keys[] = {"spill_budget_bytes", "spilled_bytes", "peak_spilled_bytes",
+                                      "spilled_allocations"};
+    uint64_t *spill_fields[] = {&d->spill_budget, &d->spilled, &d->peak_spilled,
+                                &d->spilled_allocs};
+    for (int k = 0; ok && k < 4; k++) {
+      const json_t *n = json_get(o, spill_keys[k]);
+      *spill_fields[k] = 0;
+      ok = n == NULL || json_u64(n, spill_fields[k]) == 0;
+    }
     for (int v = 0; ok && v < REPORT_VERDICTS; v++) {
       /* A verdict newer than the report's gpucap is absent from it: none of those. */
       const json_t *n = json_get(refusals, report_verdict_name(v));

@@ -136,7 +136,8 @@ int timeline_build(const tracecsv_event_t *ev, size_t n, timeline_t *tl) {
       addrmap_put(&live, e->ptr, pooled ? LIVE_POOLED : LIVE_OWN);
       p.requested = add_sat(p.requested, e->size);
       p.held = add_sat(p.held, e->held);
-      p.reserved = pooled ? p.reserved : add_sat(p.reserved, e->held);
+      /* A block spilled to host memory holds that part outside the device (and the cap). */
+      p.reserved = pooled ? p.reserved : add_sat(p.reserved, e->held - e->spilled);
       d->allocs++;
       break;
     }
@@ -148,7 +149,7 @@ int timeline_build(const tracecsv_event_t *ev, size_t n, timeline_t *tl) {
       }
       p.requested = sub_floor(p.requested, e->size);
       p.held = sub_floor(p.held, e->held);
-      p.reserved = v == LIVE_POOLED ? p.reserved : sub_floor(p.reserved, e->held);
+      p.reserved = v == LIVE_POOLED ? p.reserved : sub_floor(p.reserved, e->held - e->spilled);
       d->frees++;
       break;
     }

@@ -5,7 +5,8 @@
  *   held       the bytes those blocks hold (each rounded up to its chunk: requested or more);
  *   reserved   the bytes gpucap holds from the driver: its pool regions, plus each block that
  *              is not in a region (pass-through, stream-ordered), which the driver allocated
- *              on its own. This is what the cap limits.
+ *              on its own, less what of it was spilled to host memory (the Spilled column).
+ *              This is what the cap limits.
  *
  * A trace without gpucap's columns (RMM's own) has no regions and no chunk sizes: there held is
  * requested and reserved is held, all on device -1. Also the region set (regions of one device,

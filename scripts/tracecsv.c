@@ -108,8 +108,9 @@ static bool equals(field_t f, const char *s) {
 }
 
 /* The columns beyond RMM's six that the reader knows. */
-enum { COL_DEVICE, COL_EVENT, COL_HELD, COL_VERDICT, COL_LIBRARY, NCOLS };
-static const char *const col_names[NCOLS] = {"Device", "Event", "Held", "Verdict", "Library"};
+enum { COL_DEVICE, COL_EVENT, COL_HELD, COL_VERDICT, COL_LIBRARY, COL_SPILLED, NCOLS };
+static const char *const col_names[NCOLS] = {"Device",  "Event",   "Held",
+                                             "Verdict", "Library", "Spilled"};
 
 /* Splits a line into at most MAX_FIELDS comma-separated fields; returns their number, or
  * MAX_FIELDS + 1 when there are more. */
@@ -288,6 +289,14 @@ static int parse_fields(const field_t *f, const int col[NCOLS], size_t lineno, t
       e->verdict[v.n] = '\0';
     }
   }
+  e->spilled = 0;
+  if (col[COL_SPILLED] >= 0) {
+    field_t v = f[col[COL_SPILLED]];
+    if (!digits(v, 1, 20) || !parse_u64(v, 10, &e->spilled) || e->spilled > e->held) {
+      return bad(err, errlen, lineno, "Spilled '%.*s' is not a byte count up to Held",
+                 (int)(v.n > 40 ? 40 : v.n), v.p);
+    }
+  }
   e->lib = -1;
   if (col[COL_LIBRARY] >= 0) {
     field_t v = f[col[COL_LIBRARY]];
@@ -320,7 +329,7 @@ int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size
   size_t cap = 0;
   size_t lineno = 0;
   size_t nf = 6;
-  int col[NCOLS] = {-1, -1, -1, -1, -1};
+  int col[NCOLS] = {-1, -1, -1, -1, -1, -1};
   int64_t first = -1;
   int64_t prev = 0;
   int64_t day = 0;

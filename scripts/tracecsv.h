@@ -2,11 +2,11 @@
  * writes it, or as GPUCAP_TRACE writes it, RMM's six columns followed by gpucap's own
  * (docs/report.md, "The allocation trace"):
  *
- *   Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library
- *   12345,14:03:07.123456,allocate failure,0x7f2a00000000,2147483648,0x0,0,reserve,2147483648,,
- *   12345,14:03:07.123460,allocate,0x7f2a00000000,1048576,0x0,0,alloc,1048576,,libcublas
- *   12345,14:03:07.123467,allocate failure,(nil),4194304,0x0,0,refused,0,cap_full,train
- *   12345,14:03:07.123468,allocate failure,0x0,2147483648,0x0,0,cap,0,,
+ *   Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled
+ *   12345,14:03:07.123456,allocate failure,0x7f2a00000000,2147483648,0x0,0,reserve,2147483648,,,0
+ *   12345,14:03:07.123460,allocate,0x7f2a00000000,1048576,0x0,0,alloc,1048576,,libcublas,0
+ *   12345,14:03:07.123467,allocate failure,(nil),4194304,0x0,0,refused,0,cap_full,train,0
+ *   12345,14:03:07.123468,allocate failure,0x0,2147483648,0x0,0,cap,0,,,0
  *
  * The one reader of traces: `gpucap plot` and `gpucap export` (scripts/) and the replay
  * benchmark (tests/bench/replay.c) share it. Time is the wall-clock time of day (HH:MM:SS with
@@ -47,6 +47,8 @@ typedef struct tracecsv_event {
   uint64_t stream;  /* the Stream column */
   char verdict[16]; /* a refusal's Verdict column ("fragmentation"); "" when none */
   int16_t lib;      /* the Library column: an index into tracecsv_info_t.libs; -1 when none */
+  uint64_t spilled; /* the Spilled column: of held, bytes in host memory beyond the cap; 0 when
+                     * the trace has none */
 } tracecsv_event_t;
 
 typedef struct tracecsv_info {
@@ -61,8 +63,9 @@ typedef struct tracecsv_info {
 
 /* Parses text[0..len) into a malloc'ed array of events (*events, freed by the caller; NULL when
  * there are none), their number (*n) and what the trace is (*info, may be NULL). The first line
- * must be a header that starts with RMM's six columns; gpucap's Device, Event, Held, Verdict and
- * Library may follow in any order, and other columns are ignored. Library names are kept in
+ * must be a header that starts with RMM's six columns; gpucap's Device, Event, Held, Verdict,
+ * Library and Spilled may follow in any order (a trace of an older gpucap lacks some), and other
+ * columns are ignored. Library names are kept in
  * info (the first TRACECSV_LIBS of them; without info, none). Blank lines and a trailing '\r' on a
  * line are ignored. Every line of a trace ends in a newline, so text that ends without one was cut
  * while it was written (a full disk, a killed process): that last line is left out and
@@ -78,7 +81,7 @@ typedef struct tracecsv_info {
  * hexadecimal stream, a device from -1 to 65535, a gpucap event that agrees with the Action (a
  * `cap` row's device from 0), a
  * verdict of at most 15 lowercase letters and '_' or empty, a library name of at most 63 bytes
- * with no control byte or '"'),
+ * with no control byte or '"', a decimal Spilled not above Held),
  * or the times cross midnight more than 100 000 times (-EINVAL; err gets "line N: what is
  * wrong"), or memory runs out (-ENOMEM). On failure *events is NULL and *n is 0. O(len). */
 int tracecsv_parse(const char *text, size_t len, tracecsv_event_t **events, size_t *n,

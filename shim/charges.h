@@ -28,7 +28,8 @@ typedef struct charges {
 /* One entry. */
 typedef struct charge {
   uint64_t bytes;
-  uint64_t aux; /* the owner's: a VMM mapping's handle */
+  uint64_t spill; /* of bytes, those charged to the spill budget, not the cap (shim/spill.h) */
+  uint64_t aux;   /* the owner's: a VMM mapping's handle, a spilled block's range */
   CUcontext ctx;
   int dev;
   int kind; /* the owner's */

@@ -19,6 +19,7 @@
 #include "shim/pending.h"
 #include "shim/real.h"
 #include "shim/share.h"
+#include "shim/spill.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -409,11 +410,41 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     *dptr = addr;
     return CUDA_SUCCESS;
   }
+  bool spill_full = false;
+  if (refused && spill_devices(c->dev)) {
+    /* Beyond what the pool can serve under the cap: host memory under the spill budget
+     * (docs/design.md, "Beyond the card"), outside every pool, so the pool is left as the
+     * refusal left it. Its lock is dropped across the driver's calls. */
+    int dev = c->dev;
+    bool driver_full = c->pool.driver_full;
+    uint64_t others_hold = c->pool.others_hold;
+    CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
+    unpress(c, pressed);
+    pressed = false;
+    pthread_mutex_unlock(&c->lock);
+    CUresult rc_spill = passthru_spill(dptr, dev, bytes, CU_MEM_ATTACH_GLOBAL, lib, &spill_full);
+    pthread_mutex_lock(&c->lock);
+    bool same = c->pool.bfc && atomic_load_explicit(&c->handle, memory_order_acquire) == handle;
+    if (rc_spill == CUDA_SUCCESS && same) {
+      c->ooms_taken_back += err == -ENOMEM && nooms > 0; /* served: the program saw none */
+    }
+    if (rc_spill == CUDA_SUCCESS || !spill_full || !same) {
+      pthread_mutex_unlock(&c->lock);
+      return rc_spill == CUDA_SUCCESS || !spill_full ? rc_spill
+                                                     : passthru_refuse_spill(dev, bytes, lib);
+    }
+    c->pool.driver_full = driver_full;
+    c->pool.others_hold = others_hold;
+  }
   uint64_t rank = 0, pool_idle = 0;
   oom_facts_t facts = {.dev = c->dev,
                        .bytes = bytes,
                        .driver_full = c->pool.driver_full,
                        .others_hold = c->pool.others_hold};
+  if (spill_full) {
+    facts.spill_max = spill_budget(c->dev);
+    facts.spilled = spill_used(c->dev);
+  }
   if (err == 0) {
     *dptr = addr;
   } else if (refused) {

@@ -23,6 +23,7 @@
 #include "shim/runinfo.h"
 #include "shim/settings.h"
 #include "shim/signals.h"
+#include "shim/spill.h"
 #include "shim/trace.h"
 
 #include <errno.h>
@@ -141,9 +142,17 @@ static void add_usage(report_run_t *run) {
     if (u.peak == 0 && refused == 0) {
       continue;
     }
+    spill_counts_t sc;
+    spill_counts(dev, &sc);
+    u.spill_budget = sc.budget;
+    u.spilled = sc.now;
+    u.peak_spilled = sc.peak;
+    u.spilled_allocs = sc.allocs;
     u.driver = ledger_driver_bytes(dev) == UINT64_MAX ? REPORT_UNKNOWN : ledger_driver_bytes(dev);
     /* What the pools reserved at their peaks: a cap at least that large never binds, so the
-     * run goes the same way; the peak held alone is a lower bound (growth leaves slack). */
+     * run goes the same way; the peak held alone is a lower bound (growth leaves slack).
+     * Spilled blocks are counted in both (the pass-through row and the ledger hold them whole),
+     * so this is also a cap under which nothing would have spilled. */
     uint64_t reserved = 0;
     for (int i = 0; i < nrows; i++) {
       if (rows[i].device == dev) {

@@ -16,6 +16,7 @@
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/spill.h"
 #include "shim/trace.h"
 
 #include <limits.h>
@@ -32,6 +33,18 @@ static CUresult free_v1(uint64_t ptr, void *arg) {
   return real.cuMemFree((CUdeviceptr_v1)ptr);
 }
 
+/* A request of `bytes` on dev that the cap refused: spilled to host memory when GPUCAP_SPILL says
+ * so (docs/design.md, "Beyond the card"), else refused. */
+static CUresult beyond_cap(CUdeviceptr *dptr, int dev, uint64_t bytes) {
+  bool full = false;
+  int lib = ledger_caller();
+  if (dev < 0 || !spill_devices(dev)) {
+    return passthru_refuse_as(dev, bytes, lib);
+  }
+  CUresult rc = passthru_spill(dptr, dev, bytes, CU_MEM_ATTACH_GLOBAL, lib, &full);
+  return full ? passthru_refuse_spill(dev, bytes, lib) : rc;
+}
+
 GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   LEDGER_ENTER();
   int dev;
@@ -44,7 +57,7 @@ GPUCAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     return drc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytesize) : drc;
   }
   if (!ctx_admit(dev, bytesize)) {
-    return passthru_refuse(dev, bytesize);
+    return beyond_cap(dptr, dev, bytesize);
   }
   CUresult rc = real.cuMemAlloc_v2(dptr, bytesize);
   if (ctx_retry(dev, rc)) {
@@ -218,11 +231,18 @@ static CUresult pitch_passthrough(bool legacy, void *dptr, void *pitch, size_t w
     return passthru_refuse(dev, 0);
   }
   uint64_t align = pitch_alignment(dev);
-  uint64_t lower = (width + align - 1) / align * align;
-  bool huge = lower < width || lower > 2147483647u || height > UINT64_MAX / lower;
-  lower = huge ? 0 : lower * height; /* past the device's maximum pitch: the driver refuses */
+  uint64_t aligned = (width + align - 1) / align * align;
+  bool huge = aligned < width || aligned > 2147483647u || height > UINT64_MAX / aligned;
+  uint64_t lower = huge ? 0 : aligned * height; /* past the maximum pitch: the driver refuses */
   if (!huge && !ctx_admit(dev, lower)) {
-    return passthru_refuse(dev, lower);
+    if (legacy) {
+      return passthru_refuse(dev, lower); /* a 32-bit pointer cannot hold managed memory */
+    }
+    CUresult s = beyond_cap((CUdeviceptr *)dptr, dev, lower); /* with the driver's pitch */
+    if (s == CUDA_SUCCESS) {
+      *(size_t *)pitch = (size_t)aligned;
+    }
+    return s;
   }
   rc = pitch_call(legacy, dptr, pitch, width, height, elem, &ptr, &row);
   if (ctx_retry(dev, rc)) {

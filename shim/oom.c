@@ -31,6 +31,9 @@ static uint64_t sum(uint64_t a, uint64_t b) {
 }
 
 enum oom_verdict oom_judge(const oom_facts_t *f) {
+  if (f->spill_max > 0) {
+    return OOM_SPILL_FULL; /* the cap was passed already: the spill budget refused */
+  }
   uint64_t headroom = f->cap == CAP_NONE ? 0 : f->cap > f->charged ? f->cap - f->charged : 0;
   uint64_t here = sum(f->free_bytes, headroom);
   if (f->in_capture > 0 && sum(here, f->in_capture) >= f->bytes) {
@@ -158,6 +161,7 @@ static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, u
       [OOM_FRAGMENTED] = "enough is free under the cap, but in pieces smaller than the request",
       [OOM_OTHER_POOLS] = "other contexts' pools hold idle memory they could not give back",
       [OOM_CAPTURE] = "only memory freed during a graph capture could serve; the device may use it",
+      [OOM_SPILL_FULL] = "the request fits neither under the cap nor in the spill budget beyond it",
   };
   uint64_t headroom = f->cap != CAP_NONE && f->cap > f->charged ? f->cap - f->charged : 0;
   label(o, "verdict");
@@ -181,6 +185,16 @@ static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, u
   }
   strbuf_str(o, v == OOM_DEVICE_FULL && filled_here(f) ? ", and this process filled it\n" : "\n");
   label(o, "evidence");
+  if (v == OOM_SPILL_FULL) {
+    strbuf_str(o, "spill budget ");
+    strbuf_size(o, f->spill_max);
+    strbuf_str(o, ", spilled ");
+    strbuf_size(o, f->spilled);
+    strbuf_str(o, ", free in it ");
+    strbuf_size(o, f->spill_max > f->spilled ? f->spill_max - f->spilled : 0);
+    strbuf_char(o, '\n');
+    return;
+  }
   if (v == OOM_CAPTURE) {
     strbuf_size(o, f->in_capture);
     strbuf_str(o, " freed during the capture; gpucap cannot wait for the device until it ends\n");
@@ -225,6 +239,9 @@ static const char *helps(const oom_facts_t *f, enum oom_verdict v) {
     return "free those blocks, or use one context per device";
   case OOM_CAPTURE:
     return "free that memory before the capture begins, or raise the cap";
+  case OOM_SPILL_FULL:
+    return "raise the spill budget (--oversubscribe, GPUCAP_OVERSUBSCRIBE) or the cap, or free "
+           "memory";
   default:
     if (budget_full(f)) {
       return "wait, or free memory: the budget's other processes give idle memory back (gpucap "

@@ -25,6 +25,7 @@ enum oom_verdict {
   OOM_DEVICE_FULL, /* the driver refused below the cap: the device itself is full */
   OOM_OTHER_POOLS, /* other contexts' pools hold idle memory that could not be returned */
   OOM_CAPTURE,     /* only freed blocks could serve, and a CUDA graph capture keeps them unsafe */
+  OOM_SPILL_FULL,  /* beyond the cap, and beyond the spill budget (GPUCAP_OVERSUBSCRIBE) too */
   OOM_VERDICTS
 };
 
@@ -42,13 +43,16 @@ typedef struct oom_facts {
   uint64_t others_hold; /* then: what other processes and the driver held, when known; else 0 */
   uint64_t in_capture;  /* bytes the refusing pool held deferred while a capture kept gpucap from
                          * synchronising (shim/capture.h); else 0 */
+  uint64_t spill_max;   /* the spill budget (shim/spill.h) that also refused the request, which
+                         * was beyond the cap; else 0 */
+  uint64_t spilled;     /* then: what that budget held */
 } oom_facts_t;
 
 /* The verdict for f. Pure. */
 enum oom_verdict oom_judge(const oom_facts_t *f);
 
 /* The verdict's name in the JSON report and the trace ("cap_full", "fragmentation",
- * "device_full", "other_pools", "capture"). */
+ * "device_full", "other_pools", "capture", "spill_full"). */
 const char *oom_verdict_name(enum oom_verdict v);
 
 /* Counts one refusal and returns its rank in the process (0 for the first). */

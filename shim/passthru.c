@@ -14,6 +14,7 @@
 #include "shim/oom.h"
 #include "shim/pending.h"
 #include "shim/real.h"
+#include "shim/spill.h"
 #include "shim/trace.h"
 
 #include <stdatomic.h>
@@ -46,17 +47,28 @@ static void forget_block(uint64_t ptr, const charge_t *e, uint64_t ticket) {
   atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
   atomic_fetch_add(&counters[e->dev].frees, 1);
   ledger_sub(e->dev, e->lib, e->bytes);
+  trace_spilled(e->spill);
   trace_fill(ticket, TRACE_FREE, e->dev, ptr, e->bytes, e->bytes, e->lib);
+  trace_spilled(0);
 }
 
 uint64_t passthru_charge_of(const charge_t *e) {
-  return e->kind == PASSTHRU_IN_POOL ? 0 : e->bytes;
+  return e->kind == PASSTHRU_IN_POOL ? 0 : e->bytes - e->spill;
+}
+
+/* Returns what a block was charged, the cap's part and the spill budget's. */
+static void credit_charge(const charge_t *e) {
+  cap_credit(e->dev, passthru_charge_of(e));
+  if (e->spill > 0) {
+    spill_credit(e->dev, e->spill);
+    spill_forget(e->aux); /* its spilled range (passthru_spill) */
+  }
 }
 
 /* Returns a tracked block's charge once the driver no longer has it. */
 static void credit_block(uint64_t ptr, const charge_t *e) {
   forget_block(ptr, e, trace_ticket());
-  cap_credit(e->dev, passthru_charge_of(e));
+  credit_charge(e);
 }
 
 static void credit_array(uint64_t handle, const charge_t *e) {
@@ -65,15 +77,18 @@ static void credit_array(uint64_t handle, const charge_t *e) {
   cap_credit(e->dev, e->bytes);
 }
 
-/* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block). */
+/* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block; a spilled block's range in
+ * shim/spill.h), the bytes of the charge that are the spill budget's, and the library to charge
+ * in the ledger. */
 static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind, uint64_t aux,
-                      passthru_free_fn driver_free, void *arg) {
+                      uint64_t spill, int lib, passthru_free_fn driver_free, void *arg) {
   charge_t e = {.bytes = bytes,
+                .spill = spill,
                 .aux = aux,
                 .ctx = NULL,
                 .dev = dev,
                 .kind = (int)kind,
-                .lib = ledger_caller()},
+                .lib = lib},
            old;
   if (kind == PASSTHRU_CONTEXT) {
     real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
@@ -81,7 +96,7 @@ static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind 
   int put = charges_put(&blocks, ptr, &e, &old);
   if (put < 0) {
     driver_free(ptr, arg);
-    cap_credit(dev, passthru_charge_of(&e));
+    credit_charge(&e);
     log_msg(LOG_ERROR, "out of host memory while recording a device allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -90,19 +105,22 @@ static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind 
   }
   count_alloc(dev, bytes);
   ledger_add(dev, e.lib, bytes);
+  trace_spilled(spill);
   trace_note(TRACE_ALLOC, dev, ptr, bytes, bytes, e.lib);
+  trace_spilled(0);
   trace_poll();
   return CUDA_SUCCESS;
 }
 
 CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
                         passthru_free_fn driver_free, void *arg) {
-  return track(ptr, dev, bytes, kind, 0, driver_free, arg);
+  return track(ptr, dev, bytes, kind, 0, 0, ledger_caller(), driver_free, arg);
 }
 
 CUresult passthru_track_in_pool(uint64_t ptr, int dev, uint64_t bytes, CUmemoryPool pool,
                                 passthru_free_fn driver_free, void *arg) {
-  return track(ptr, dev, bytes, PASSTHRU_IN_POOL, (uint64_t)(uintptr_t)pool, driver_free, arg);
+  return track(ptr, dev, bytes, PASSTHRU_IN_POOL, (uint64_t)(uintptr_t)pool, 0, ledger_caller(),
+               driver_free, arg);
 }
 
 /* A block of a destroyed pool takes its own charge (passthru_pool_gone). */
@@ -156,7 +174,8 @@ CUresult passthru_refuse(int dev, uint64_t bytes) {
   return passthru_refuse_as(dev, bytes, ledger_caller());
 }
 
-CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib) {
+/* Counts and reports a refusal (spill: the spill budget refused what the cap did). */
+static CUresult refuse(int dev, uint64_t bytes, int lib, bool spill) {
   if (dev < 0) {
     log_msg(LOG_ERROR, "device ordinal beyond %d: allocation refused", GPUCAP_MAX_DEVICES - 1);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -164,12 +183,88 @@ CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib) {
   atomic_fetch_add(&counters[dev].ooms, 1);
   /* The pools' idle regions were given back before the refusal (ctx_admit). */
   oom_facts_t f = {.dev = dev, .bytes = bytes, .cap = cap_limit(dev, 0), .charged = cap_used(dev)};
+  if (spill) {
+    f.spill_max = spill_budget(dev);
+    f.spilled = spill_used(dev);
+  }
   enum oom_verdict v = oom_judge(&f);
   oom_tally(dev, v);
   trace_refused(dev, bytes, oom_verdict_name(v), lib);
   trace_poll();
   oom_print(oom_rank(), &f, v, NULL, 0);
   return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib) {
+  return refuse(dev, bytes, lib, false);
+}
+
+CUresult passthru_refuse_spill(int dev, uint64_t bytes, int lib) {
+  return refuse(dev, bytes, lib, true);
+}
+
+static CUresult free_spilled(uint64_t ptr, void *arg) {
+  (void)arg;
+  return real.cuMemFree_v2(ptr);
+}
+
+/* The part of `bytes` that the cap still holds on dev, in whole 2 MiB (the GPU's large page:
+ * the spilled part then starts on one), charged; 0 when none. */
+static uint64_t charge_under_cap(int dev, uint64_t bytes) {
+  const uint64_t step = UINT64_C(2) << 20;
+  for (;;) {
+    uint64_t limit = cap_limit(dev, 0), used = cap_used(dev);
+    uint64_t room = limit > used ? limit - used : 0;
+    uint64_t part = (room < bytes ? room : bytes) / step * step;
+    if (part == 0 || cap_charge(dev, part)) {
+      return part;
+    }
+  }
+}
+
+CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned flags, int lib,
+                        bool *budget_full) {
+  *budget_full = false;
+  if (!real.cuMemAllocManaged || !real.cuMemFree_v2) {
+    return CUDA_ERROR_OUT_OF_MEMORY; /* a driver without managed memory: nothing to spill to */
+  }
+  uint64_t kept = charge_under_cap(dev, bytes), spill = bytes - kept;
+  if (!spill_charge(dev, spill)) {
+    cap_credit(dev, kept);
+    *budget_full = true;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUdeviceptr p = 0;
+  uint64_t range = 0;
+  CUresult rc = real.cuMemAllocManaged(&p, (size_t)bytes, flags);
+  if (rc == CUDA_SUCCESS) {
+    rc = spill_keep_on_host(p + kept, spill, dev);
+    if (rc != CUDA_SUCCESS) {
+      log_msg(LOG_ERROR,
+              "device %d: cannot keep %llu spilled bytes on the host (the driver "
+              "answered %d to cuMemAdvise): allocation refused",
+              dev, (unsigned long long)spill, (int)rc);
+    } else if ((range = spill_remember(p, kept, bytes, dev)) == 0) {
+      log_msg(LOG_ERROR, "out of host memory while recording a spilled allocation");
+      rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc != CUDA_SUCCESS) {
+      real.cuMemFree_v2(p); /* never left where the device could take it past the cap */
+      rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(dev, kept);
+    spill_credit(dev, spill);
+    return rc;
+  }
+  log_msg(LOG_DEBUG, "device %d: %llu bytes beyond the cap spilled to host memory (%llu under it)",
+          dev, (unsigned long long)spill, (unsigned long long)kept);
+  rc = track(p, dev, bytes, PASSTHRU_CONTEXT, range, spill, lib, free_spilled, NULL);
+  if (rc == CUDA_SUCCESS) {
+    *dptr = p;
+  }
+  return rc;
 }
 
 bool passthru_admit(int dev, uint64_t bytes) {
@@ -205,7 +300,7 @@ CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void 
     if (after) {
       after(&e, arg);
     } else {
-      cap_credit(e.dev, passthru_charge_of(&e));
+      credit_charge(&e);
     }
   } else {
     trace_fill(ticket, TRACE_NONE, -1, 0, 0, 0, -1);

@@ -53,6 +53,23 @@ CUresult passthru_refuse(int dev, uint64_t bytes);
 /* passthru_refuse on behalf of library lib (the ledger's index: LEDGER_GRAPHS for a graph's). */
 CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib);
 
+/* passthru_refuse_as of a request beyond the cap that the spill budget refused too (verdict
+ * spill_full: shim/oom.h). */
+CUresult passthru_refuse_spill(int dev, uint64_t bytes, int lib);
+
+/* Serves `bytes` the cap refused on dev (dev >= 0) beyond it (GPUCAP_OVERSUBSCRIBE; docs/
+ * design.md, "Beyond the card"), as managed memory (cuMemAllocManaged with `flags`): the part
+ * the cap still holds, in whole 2 MiB, is charged to it and may live on the device; the rest is
+ * charged to the spill budget and advised to stay on the host (spill_keep_on_host), recorded as
+ * spilled (shim/spill.h) and tracked as a block of the current context for library lib, so a
+ * free or the context's teardown returns both charges. Returns CUDA_SUCCESS with *dptr; else
+ * CUDA_ERROR_OUT_OF_MEMORY with *budget_full true when the spill budget cannot hold the rest
+ * (the caller reports the refusal), or the driver's error (CUDA_ERROR_OUT_OF_MEMORY when the
+ * advice failed: the block is freed, never left where a device could take it), with nothing
+ * charged. Makes driver calls; holds no lock across them. */
+CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned flags, int lib,
+                        bool *budget_full);
+
 /* Records a block the driver just handed out under a charge of `bytes` to dev (none for
  * PASSTHRU_IN_POOL). If the host cannot record it, frees it with driver_free(ptr, arg), returns
  * the charge and answers CUDA_ERROR_OUT_OF_MEMORY; else CUDA_SUCCESS. An address still recorded was
@@ -61,7 +78,8 @@ CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib);
 CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
                         passthru_free_fn driver_free, void *arg);
 
-/* The bytes a block's record carries as its own charge: none for PASSTHRU_IN_POOL. */
+/* The bytes a block's record carries as its own charge to the cap: none for PASSTHRU_IN_POOL,
+ * and not those charged to the spill budget. */
 uint64_t passthru_charge_of(const charge_t *e);
 
 /* passthru_track of a block of `pool`, a driver's pool charged as a whole (PASSTHRU_IN_POOL). */

@@ -6,10 +6,10 @@
 SHIM_SRCS := shim/array.c shim/async.c shim/budget.c shim/cap.c shim/capture.c shim/charges.c shim/check.c \
              shim/context.c shim/ctx.c shim/ctx_alloc.c shim/ctx_front.c shim/deepbind.c shim/dlsym.c shim/exec.c \
              shim/exit.c shim/finish.c shim/graph.c shim/hooks.c shim/init.c shim/ipc.c shim/ipcwire.c \
-             shim/ledger.c shim/log.c shim/memory.c shim/nvml.c shim/oom.c shim/ordered.c \
-             shim/passthru.c \
+             shim/ledger.c shim/log.c shim/managed.c shim/memory.c shim/nvml.c shim/oom.c \
+             shim/ordered.c shim/passthru.c \
              shim/pending.c shim/pool.c shim/procaddr.c shim/ptrquery.c shim/real.c shim/runinfo.c \
-             shim/settings.c shim/share.c shim/signals.c \
+             shim/settings.c shim/share.c shim/signals.c shim/spill.c \
              shim/trace.c shim/vmm.c
 SHIM_SRCS += shim/glibc.c
 SHIM_SRCS += shim/roster.c # the per-process entries gpucap top reads
@@ -54,3 +54,11 @@ $(BUILD)/tests/test_budget: $(BUILD)/obj/tests/unit/test_budget.o $(BUILD)/obj/s
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
 TEST_PROGRAMS += $(BUILD)/tests/test_budget
+
+# shim/spill on its own, with config/ and stand-ins for what it calls in the shim.
+$(BUILD)/tests/test_spill: $(BUILD)/obj/tests/unit/test_spill.o $(BUILD)/obj/shim/spill.o \
+                           $(CONFIG_OBJS)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+TEST_PROGRAMS += $(BUILD)/tests/test_spill

@@ -42,7 +42,7 @@
 #define TRACE_BUF (64 * 1024)
 #define RING 4096          /* events recorded and not yet formatted, at most */
 #define POLL_AT (RING / 4) /* trace_poll writes once this many are waiting */
-#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library\n"
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled\n"
 #define HEADER_LEN (sizeof HEADER - 1)
 
 /* NOT_OPENED: no event yet; ARMED: events recorded, the file not created yet. */
@@ -52,6 +52,7 @@ struct slot {
   _Atomic uint64_t ticket; /* the ticket whose event this slot holds, once it is stored */
   int64_t ns;              /* CLOCK_REALTIME */
   uint64_t ptr, size, held, stream;
+  uint64_t spilled;    /* of held, the bytes spilled to host memory (shim/spill.h) */
   const char *verdict; /* a refusal's (static text), or NULL */
   int32_t tid;
   int16_t dev;
@@ -64,6 +65,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the flusher's */
 static _Thread_local bool holding;
 static _Thread_local int32_t my_tid;
 static _Thread_local uint64_t my_stream;
+static _Thread_local uint64_t my_spilled;
 static struct slot ring[RING];
 static _Atomic uint64_t issued;  /* tickets handed out; the first is 1 */
 static _Atomic uint64_t drained; /* every ticket up to this one is formatted or dropped */
@@ -152,7 +154,7 @@ static void write_out(void) {
           path, strerror(err));
 }
 
-/* One row, RMM's six columns then gpucap's five. Region and cap rows are `allocate failure` in
+/* One row, RMM's six columns then gpucap's six. Region and cap rows are `allocate failure` in
  * RMM's Action column: RMM's readers know only its three actions and its replay skips failures,
  * so they read the trace as RMM's own; gpucap's Event column says what the row is. A library's
  * name is written with every byte a CSV field or a reader could take for structure (a comma, a
@@ -173,10 +175,10 @@ static int format_row(const struct slot *s, char *line, size_t cap) {
   int64_t day = ((sec % 86400) + 86400) % 86400;
   return snprintf(line, cap,
                   "%d,%02d:%02d:%02d.%06ld,%s,0x%" PRIx64 ",%" PRIu64 ",0x%" PRIx64
-                  ",%d,%s,%" PRIu64 ",%s,%s\n",
+                  ",%d,%s,%" PRIu64 ",%s,%s,%" PRIu64 "\n",
                   s->tid, (int)(day / 3600), (int)(day / 60 % 60), (int)(day % 60),
                   (long)(s->ns % 1000000000 / 1000), rmm[s->action], s->ptr, s->size, s->stream,
-                  s->dev, ours[s->action], s->held, s->verdict ? s->verdict : "", lib);
+                  s->dev, ours[s->action], s->held, s->verdict ? s->verdict : "", lib, s->spilled);
 }
 
 /* Formats the filled slots in ticket order into the buffer (writing it when full), up to the
@@ -270,6 +272,7 @@ static void fill(uint64_t ticket, enum trace_action action, int dev, uint64_t pt
   s->held = held;
   s->verdict = verdict;
   s->stream = my_stream;
+  s->spilled = my_spilled;
   s->tid = my_tid;
   s->dev = (int16_t)(dev < -1 || dev > INT16_MAX ? -1 : dev);
   s->lib = (int16_t)(lib < 0 || lib >= LEDGER_LIBS ? -1 : lib);
@@ -309,6 +312,10 @@ void trace_refused(int dev, uint64_t size, const char *verdict, int lib) {
 
 void trace_stream(uint64_t stream) {
   my_stream = stream;
+}
+
+void trace_spilled(uint64_t bytes) {
+  my_spilled = bytes;
 }
 
 void trace_poll_rows(void) {
@@ -374,6 +381,7 @@ static void fork_child(void) {
   holding = false;
   my_tid = 0; /* the child's only thread is a new one */
   my_stream = 0;
+  my_spilled = 0;
   /* A child whose parent had recorded nothing traces like any process (its own file with %p;
    * the ring is untouched); one whose parent had must not create that file over the parent's. */
   int st = atomic_load_explicit(&trace_state, memory_order_relaxed);

@@ -1,7 +1,7 @@
 /* GPUCAP_TRACE: every allocation event, in RAPIDS RMM's CSV log format
  * (`Thread,Time,Action,Pointer,Size,Stream`) followed by gpucap's own columns
- * (`Device,Event,Held,Verdict,Library`), so RMM's replay benchmark, gpucap-replay and the gpucap
- * command read it (docs/report.md describes the columns). The rows are in the order of the
+ * (`Device,Event,Held,Verdict,Library,Spilled`), so RMM's replay benchmark, gpucap-replay and the
+ * gpucap command read it (docs/report.md describes the columns). The rows are in the order of the
  * operations: each event takes a place in one sequence (a ticket) where its outcome is decided
  * (under the pool's lock, or before the driver call that frees the memory), and the rows are
  * written in ticket order, whatever thread writes them. Events are kept in a ring in memory and
@@ -67,6 +67,10 @@ void trace_refused(int dev, uint64_t size, const char *verdict, int lib);
 /* Sets the stream recorded with this thread's next events (0: none, the legacy default
  * stream; 2: the per-thread default stream). Restore 0 after the call it is for. */
 void trace_stream(uint64_t stream);
+
+/* Sets the bytes recorded as spilled to host memory (the Spilled column) with this thread's next
+ * events (0: none). Restore 0 after the call it is for. */
+void trace_spilled(uint64_t bytes);
 
 /* Writes out the recorded rows once enough are waiting. Call with no lock held. */
 void trace_poll_rows(void);

@@ -1,6 +1,8 @@
 /* Device memory that does not come from cuMemAlloc: managed allocations and the virtual
  * memory management API. cuMemAllocManaged is charged to the current device for its size
- * (the driver may place it there) and credited by cuMemFree.
+ * (the driver may place it there) and credited by cuMemFree; beyond the cap, with a spill
+ * budget (GPUCAP_OVERSUBSCRIBE), the rest is charged to that budget and kept on the host
+ * (shim/passthru.h, passthru_spill).
  *
  * VMM: cuMemCreate charges the device a physical allocation is placed on (device locations
  * only: host and host-NUMA locations are host memory and left alone). The driver frees that
@@ -24,6 +26,7 @@
 #include "shim/log.h"
 #include "shim/passthru.h"
 #include "shim/real.h"
+#include "shim/spill.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -67,7 +70,15 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
     return drc == CUDA_SUCCESS ? real.cuMemAllocManaged(dptr, bytesize, flags) : drc;
   }
   if (!ctx_admit(dev, bytesize)) {
-    return passthru_refuse(dev, bytesize);
+    /* Beyond the cap: under the spill budget, kept on the host (docs/design.md, "Beyond the
+     * card"). */
+    bool full = false;
+    int lib = ledger_caller();
+    if (dev < 0 || spill_budget(dev) == 0 || !spill_possible(dev)) {
+      return passthru_refuse_as(dev, bytesize, lib);
+    }
+    CUresult rc = passthru_spill(dptr, dev, bytesize, flags, lib, &full);
+    return full ? passthru_refuse_spill(dev, bytesize, lib) : rc;
   }
   CUresult rc = real.cuMemAllocManaged(dptr, bytesize, flags);
   if (ctx_retry(dev, rc)) {

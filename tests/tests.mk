@@ -57,7 +57,8 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
                   $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest \
                   $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock \
-                  $(BUILD)/tests/fronts $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered
+                  $(BUILD)/tests/fronts $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered \
+                  $(BUILD)/tests/spilltest
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/unit/harness.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
@@ -67,10 +68,11 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/uni
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
                 tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
                 tests/integ/fronts.sh tests/integ/ctxswitch.sh tests/integ/arenas.sh \
-                tests/integ/ordered.sh tests/integ/oom.sh
+                tests/integ/ordered.sh tests/integ/oom.sh tests/integ/spill.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh tests/integ/ipc.sh \
                 tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh \
-                tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh
+                tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh \
+                tests/integ/spill.sh
 
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 	$(call say,LD,$@)
@@ -118,6 +120,11 @@ $(BUILD)/tests/lifelinked: $(BUILD)/obj/tests/integ/life.o $(FAKECUDA_LIB)
 	  -lpthread
 
 $(BUILD)/tests/threads: $(BUILD)/obj/tests/integ/threads.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+
+$(BUILD)/tests/spilltest: $(BUILD)/obj/tests/integ/spilltest.o $(FAKECUDA_LIB)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread

@@ -14,6 +14,11 @@
  *                              timed on its own: cuMemCreate of BYTES (rounded up to the
  *                              granularity), cuMemAddressReserve, cuMemMap, cuMemSetAccess,
  *                              cuMemUnmap, cuMemAddressFree, cuMemRelease (`make gpu-bench`)
+ *   hookbench spill N BYTES HOLD  HOLD bytes allocated first (the cap, under the shim), then N
+ *                              cuMemAlloc_v2 + cuMemFree_v2 pairs of BYTES beyond it (spilled
+ *                              with GPUCAP_OVERSUBSCRIBE and GPUCAP_SPILL)
+ *   hookbench migrate N BYTES  N prefetches of a BYTES managed allocation to the device and
+ *                              back: 2 x BYTES / 4 KiB pages migrated each
  *
  * Each figure is the median of RUNS timed rounds (default 11) after one warm-up round; vmm
  * prints each step's median and least per-call time.
@@ -28,6 +33,7 @@
 #include <time.h>
 
 static int (*rt_malloc)(void **p, size_t bytes);
+static CUdeviceptr managed; /* migrate's allocation */
 static int (*rt_free)(void *p);
 
 static double now_ns(void) {
@@ -45,7 +51,7 @@ static int cmp(const void *a, const void *b) {
 static double round_of(const char *what, long n, size_t bytes) {
   double t0 = now_ns();
   for (long i = 0; i < n; i++) {
-    if (strcmp(what, "pair") == 0) {
+    if (strcmp(what, "pair") == 0 || strcmp(what, "spill") == 0) {
       CUdeviceptr p;
       if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS) {
         return -1;
@@ -53,6 +59,12 @@ static double round_of(const char *what, long n, size_t bytes) {
     } else if (strcmp(what, "cudart") == 0) {
       void *p;
       if (rt_malloc(&p, bytes) != 0 || rt_free(p) != 0) {
+        return -1;
+      }
+    } else if (strcmp(what, "migrate") == 0) {
+      CUmemLocation dev = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, host = {CU_MEM_LOCATION_TYPE_HOST, 0};
+      if (cuMemPrefetchAsync_v2(managed, bytes, dev, 0, NULL) != CUDA_SUCCESS ||
+          cuMemPrefetchAsync_v2(managed, bytes, host, 0, NULL) != CUDA_SUCCESS) {
         return -1;
       }
     } else if (strcmp(what, "query") == 0) {
@@ -150,7 +162,7 @@ static int vmm(long n, size_t bytes, int runs) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: hookbench pair|query|info|cudart|vmm N [BYTES]\n");
+    fprintf(stderr, "usage: hookbench pair|query|info|cudart|vmm|spill|migrate N [BYTES [HOLD]]\n");
     return 2;
   }
   const char *what = argv[1];
@@ -176,6 +188,14 @@ int main(int argc, char **argv) {
   }
   if (strcmp(what, "vmm") == 0) {
     return vmm(n, bytes, runs);
+  }
+  CUdeviceptr hold = 0;
+  if ((strcmp(what, "spill") == 0 && argc > 4 &&
+       cuMemAlloc_v2(&hold, strtoull(argv[4], NULL, 0)) != CUDA_SUCCESS) ||
+      (strcmp(what, "migrate") == 0 &&
+       cuMemAllocManaged(&managed, bytes, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS)) {
+    fprintf(stderr, "hookbench: %s: setup failed\n", what);
+    return 1;
   }
   double t[101];
   round_of(what, n, bytes); /* warm: the pool's region, the call-site caches */

@@ -6,7 +6,9 @@
 # installed (steady: the figure to compare). The fake's share of a pooled pair (the context
 # queries gpucap's hooks make) is measured alone and subtracted; so is core/'s own cost of the
 # same pattern (build/gpucap-replay over a trace of N alike pairs), which leaves what the hooks
-# add beyond the pool. Prints markdown.
+# add beyond the pool. Then the modelled cost, over the fake's latency model, of a pooled pair,
+# of a pair spilled beyond the cap to host memory (GPUCAP_OVERSUBSCRIBE, GPUCAP_SPILL) and of a
+# migrated managed page (LATENCY, MIGRATION). Prints markdown.
 set -eu
 
 BUILD=${BUILD:-build}
@@ -24,6 +26,13 @@ done
 SHIM="$(cd "$BUILD" && pwd)/libgpucap.so"
 REPLAY="$BUILD/gpucap-replay"
 NOLEDGER="$(cd "$BUILD" && pwd)/noledger/libgpucap.so"
+# The fake's suggested latencies (tests/fakecuda/README.md), with assumptions for the calls of
+# managed memory (no published figures: an allocation that reserves address space and sets up
+# its ranges, between cuMemAddressReserve and cuMemAlloc; advice and a prefetch's call a few
+# microseconds), and 1 us per migrated 4 KiB page (on-demand migration at about 4 GB/s).
+LATENCY=${LATENCY:-cuMemCreate:200us,cuMemMap:2us,cuMemSetAccess:36us,cuMemUnmap:26us,cuMemAddressReserve:19us,cuMemAlloc_v2:100us,cuMemFree_v2:50us}
+MANAGED_LATENCY=${MANAGED_LATENCY:-cuMemAllocManaged:40us,cuMemAdvise_v2:5us,cuMemPrefetchAsync_v2:10us}
+MIGRATION=${MIGRATION:-1us}
 
 # ns SHIM WHAT [POOL]: ns per operation in the best of RUNS rounds ("" SHIM: the fake alone;
 # POOL: GPUCAP_POOL). The best round, not the median: on a host shared with other work the
@@ -152,3 +161,39 @@ if [ -n "$rt_ns" ]; then
   echo "- through the shared runtime: $(pct "$(sub "$rt_ir" "$rt_nl_ir")" "$rt_ir") of a pair's" \
     "instructions, $(pct "$(sub "$rt_ns" "$rt_nl_ns")" "$rt_ns") of its time"
 fi
+
+# modelled POOL WHAT BYTES [HOLD]: the fake's modelled driver time (charged, not slept) per
+# operation of WHAT under the shim with GPUCAP_POOL=POOL, a 64 MiB cap, a 1 GiB spill budget and
+# GPUCAP_SPILL, from two runs of 1000 and 2000 operations (a warm round and a timed round each):
+# their difference leaves out what setting up costs. Prints "ns_per_op host_ns_per_op".
+modelled() {
+  t1=0
+  for n in 1000 2000; do
+    j=$(LD_LIBRARY_PATH="$FAKE" LD_PRELOAD="$SHIM" RUNS=1 GPUCAP_REPORT=off GPUCAP_POOL="$1" \
+      GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_OVERSUBSCRIBE=1GiB GPUCAP_SPILL=on \
+      FAKECUDA_LATENCY="$LATENCY,$MANAGED_LATENCY" FAKECUDA_MIGRATION="$MIGRATION" \
+      FAKECUDA_LATENCY_SLEEP=0 FAKECUDA_STATS="$BUILD/hookbench-model.json" \
+      "$BENCH" "$2" $n "$3" ${4:+"$4"})
+    t=$(sed -n 's/^"driver_time_ns": *\([0-9]*\).*/\1/p' "$BUILD/hookbench-model.json")
+    host=$(printf '%s\n' "$j" | sed -n 's/.*"ns_min":\([0-9.]*\).*/\1/p')
+    [ $n = 1000 ] && t1=$t
+  done
+  awk -v a="$t1" -v b="$t" -v h="$host" 'BEGIN { printf "%.0f %s\n", (b - a) / 2000, h }'
+}
+pool_m=$(modelled on pair 4096)
+off_m=$(modelled off pair 4096)
+spill_m=$(modelled on spill 4096 $((64 << 20)))
+page_m=$(modelled on migrate $((2 << 20)))
+echo
+echo "### Beyond the cap: a spilled pair, a migrated page (modelled driver time)"
+echo
+echo "Modelled time in the driver (FAKECUDA_LATENCY charged, not slept:"
+echo "\`$LATENCY,$MANAGED_LATENCY\`; FAKECUDA_MIGRATION=$MIGRATION per 4 KiB page) and the host's"
+echo "own time through the fake (best round), per operation:"
+echo
+echo "| figure | modelled driver us | host ns |"
+echo "| --- | ---: | ---: |"
+echo "| pooled cuMemAlloc_v2 + cuMemFree_v2 pair under the cap | $(echo "$pool_m" | awk '{ printf "%.1f", $1 / 1000 }') | $(echo "$pool_m" | cut -d' ' -f2) |"
+echo "| the pair passed through (GPUCAP_POOL=off) under the cap | $(echo "$off_m" | awk '{ printf "%.1f", $1 / 1000 }') | $(echo "$off_m" | cut -d' ' -f2) |"
+echo "| the same pair beyond the cap, spilled (cuMemAllocManaged, 2 x cuMemAdvise_v2, cuMemFree_v2) | $(echo "$spill_m" | awk '{ printf "%.1f", $1 / 1000 }') | $(echo "$spill_m" | cut -d' ' -f2) |"
+echo "| a 4 KiB page migrated by a 2 MiB prefetch (to the device and back: per page) | $(echo "$page_m" | awk '{ printf "%.2f", $1 / 1000 / 1024 }') | $(echo "$page_m" | awk '{ printf "%.1f", $2 / 1024 }') |"

@@ -75,9 +75,9 @@ load helpers
 
 @test "--trace PATH writes the RMM trace" {
   grun_leaks --trace ./t.csv --quiet --limit 2GiB -- "$WORKLOAD" >/dev/null 2>&1
-  [ "$(head -n 1 t.csv)" = "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library" ]
+  [ "$(head -n 1 t.csv)" = "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled" ]
   [ "$(grep -c ',allocate,' t.csv)" -eq 3 ]
-  [ "$(grep -c ',allocate failure,0x0,1073741824,0x0,0,refused,0,cap_full,workload$' t.csv)" -eq 1 ]
+  [ "$(grep -c ',allocate failure,0x0,1073741824,0x0,0,refused,0,cap_full,workload,0$' t.csv)" -eq 1 ]
 }
 
 # ---- Options become variables; options override the environment ----
@@ -346,7 +346,7 @@ GPUCAP_TRACE=./t.csv" ]
     --report report.txt "$WORKLOAD"
   status_is 0
   grep -q '"cap_bytes": 2147483648' run.json
-  [ "$(head -n 1 trace.csv)" = "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library" ]
+  [ "$(head -n 1 trace.csv)" = "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled" ]
   grep -q '^gpucap: memory report (pid ' report.txt
 }
 

@@ -309,6 +309,20 @@ static void test_round_trip(void) {
   run_in.start_ns = 1;
   run_in.end_ns = 2000000000;
   round_trip(rows, 3, &run_in, "ended by a signal, with notes and the whole run");
+  run_in = (report_run_t){.pid = 78, .nusage = 1, .nlibs = 1};
+  run_in.libs[0] = (report_lib_t){.device = 0, .program = 1, .current = 5 * MiB, .peak = 80 * MiB};
+  strcpy(run_in.libs[0].name, "train");
+  run_in.usage[0] = (report_usage_t){.device = 0,
+                                     .current = 5 * MiB,
+                                     .peak = 80 * MiB,
+                                     .driver = 3 * MiB,
+                                     .right_size = 84 * MiB,
+                                     .spill_budget = GiB,
+                                     .spilled = MiB,
+                                     .peak_spilled = 16 * MiB,
+                                     .spilled_allocs = 3};
+  run_in.usage[0].refusals[5] = 2; /* spill_full */
+  round_trip(rows, 3, &run_in, "with the ledger, a spill budget and its refusals");
   for (int k = 0; k < 3; k++) {
     bfc_destroy(pools[k]);
   }

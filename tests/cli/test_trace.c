@@ -439,6 +439,38 @@ static void test_library(void) {
   }
 }
 
+/* gpucap's Spilled column: a block's bytes in host memory beyond the cap, which it holds but
+ * the device does not (reserved leaves them out); traces without the column read as before. */
+static void test_spilled(void) {
+  const char *text =
+      "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled\n"
+      "7,10:00:00.000000,allocate,0x100000,4096,0x0,0,alloc,4096,,train,0\n"
+      "7,10:00:00.000001,allocate,0x7f0000000000,8192,0x0,0,alloc,8192,,train,6144\n"
+      "7,10:00:00.000002,free,0x7f0000000000,8192,0x0,0,free,8192,,train,6144\n";
+  tracecsv_event_t *ev = NULL;
+  size_t n = 0;
+  char err[256] = "";
+  TAP_EQ(parse(text, &ev, &n, err, sizeof err), 0, "a trace with a Spilled column parses (%s)",
+         err);
+  if (tap_ok(n == 3 && ev[0].spilled == 0 && ev[1].spilled == 6144 && ev[2].spilled == 6144,
+             "each row's spilled bytes")) {
+    static timeline_t tl;
+    TAP_EQ(timeline_build(ev, n, &tl), 0, "its timeline is built");
+    const tl_point_t *p = &tl.dev[0].pts[1];
+    tap_ok(p->held == 12288 && p->requested == 12288 && p->reserved == 4096 + 2048,
+           "the spilled block is held, and only its part on the device is reserved");
+    TAP_EQ(tl.dev[0].pts[2].reserved, 4096, "its free gives back that part");
+    timeline_free(&tl);
+  }
+  free(ev);
+  const char *bad =
+      "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled\n"
+      "7,10:00:00.000000,allocate,0x100000,4096,0x0,0,alloc,4096,,train,8192\n";
+  TAP_EQ(parse(bad, &ev, &n, err, sizeof err), -EINVAL, "more spilled than held is refused");
+  tap_ok(strstr(err, "line 2: Spilled") != NULL, "  with the line (%s)", err);
+  free(ev);
+}
+
 static void test_timeline(void) {
   const char *text =
       GHEADER "1,10:00:00.000000,allocate failure,0x100000,2097152,0x0,0,reserve,2097152\n"
@@ -514,6 +546,7 @@ int main(void) {
   test_plot();
   test_columns();
   test_library();
+  test_spilled();
   test_timeline();
   return tap_done();
 }

@@ -56,6 +56,18 @@ CUresult fakecudaDeviceUsage(int dev, size_t *used, int *contexts);
  * device holds now. 0 before cuInit or for a bad ordinal. */
 unsigned long long fakecudaPeakBytes(int dev, int restart);
 
+/* Managed memory on a device (README.md, "Managed memory"): bytes of managed pages resident there
+ * now (part of what cuMemGetInfo_v2 counts as used, and of peak_bytes) and at most, and the
+ * bytes migrated there and back to the host (evicted or prefetched) so far. */
+typedef struct fakecuda_managed {
+  unsigned long long resident, peak, migrated_in, migrated_out;
+} fakecuda_managed_t;
+
+/* Device dev's managed figures in *out. Returns CUDA_SUCCESS; CUDA_ERROR_NOT_INITIALIZED before
+ * cuInit (or in a forked child, or after unload), CUDA_ERROR_INVALID_DEVICE for a bad ordinal,
+ * CUDA_ERROR_INVALID_VALUE for NULL. Not counted as a call. O(1). */
+CUresult fakecudaManagedUsage(int dev, fakecuda_managed_t *out);
+
 #ifdef __cplusplus
 }
 #endif

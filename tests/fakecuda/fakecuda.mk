@@ -41,7 +41,8 @@ FAKECUDA_RPATH := -Wl,-rpath,'$$ORIGIN/../fakecuda'
 FAKECUDA_LINKED_TESTS := test_fakecuda_ctx test_fakecuda_mem test_fakecuda_stream \
                          test_fakecuda_threads test_fakecuda_array test_fakecuda_export \
                          test_fakecuda_settings test_fakecuda_graph test_fakecuda_pool \
-                         test_fakecuda_copy test_fakecuda_share test_fakecuda_ipcevent
+                         test_fakecuda_copy test_fakecuda_share test_fakecuda_ipcevent \
+                         test_fakecuda_managed
 FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa test_fakecuda_md2 \
                     test_fakecuda_machine \
                     $(FAKECUDA_LINKED_TESTS))

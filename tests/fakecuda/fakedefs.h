@@ -176,32 +176,6 @@ CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPo
                                     CUmemLocation *location);
 CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
 
-/* Managed memory: prefetch and advice. */
-#define CU_DEVICE_CPU ((CUdevice)-1)
-
-typedef enum CUmem_advise_enum {
-  CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
-  CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2,
-  CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
-  CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
-  CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
-  CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6
-} CUmem_advise;
-
-CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                                    CUstream hStream); /* PFN_..._v8000 ABI */
-CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                                         CUstream hStream);
-CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
-                                       unsigned int flags, CUstream hStream);
-CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
-                                            CUmemLocation location, unsigned int flags,
-                                            CUstream hStream);
-CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
-                             CUdevice device); /* PFN_..._v8000 ABI */
-CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
-                                CUmemLocation location);
-
 /* 2D and 3D copies and memsets, peer copies. */
 typedef struct CUDA_MEMCPY2D_st {
   size_t srcXInBytes;

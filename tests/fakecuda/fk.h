@@ -58,6 +58,7 @@ struct fk_config {
    * into fk_exports (0: none); FAKECUDA_LATENCY_SLEEP=0 charges them without spending them. */
   unsigned long long latency_ns[FK_MAX_EXPORTS];
   int latency_charge_only;
+  unsigned long long migration_ns; /* FAKECUDA_MIGRATION: per managed page migrated (0: none) */
 };
 
 /* Parses one size ("4096", "512KiB", "16GiB", "1T"; binary units only) into *out.
@@ -168,6 +169,10 @@ struct fk_device {
   struct CUmemPoolHandle_st pool;     /* the default pool */
   struct CUmemPoolHandle_st *current; /* cuDeviceSetMemPool's, or NULL: the default */
   unsigned long long alloc_calls, free_calls;
+  /* Managed memory (fk_managed.c): bytes of managed pages resident here now (part of `used`)
+   * and at most, and the bytes migrated here and evicted or prefetched back to the host. */
+  size_t managed, managed_peak;
+  unsigned long long migrated_in, migrated_out;
 };
 
 struct fk_caller {
@@ -204,6 +209,7 @@ struct fk_global {
   unsigned long long gpa_queries;
   struct fk_caller callers[FK_MAX_CALLERS];
   unsigned long long hazards, stale_work;
+  unsigned long long migration_ns; /* FAKECUDA_MIGRATION charged, in total */
 };
 
 extern struct fk_global fk;
@@ -225,6 +231,10 @@ void fk_logs_teardown(void);
 
 /* Releases the lock; returns rc. */
 CUresult fk_leave(CUresult rc);
+
+/* Charges FAKECUDA_MIGRATION for `pages` managed pages migrated to the entry point the calling
+ * thread is in (the call that executes the work or prefetch), spent with its latency. */
+void fk_charge_migration(size_t pages);
 
 /* Around a call out of the driver into the program's code (context-local storage destructors):
  * fk_callout_begin drops the lock when the calling thread holds it once (it is inside one entry
@@ -318,6 +328,7 @@ struct fk_range {
 
 struct fk_work {
   struct fk_work *next;
+  struct CUstream_st *stream; /* where it was enqueued (NULL: executed at the call) */
   uint64_t seq;
   int kind;
   int dev;                         /* the device executing it */
@@ -465,6 +476,7 @@ struct fk_alloc {
   pid_t ipc_pid;
   unsigned long long ipc_id;
   int ipc_refs;
+  struct fk_managed *mg; /* FK_K_MANAGED: where its pages are, its advice and stream association */
 };
 
 /* A graph allocation takes (take=1) or gives back (take=0) its device memory: counted as the
@@ -595,6 +607,30 @@ void fk_mem_free_effect(struct fk_work *w);
 /* VMM look-ups for pointer attributes (fk_vmm.c). */
 struct fk_map *fk_vmm_map_at(struct fk_alloc *r, uintptr_t p);
 int fk_vmm_covered(struct fk_alloc *r, uintptr_t p, size_t n, int dev, int write);
+
+/* ---- Where managed memory lives (fk_managed.c). ----
+ * A managed allocation's pages (4 KiB, the CPU page size cuda.h rounds advice and prefetches
+ * to) are on the host until device work touches them, then resident on that device and counted
+ * in its used bytes (fk_mem_take), subject to cuMemAdvise; they go back to the host when
+ * prefetched there or evicted (least recently touched allocation first) to make room. */
+
+/* Gives a new managed allocation its page table (every page on the host, no advice, associated
+ * as its flags say). Aborts on ENOMEM (a test driver). */
+void fk_managed_new(struct fk_alloc *a);
+
+/* Gives back the device memory a managed allocation's pages hold and frees its table (its
+ * release, a context teardown, unload). */
+void fk_managed_release(struct fk_alloc *a);
+
+/* Device work executed now touches managed memory: a copy or memset its ranges (dst written,
+ * src read), a kernel (FK_W_HOOK) every page of each managed allocation it points into that its
+ * stream may access (attached globally or to that stream). No effect on other memory. */
+void fk_managed_access(const struct fk_work *w);
+
+/* Evicts managed pages from dev (least recently touched allocation first) until `bytes` more
+ * fit in its free memory or none is left: a device allocation of any kind is never refused
+ * for the sake of managed pages, which the driver pages out. */
+void fk_managed_make_room(int dev, size_t bytes);
 
 /* ---- CUDA arrays and mipmapped arrays (fk_array.c). ---- */
 

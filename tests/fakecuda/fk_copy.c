@@ -77,6 +77,7 @@ static int still_there(const struct fk_range *r, int dev, int write, int *stale,
 
 void fk_mem_effect(struct fk_work *w) {
   int stale = 0, dst_vis = 0, src_vis = 1;
+  fk_managed_access(w); /* the device reads and writes managed pages: they may migrate */
   int ok = still_there(&w->dst, w->dev, 1, &stale, &dst_vis);
   if (w->kind == FK_W_COPY && w->src.n != 0) {
     ok &= still_there(&w->src, w->dev, 0, &stale, &src_vis);

@@ -113,6 +113,21 @@ CUresult fk_enter(const char *fn, int need_init) {
   return CUDA_SUCCESS;
 }
 
+void fk_charge_migration(size_t pages) {
+  unsigned long long ns = fk.cfg.migration_ns * pages;
+  int idx = trace_depth > 0 && trace_depth <= TRACE_DEPTH
+                ? fk_export_index(current_fn[trace_depth - 1])
+                : -1;
+  if (ns == 0) {
+    return;
+  }
+  fk.migration_ns += ns;
+  if (idx >= 0) {
+    fk.latency_ns[idx] += ns;
+  }
+  owed_ns += fk.cfg.latency_charge_only ? 0 : ns;
+}
+
 /* Spends a call's FAKECUDA_LATENCY, without the lock: a real driver's calls overlap across
  * threads (each waits on its own ioctl). Short ones spin, as the driver's CPU work would keep
  * the thread busy and a sleep that short would oversleep by the kernel's timer slack; longer
@@ -280,7 +295,7 @@ static void out_flush(struct out *o) {
 }
 
 __attribute__((format(printf, 2, 3))) static void out_printf(struct out *o, const char *fmt, ...) {
-  char tmp[512];
+  char tmp[1024]; /* one device's line of the report, the machine's figures included */
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
@@ -361,9 +376,12 @@ static void write_stats(void) {
     out_printf(&o,
                "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
                "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
-               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu%s}",
+               "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu, "
+               "\"managed_bytes\": %zu, \"managed_peak_bytes\": %zu, "
+               "\"migrated_to_device_bytes\": %llu, \"migrated_to_host_bytes\": %llu%s}",
                d ? "," : "", d, dv->total, dv->alloc_calls, dv->free_calls, dv->used, dv->peak,
-               leaked, leaked_bytes, dv->driver, machine);
+               leaked, leaked_bytes, dv->driver, dv->managed, dv->managed_peak, dv->migrated_in,
+               dv->migrated_out, machine);
   }
   out_printf(&o, "\n],\n\"calls\": {");
   int first = 1;
@@ -375,7 +393,8 @@ static void write_stats(void) {
     }
     driver_ns += fk.latency_ns[i];
   }
-  out_printf(&o, "\n},\n\"driver_time_ns\": %llu,\n\"latency_ns\": {", driver_ns);
+  out_printf(&o, "\n},\n\"driver_time_ns\": %llu,\n\"migration_ns\": %llu,\n\"latency_ns\": {",
+             driver_ns, fk.migration_ns);
   first = 1;
   for (size_t i = 0; i < fk_export_count; i++) {
     if (fk.latency_ns[i] != 0) {

@@ -14,6 +14,7 @@
  *   FAKECUDA_LATENCY  NAME:TIME,...        NAME an exported symbol, each at most once; TIME =
  *                                          digits + ns, us or ms, at most 1 s
  *   FAKECUDA_LATENCY_SLEEP  0 | 1          (default 1)
+ *   FAKECUDA_MIGRATION TIME               per 4 KiB managed page migrated (as LATENCY's TIME)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -258,6 +259,7 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
   const char *stub = get("FAKECUDA_STUB"), *trace = get("FAKECUDA_TRACE");
   const char *machine = get("FAKECUDA_MACHINE"), *latency = get("FAKECUDA_LATENCY");
   const char *latency_sleep = get("FAKECUDA_LATENCY_SLEEP");
+  const char *migration = get("FAKECUDA_MIGRATION");
   memset(cfg, 0, sizeof *cfg);
   cfg->ndev = 1;
   cfg->cc_major = 9;
@@ -327,6 +329,10 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
       return fail_msg(err, errlen, "FAKECUDA_LATENCY_SLEEP", latency_sleep, "must be 0 or 1");
     }
     cfg->latency_charge_only = latency_sleep[0] == '0';
+  }
+  if (migration != NULL && time_ns(migration, strlen(migration), &cfg->migration_ns) != 0) {
+    return fail_msg(err, errlen, "FAKECUDA_MIGRATION", migration,
+                    "TIME must be digits + ns, us or ms, at most 1 s");
   }
   return 0;
 }

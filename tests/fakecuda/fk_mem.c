@@ -9,7 +9,8 @@
  * memfd (so another process can map an exported allocation's bytes: fk_ipc.c), and the pages
  * of live device allocations are made read/write (and punched out of the file again when
  * freed) so copies and memsets move real bytes; without it device bytes are never touched. Managed
- * and pinned host memory are ordinary anonymous mappings, always accessible. Registry: an array of
+ * and pinned host memory are ordinary anonymous mappings, always accessible (which managed pages
+ * a device holds is fk_managed.c's model, counted through fk_mem_take). Registry: an array of
  * allocations sorted by base address.
  *
  * Accounting: every path that holds device memory (allocations, pools, VMM, arrays, graph memory,
@@ -236,6 +237,9 @@ void fk_mem_release(struct fk_alloc *a) {
     break;
   case FK_K_MANAGED:
   case FK_K_HOST:
+    if (a->kind == FK_K_MANAGED) {
+      fk_managed_release(a);
+    }
     munmap((void *)a->base, a->span);
     break;
   case FK_K_IPC:
@@ -290,7 +294,7 @@ CUresult fk_mem_graph_memory(struct fk_alloc *a, int take) {
   struct fk_device *d = &fk.dev[a->dev];
   if (take && !a->graph_phys) {
     uintptr_t lo = round_down(a->base, PAGE), hi = round_up(a->base + a->span, PAGE);
-    if (a->span > own_free(a->dev) ||
+    if (a->span > own_free(a->dev) + d->managed || /* managed pages are evicted for it */
         (fk.cfg.backing && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -320,6 +324,7 @@ size_t fk_dev_free(int dev) {
 
 CUresult fk_mem_take(int dev, size_t bytes, int driver) {
   struct fk_device *d = &fk.dev[dev];
+  fk_managed_make_room(dev, bytes);
   int fits = machine.l != NULL ? bytes == 0 || fk_machine_take(&machine, dev, bytes) == 0
                                : bytes <= own_free(dev);
   if (!fits) {
@@ -410,7 +415,7 @@ struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
 CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out) {
   size_t span = round_up(size, FK_ALLOC_ALIGN);
-  if (span < size || span > own_free(dev)) {
+  if (span < size || span > own_free(dev) + fk.dev[dev].managed) {
     return CUDA_ERROR_OUT_OF_MEMORY; /* cannot fit even without the other processes */
   }
   struct fk_alloc *a = fk_mem_place(kind, dev, size, span);
@@ -591,6 +596,7 @@ static CUresult mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags
   struct fk_alloc *a;
   rc = host_alloc(FK_K_MANAGED, size, flags, c, &a);
   if (rc == CUDA_SUCCESS) {
+    fk_managed_new(a);
     *dptr = a->base;
   }
   return rc;
@@ -907,6 +913,9 @@ void fk_mem_teardown(void) {
   fk_pool_teardown();
   for (size_t i = 0; i < fk_nallocs; i++) {
     struct fk_alloc *a = fk_allocs[i];
+    if (a->kind == FK_K_MANAGED) {
+      fk_managed_release(a);
+    }
     if (a->kind == FK_K_MANAGED || a->kind == FK_K_HOST) {
       munmap((void *)a->base, a->span);
     }

@@ -115,6 +115,7 @@ void fk_work_enqueue(struct CUstream_st *s, struct fk_work *w) {
   }
   w->seq = ++fk.seq;
   w->next = NULL;
+  w->stream = s;
   if (s->tail != NULL) {
     s->tail->next = w;
   } else {
@@ -147,6 +148,9 @@ void fk_work_execute(struct fk_work *w) {
     break;
   case FK_W_FREE:
     fk_mem_free_effect(w);
+    break;
+  case FK_W_HOOK:
+    fk_managed_access(w); /* a kernel: what it may touch of managed memory comes to its device */
     break;
   case FK_W_HOST:
     /* Host functions run in stream order, at the sync point that completes them (a real

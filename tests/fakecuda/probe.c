@@ -7,6 +7,7 @@
  *   devices         count, then per device: total, compute capability, SM count, name
  *   ctx[:DEV]       retain DEV's primary context and make it current
  *   alloc:SIZE      cuMemAlloc_v2 into the next slot      free:SLOT   cuMemFree_v2
+ *   managed:SIZE    cuMemAllocManaged (attached globally) into the next slot
  *   info            cuMemGetInfo_v2                       sync        cuCtxSynchronize
  *   work:SLOT       fakecudaEnqueueWork(legacy, slot, 1)  claim:SLOT  fakecudaClaim(slot, 1)
  *   gpa:NAME:VER    cuGetProcAddress_v2(NAME, VER, 0)
@@ -114,6 +115,14 @@ static int run(const char *op) {
       slots[nslots++] = p;
     }
     return printf("alloc %d\n", rc);
+  }
+  if (strncmp(op, "managed:", 8) == 0) {
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAllocManaged(&p, strtoull(op + 8, NULL, 10), CU_MEM_ATTACH_GLOBAL);
+    if (nslots < 64) {
+      slots[nslots++] = p;
+    }
+    return printf("managed %d\n", rc);
   }
   if (strncmp(op, "free:", 5) == 0) {
     return printf("free %d\n", cuMemFree_v2(slots[atoi(op + 5)]));

@@ -67,7 +67,8 @@ for setting in FAKECUDA_MEMORY=1GB FAKECUDA_MEMORY=0x40000000 FAKECUDA_MEMORY=-1
   FAKECUDA_LATENCY=cuMemCreate:200 FAKECUDA_LATENCY=cuMemCreate:2s \
   FAKECUDA_LATENCY=cuMemCreate:1001ms FAKECUDA_LATENCY=cuNoSuchCall:1us \
   FAKECUDA_LATENCY=cuMemMap:2us,cuMemMap:3us FAKECUDA_LATENCY=cuMemMap:2us, \
-  FAKECUDA_LATENCY=:2us FAKECUDA_LATENCY=cuMemMap:-2us FAKECUDA_LATENCY_SLEEP=yes; do
+  FAKECUDA_LATENCY=:2us FAKECUDA_LATENCY=cuMemMap:-2us FAKECUDA_LATENCY_SLEEP=yes \
+  FAKECUDA_MIGRATION=2 FAKECUDA_MIGRATION=2s; do
   out=$(p "$setting" "$probe" init version gpa:cuInit:2000)
   var=${setting%%=*}
   fails=$(printf '%s\n' "$out" | grep -c -e '^init 1$' -e '^version 1 ' -e '^gpa 1 ')
@@ -132,6 +133,12 @@ ok "$([ "$elapsed" -ge 40300000 ] && echo 0 || echo 1)" \
 p FAKECUDA_STATS="$json" FAKECUDA_LATENCY=cuMemAlloc_v2:1000ms FAKECUDA_LATENCY_SLEEP=0 \
   "$probe" init ctx alloc:1000 alloc:4096 >/dev/null
 is "$(num driver_time_ns "$json")" 2000000000 "FAKECUDA_LATENCY_SLEEP=0 charges the latency too"
+p FAKECUDA_STATS="$json" FAKECUDA_MIGRATION=1us FAKECUDA_LATENCY_SLEEP=0 \
+  "$probe" init ctx managed:65536 work:0 sync >/dev/null
+is "$(num migration_ns "$json")/$(num driver_time_ns "$json")" 16000/16000 \
+  "FAKECUDA_MIGRATION: 1 us per 4 KiB managed page migrated (16 pages), in the driver's time"
+is "$(sed -n '/"latency_ns"/,$p' "$json" | tr -d ' \n')" '"latency_ns":{"cuCtxSynchronize":16000}}' \
+  "... charged to the call that ran the kernel that touched them"
 
 p FAKECUDA_STATS="$tmp/s.%p.json" "$probe" init ctx stale >/dev/null
 set -- "$tmp"/s.*.json

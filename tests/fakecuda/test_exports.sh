@@ -22,6 +22,7 @@ cmp -s "$tmp/cu" "$here/exports.txt"
 ok $? "exported CUDA names equal exports.txt"
 diff "$tmp/cu" "$here/exports.txt" | head -5 | sed 's/^/# /'
 hooks="fakecudaCalls fakecudaClaim fakecudaDeviceUsage fakecudaEnqueueWork fakecudaHazards"
+hooks="$hooks fakecudaManagedUsage"
 is "$(grep '^fakecuda' "$tmp/all" | tr '\n' ' ')" "$hooks fakecudaPeakBytes fakecudaPendingWork " \
   "the only other exports are the fakecuda test hooks"
 is "$(nm -D --defined-only "$lib" | awk 'NF >= 3 && $2 != "T"' | wc -l | tr -d ' ')" 0 \

@@ -79,6 +79,11 @@ raised = None
 try:
     x = cp.empty(total // 4 * 3, dtype=cp.uint8)
     y = cp.empty(total // 4 * 3, dtype=cp.uint8)
+    if mode == "managed":
+        # Kernels touch both: the driver pages managed memory in (and, past the device, out).
+        x.fill(1)
+        y.fill(2)
+        cp.cuda.Device(0).synchronize()
 except Exception as e:
     raised = type(e).__name__
 check.ok(raised == expect, f"two 3/4-device arrays: {raised}")

@@ -13,8 +13,8 @@
 venv=${FRAMEWORKS_VENV:-}
 py="$venv/bin/python"
 rows="torch-caching torch-no-caching torch-async torch-expandable torch-graph torch-graph-uncapped
-  torch-ipc cupy-pool cupy-async cupy-none cupy-managed cupy-mixed-uncapped cupy-mixed numba
-  cuda-python"
+  torch-ipc cupy-pool cupy-async cupy-none cupy-managed cupy-managed-spill cupy-mixed-uncapped
+  cupy-mixed numba cuda-python"
 if [ -z "$venv" ] || [ ! -f "$venv/.complete" ]; then
   why="frameworks not installed: run 'make frameworks'"
   [ -n "$venv" ] && [ -f "$venv.failed" ] && why="$(head -n 1 "$venv.failed")"
@@ -194,6 +194,7 @@ case "${SAN_PRELOAD:-}" in
   skip "framework row cupy-async" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-none" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-managed" "CuPy compiles with NVRTC, which cannot load under ASan"
+  skip "framework row cupy-managed-spill" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-mixed-uncapped" "CuPy compiles with NVRTC, which cannot load under ASan"
   skip "framework row cupy-mixed" "CuPy compiles with NVRTC, which cannot load under ASan"
   ;;
@@ -203,9 +204,18 @@ case "${SAN_PRELOAD:-}" in
   row cupy-async $((256 << 20)) - cupy_workload.py CUPY_MODE=async
   row cupy-none $((256 << 20)) - cupy_workload.py CUPY_MODE=none
   # Managed memory is charged to the cap (docs/compatibility.md): refused beyond it under
-  # gpucap, oversubscribed without (the driver pages it).
+  # gpucap, oversubscribed without (the driver pages it: both arrays are filled by kernels, and
+  # the fake's device evicts pages to hold 6 GiB in 4).
   row cupy-managed $((256 << 20)) "None|OutOfMemoryError" cupy_workload.py CUPY_MODE=managed \
     DRIVER_CALL=cuMemAllocManaged
+  # With a spill budget (GPUCAP_OVERSUBSCRIBE) the second array is served beyond the cap, kept in
+  # host memory: both are filled, and the device's peak, managed pages included, stays within
+  # the cap.
+  row cupy-managed-spill $((256 << 20)) None cupy_workload.py CUPY_MODE=managed \
+    GPUCAP_OVERSUBSCRIBE=512MiB DRIVER_CALL=cuMemAllocManaged
+  spilled=$(json_num "$WORK/cupy-managed-spill.with.report.json" peak_spilled_bytes)
+  ok "$([ "${spilled:-0}" -gt $((64 << 20)) ]; echo $?)" \
+    "cupy-managed-spill, with gpucap: the report says ${spilled:-0} bytes spilled at peak"
   # The default pool and the stream-ordered pool in turn (cupy_workload.py's mixed_pools):
   # with no cap, what one freed serves the other (the driver's refusal makes gpucap give its
   # idle memory back); under the cap, what the stream-ordered pool keeps is charged and trimmed

@@ -20,8 +20,10 @@ for name in config pool router; do
   replay $name
 done
 # The cap target reaches the shim: the pool on (VMM-backed over the fake), regions, then off
-# (settings are fixed per process).
+# (settings are fixed per process), each with its default spill budget and GPUCAP_SPILL; then
+# the pool on without them.
 replay cap GPUCAP_POOL=on
 replay cap GPUCAP_POOL=regions
 replay cap GPUCAP_POOL=off
+replay cap "GPUCAP_POOL=on GPUCAP_OVERSUBSCRIBE= GPUCAP_SPILL="
 done_testing

@@ -7,7 +7,11 @@
  * complete, get-info shows every cap free again (no charge leaked). Every answer must be
  * success or, for an allocation, CUDA_ERROR_OUT_OF_MEMORY; patterns written into blocks are
  * intact at their free. A failed check aborts with a message (libFuzzer keeps the input).
- * The settings are fixed per process: GPUCAP_POOL from the environment (default on).
+ * The settings are fixed per process: GPUCAP_POOL from the environment (default on), and a
+ * spill budget with GPUCAP_SPILL (GPUCAP_OVERSUBSCRIBE 0:32MiB,1:16MiB and GPUCAP_SPILL=on unless
+ * the environment says otherwise; empty turns them off), so that managed and spilled memory,
+ * touched, prefetched and advised, take part; no managed page may be left on a device at the
+ * end either.
  */
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/reliability/capops.h"
@@ -47,6 +51,8 @@ static void setup(void) {
   setenv("GPUCAP_MEMORY_LIMIT", "0:24MiB,1:16MiB", 1);
   setenv("GPUCAP_REPORT", "off", 1);
   setenv("GPUCAP_POOL", getenv("GPUCAP_POOL") ? getenv("GPUCAP_POOL") : "on", 1);
+  setenv("GPUCAP_OVERSUBSCRIBE", "0:32MiB,1:16MiB", 0);
+  setenv("GPUCAP_SPILL", "on", 0);
   if (capops_init(caps, false) != 0) {
     die("cannot set up the fake driver");
   }
@@ -89,6 +95,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t lowest = 0;
   if (!capops_all_free(&lowest)) {
     die("a charge stayed: get-info shows %llu bytes free at the end", (unsigned long long)lowest);
+  }
+  for (int d = 0; d < CAPOPS_DEVICES; d++) {
+    fakecuda_managed_t m;
+    if (fakecudaManagedUsage(d, &m) != CUDA_SUCCESS || m.resident != 0) {
+      die("device %d holds %llu bytes of managed pages at the end", d, m.resident);
+    }
   }
   return 0;
 }

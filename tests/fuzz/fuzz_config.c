@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -483,18 +484,25 @@ static void fuzz_path(const char *s, size_t n, bool dest) {
 /* ---------------------------------------------------------------- cfg_load */
 
 /* The variables in the order of the input's bitmap of those set (bits 0-8 first, as the
- * committed corpus has them; the shared budget's three came later, bits 9-11, then 12 to 15). */
+ * committed corpus has them; the shared budget's three came later, bits 9-11, then 12 to 15;
+ * bit 15 also sets the spill budget and GPUCAP_SPILL, which came last). */
 static const char *const names[] = {
     "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH",
     "GPUCAP_POOL",          "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON",
     "GPUCAP_TRACE",         "GPUCAP_VERBOSE",         "TF_FORCE_GPU_ALLOW_GROWTH",
     "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX",
     "GPUCAP_RELEASE_AFTER", "GPUCAP_FRONTS",          "GPUCAP_ARENAS",
-    "GPUCAP_OOM_DUMP"};
-enum { NVARS = sizeof names / sizeof names[0], TF = 8, OOM_DUMP = 15 };
+    "GPUCAP_OOM_DUMP",      "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL"};
+enum {
+  NVARS = sizeof names / sizeof names[0],
+  TF = 8,
+  OOM_DUMP = 15,
+  OVERSUBSCRIBE = 16,
+  SPILL = 17
+};
 
 /* names[] index of each option of options.def, in its order (cfg_load's). */
-static const int name_of_opt[] = {0, 1, 9, 10, 11, 2, 3, 13, 14, 4, 15, 5, 6, 7, 12};
+static const int name_of_opt[] = {0, 1, 9, 10, 11, 16, 17, 2, 3, 13, 14, 4, 15, 5, 6, 7, 12};
 _Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
                "name_of_opt follows config/options.def");
 
@@ -560,10 +568,12 @@ static bool var_ok(int i, const char *v) {
     return ref_name(s);
   case 10:
   case 11:
+  case OVERSUBSCRIBE:
     return ref_devvals(s, CFG_DEV_SIZE, &dv);
   case 12:
     return ref_uint(s, 0, 86400000, &u);
   case 13:
+  case SPILL:
     return ref_bool(s, &b);
   case 14:
     return ref_uint(s, 1, 16, &u);
@@ -572,10 +582,35 @@ static bool var_ok(int i, const char *v) {
   }
 }
 
+/* The host's memory as cfg_load reads it, and whether budgets fit in it, each and in all. */
+static bool fits_host(const cfg_devvals_t *v) {
+  struct sysinfo si;
+  uint64_t host = UINT64_MAX, sum = 0;
+  if (sysinfo(&si) == 0 && si.totalram > 0) {
+    __extension__ unsigned __int128 b =
+        (unsigned __int128)si.totalram * (si.mem_unit ? si.mem_unit : 1);
+    host = b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
+  }
+  for (int d = 0; d < GPUCAP_MAX_DEVICES; d++) {
+    uint64_t b = 0;
+    if (v->every && d == 0) {
+      b = v->every_value;
+    } else if (v->mask >> d & 1) {
+      b = v->value[d];
+    }
+    if (b > host || b > host - sum) {
+      return false;
+    }
+    sum += b;
+  }
+  return true;
+}
+
 static void fuzz_load(const uint8_t *data, size_t size) {
   static char buf[MAXTEXT + NVARS];
   env_t env = {{0}, 0};
   unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)data[1] << 8 : 0) : 0;
+  set |= (set >> 15 & 1) << OVERSUBSCRIBE | (set >> 15 & 1) << SPILL;
   size_t skip = size > 1 ? 2 : size;
   memcpy(buf, data + skip, size - skip);
   buf[size - skip] = '\0';
@@ -607,6 +642,15 @@ static void fuzz_load(const uint8_t *data, size_t size) {
       first_bad_opt = k;
     }
   }
+  /* Well-formed spill budgets must also fit in the host's memory, each and in all. */
+  cfg_devvals_t budget = {0};
+  if (first_bad < 0 && env.value[OVERSUBSCRIBE] != NULL &&
+      ref_devvals((span_t){env.value[OVERSUBSCRIBE], strlen(env.value[OVERSUBSCRIBE])},
+                  CFG_DEV_SIZE, &budget) &&
+      !fits_host(&budget)) {
+    first_bad = OVERSUBSCRIBE;
+    first_bad_opt = CFG_OPT_OVERSUBSCRIBE;
+  }
   require((rc == 0) == (first_bad < 0) && cfg.valid == (rc == 0),
           "cfg_load %d, valid %d, first bad variable %d", rc, cfg.valid, first_bad);
   size_t n = strnlen(msg, sizeof msg);
@@ -628,8 +672,13 @@ static void fuzz_load(const uint8_t *data, size_t size) {
     require(n == 0 || strncmp(msg, "gpucap: warning: ", 17) == 0, "message on success: %s", msg);
     const char *tf = env.value[2] == NULL ? env.value[TF] : NULL;
     bool tf_exact = tf != NULL && (strcmp(tf, "true") == 0 || strcmp(tf, "false") == 0);
-    require((n > 0) == (tf != NULL && !tf_exact), "warning '%s' for TF_FORCE_GPU_ALLOW_GROWTH",
-            msg);
+    bool spill = false, spends = budget.every ? budget.every_value > 0 : budget.mask != 0;
+    if (env.value[SPILL] != NULL) {
+      ref_bool((span_t){env.value[SPILL], strlen(env.value[SPILL])}, &spill);
+    }
+    bool capped = env.value[0] != NULL || env.value[1] != NULL || env.value[9] != NULL;
+    bool warn = (tf != NULL && !tf_exact) || (spill && !spends) || (spends && !capped);
+    require((n > 0) == warn, "warning '%s' (TF_FORCE_GPU_ALLOW_GROWTH, GPUCAP_SPILL)", msg);
     bool growth = true;
     if (env.value[2] != NULL) {
       ref_bool((span_t){env.value[2], strlen(env.value[2])}, &growth);

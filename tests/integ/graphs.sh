@@ -39,7 +39,7 @@ done
 for pool in on regions; do
   is "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['usage'][0]['refusals'])" \
     "$WORK/during-$pool-report.json")" \
-    "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 1}" \
+    "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 1, 'spill_full': 0}" \
     "during (pool $pool): the one refusal has the verdict capture"
 done
 

@@ -41,7 +41,7 @@ is "$(printf '%s\n' "$out" | sed -n 's/^allocs=[0-3] last_rc=\([0-9]*\).*/\1/p')
 GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT_JSON="$WORK/full.json" \
   with_shim "$TESTBIN/oomtest" full 4 >/dev/null 2>"$WORK/err"
 is "$(usage "$WORK/full.json" "u['refusals']")" \
-  "{'cap_full': 2, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 0}" \
+  "{'cap_full': 2, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 0, 'spill_full': 0}" \
   "a full cap (filled, then one more): verdict cap_full, twice"
 is "$(grep -A 1 '^  verdict ' "$WORK/err")" '  verdict    cap_full: the cap is full of live allocations
   evidence   cap 64.0 MiB, pool 64.0 MiB, in use 64.0 MiB; free under the cap 0 B' \
@@ -71,7 +71,7 @@ GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_POOL=regions GPUCAP_ALLOW_GROWTH=false \
   with_shim "$TESTBIN/oomtest" others 8 >"$WORK/out" 2>"$WORK/err"
 is "$(cat "$WORK/out")" "held_rc=0 other_rc=2" "a second context refused while the first's pool holds the cap"
 is "$(usage "$WORK/others.json" "u['refusals']")" \
-  "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 1, 'capture': 0}" \
+  "{'cap_full': 0, 'fragmentation': 0, 'device_full': 0, 'other_pools': 1, 'capture': 0, 'spill_full': 0}" \
   "  verdict other_pools"
 like "$(cat "$WORK/err")" "  evidence   63.0 MiB idle in other contexts' pools on device 0" \
   "  naming the idle bytes"

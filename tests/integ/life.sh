@@ -184,7 +184,7 @@ else
 fi
 GPUCAP_TRACE="$WORK/same" GPUCAP_REPORT="$WORK/same" GPUCAP_REPORT_JSON="$WORK/./same" \
   with_shim "$LIFE" many 3 2>"$WORK/same.err"
-is "$(head -n 1 "$WORK/same")" "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library" \
+is "$(head -n 1 "$WORK/same")" "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled" \
   "three settings naming one file: the trace (created first) is not overwritten"
 is "$(grep -c -e ',alloc,' -e ',free,' "$WORK/same")" 6 "it holds all 6 events"
 grep -q "GPUCAP_REPORT: '$WORK/same' is the file GPUCAP_TRACE writes: not written" \

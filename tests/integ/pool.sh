@@ -31,13 +31,13 @@ is "$(json_num "$stats" peak_bytes)" $((1 << 30)) "... the whole 1 GiB cap"
 
 trace="$WORK/trace.csv"
 GPUCAP_TRACE="$trace" with_shim "$TESTBIN/pooltest" many 3000 >/dev/null 2>&1
-is "$(head -n 1 "$trace")" "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library" \
+is "$(head -n 1 "$trace")" "Thread,Time,Action,Pointer,Size,Stream,Device,Event,Held,Verdict,Library,Spilled" \
   "trace: RMM's CSV header, then gpucap's columns"
 is "$(grep -c ',allocate,' "$trace")" "$(grep -c ',free,' "$trace")" \
   "trace: one free for every allocation"
-like "$(sed -n 2p "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6},allocate failure,0x[0-9a-f]+,[0-9]+,0x0,0,reserve,[0-9]+,,$' \
+like "$(sed -n 2p "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6},allocate failure,0x[0-9a-f]+,[0-9]+,0x0,0,reserve,[0-9]+,,,0$' \
   "trace: the pool's first region, a row RMM's readers skip as a failure (no library)"
-like "$(grep -m 1 ',alloc,' "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6},allocate,0x[0-9a-f]+,[0-9]+,0x0,0,alloc,[0-9]+,,pooltest$' \
+like "$(grep -m 1 ',alloc,' "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6},allocate,0x[0-9a-f]+,[0-9]+,0x0,0,alloc,[0-9]+,,pooltest,0$' \
   "trace: rows in RMM's format, then the library that asked (the program)"
 if [ -x "$BUILD/gpucap-replay" ]; then
   like "$("$BUILD/gpucap-replay" "$trace" --runs 1 2>&1)" '"completed": *true' \

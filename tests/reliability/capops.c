@@ -36,7 +36,8 @@ enum family {
   MANAGED,
   VMM,
   ARRAY,
-  GRAPH
+  GRAPH,
+  SPILLED /* a device allocation served beyond the cap as managed memory (GPUCAP_SPILL) */
 };
 
 const char *const capops_names[CAPOPS_COUNTERS] = {"ops",
@@ -59,7 +60,8 @@ const char *const capops_names[CAPOPS_COUNTERS] = {"ops",
                                                    "managed",
                                                    "VMM",
                                                    "arrays",
-                                                   "graph memory"};
+                                                   "graph memory",
+                                                   "spilled"};
 
 struct block {
   int family, dev, slot;
@@ -270,8 +272,17 @@ static void check_pattern(capops_worker_t *w, const struct block *b) {
 
 /* ---- Allocations. ---- */
 
+/* Whether the driver says p is managed memory. */
+static bool is_managed(CUdeviceptr p) {
+  unsigned v = 0;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) == CUDA_SUCCESS && v;
+}
+
 /* Records a block just handed out: no pending work may touch it; its pattern is written. */
 static void take(capops_worker_t *w, struct block *b) {
+  if ((b->family == POOLED || b->family == PITCH) && is_managed(b->ptr)) {
+    b->family = SPILLED;
+  }
   if (b->family != ARRAY && b->family != MANAGED && b->family != GRAPH && capops_fake_hooks() &&
       fakecudaClaim(b->ptr, b->bytes) != 0) {
     w->st.n[CAPOPS_HAZARDS]++;
@@ -498,7 +509,7 @@ static void release(capops_worker_t *w, int i, unsigned how) {
     return;
   }
   check_pattern(w, &b);
-  if (b.family == MANAGED || how % 3 == 0) {
+  if (b.family == MANAGED || b.family == SPILLED || how % 3 == 0) {
     if (b.family >= ASYNC && b.family <= ASYNC_OTHER_STREAM && b.slot >= 0) {
       /* cuMemFree of stream-ordered memory does not wait for the work on it ("callers must
        * ensure that all accesses ... have completed"): the program's job. */
@@ -631,11 +642,35 @@ static void retain_vmm(capops_worker_t *w, unsigned pick) {
   }
 }
 
-static void pending_work(capops_worker_t *w, unsigned pick, int dev, int slot) {
+/* What a program may do to bring managed memory to its device: prefetch it there, advise it
+ * read-mostly or preferred there (bits of how). Spilled memory must stay on the host whatever
+ * it does (shim/managed.c); the fake's peak says whether it did. */
+static void pull(capops_worker_t *w, const struct block *b, CUstream s, unsigned how) {
+  CUmemLocation here = {CU_MEM_LOCATION_TYPE_DEVICE, b->dev};
+  CUresult rc = CUDA_SUCCESS;
+  if (how & 1) {
+    rc = cuMemPrefetchAsync_v2(b->ptr, b->bytes, here, 0, s);
+  }
+  if (rc == CUDA_SUCCESS && (how & 2)) {
+    rc = cuMemAdvise_v2(b->ptr, b->bytes, CU_MEM_ADVISE_SET_READ_MOSTLY, here);
+  }
+  if (rc == CUDA_SUCCESS && (how & 4)) {
+    rc = cuMemAdvise_v2(b->ptr, b->bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, here);
+  }
+  if (rc != CUDA_SUCCESS) {
+    fail(w, rc, "worker %d: prefetch or advice of family %d", w->id, b->family);
+  }
+}
+
+/* Device work on a block of this context (a kernel's touch: managed pages come to the device
+ * when it runs), with some of pull() first for managed memory. */
+static void pending_work(capops_worker_t *w, unsigned pick, unsigned how, int dev, int slot) {
   for (int k = 0; k < w->n; k++) {
     struct block *b = &w->b[(pick + (unsigned)k) % (unsigned)w->n];
-    if (b->dev == dev && b->slot == slot && b->family != ARRAY && b->family != MANAGED &&
-        !stale(b)) {
+    if (b->dev == dev && b->slot == slot && b->family != ARRAY && !stale(b)) {
+      if (b->family == MANAGED || b->family == SPILLED) {
+        pull(w, b, w->stream[dev][slot][0], how);
+      }
       if (capops_fake_hooks()) {
         fakecudaEnqueueWork(w->stream[dev][slot][0], b->ptr, b->bytes);
       }
@@ -701,7 +736,8 @@ static void step(capops_worker_t *w, struct reader *rd, unsigned op, int dev, in
       reset_primary(w, dev);
     }
   } else {
-    pending_work(w, u8(&r), dev, slot);
+    unsigned pick = u8(&r);
+    pending_work(w, pick, u8(&r), dev, slot);
   }
 }
 

@@ -5,7 +5,11 @@
  *
  * Families: pooled cuMemAlloc_v2 (pass-through with GPUCAP_POOL=off), cuMemAllocPitch_v2,
  * stream-ordered memory (own stream, another device's pool, another device's stream; device 0's
- * default pool keeps the memory freed into it, device 1's releases it), managed,
+ * default pool keeps the memory freed into it, device 1's releases it), managed (touched by
+ * device work, prefetched to the device and advised read-mostly or preferred there; beyond the
+ * cap under a spill budget, GPUCAP_OVERSUBSCRIBE), spilled (a cuMemAlloc_v2 or pitched block
+ * the cap refused, served as managed memory with GPUCAP_SPILL: touched, prefetched and advised
+ * the same way),
  * VMM (create, map, set access, release at once; sometimes retained again), CUDA arrays, graph
  * memory (a captured stream-ordered allocation and its free, launched: the graph pool keeps
  * it until the executable graph is destroyed or the pool trimmed). Frees
@@ -46,8 +50,8 @@ enum capops_counter {
   CAPOPS_CORRUPT, /* patterns found changed at a free */
   CAPOPS_HAZARDS, /* blocks handed out with device work still pending on them */
   CAPOPS_OVER,    /* get-info above the cap */
-  CAPOPS_FAMILY,  /* + family: allocations of that family (9 of them) */
-  CAPOPS_COUNTERS = CAPOPS_FAMILY + 9
+  CAPOPS_FAMILY,  /* + family: allocations of that family (10 of them) */
+  CAPOPS_COUNTERS = CAPOPS_FAMILY + 10
 };
 
 typedef struct capops_stats {

@@ -5,8 +5,9 @@
  * with memory in them, under caps tight enough that allocations are refused all the time. Run
  * with gpucap preloaded over the fake driver with FAKECUDA_STATS (and FAKECUDA_BACKING=1): the
  * script checks from the fake's own per-device peak that no device ever held more than its
- * cap. Prints TAP and `# figure` lines.
- * usage: invariant THREADS OPS SEED CAP0 CAP1 BACKING
+ * cap. Prints TAP and `# figure` lines. SPILL 1: allocations beyond the cap are expected to
+ * spill (GPUCAP_OVERSUBSCRIBE and GPUCAP_SPILL set); 0 or absent: none may.
+ * usage: invariant THREADS OPS SEED CAP0 CAP1 BACKING [SPILL]
  */
 #include "tests/reliability/capops.h"
 #include "tests/tap.h"
@@ -58,7 +59,7 @@ static void *work(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: invariant THREADS OPS SEED CAP0 CAP1 BACKING\n");
+    fprintf(stderr, "usage: invariant THREADS OPS SEED CAP0 CAP1 BACKING [SPILL]\n");
     return 2;
   }
   int threads = atoi(argv[1]);
@@ -103,9 +104,13 @@ int main(int argc, char **argv) {
          n[CAPOPS_CHECKED]);
   TAP_EQ(n[CAPOPS_OVER], 0, "get-info never showed more than the cap");
   tap_ok(n[CAPOPS_REFUSED] > 0, "the caps were tight: %llu allocations refused", n[CAPOPS_REFUSED]);
-  for (int c = CAPOPS_FAMILY; c < CAPOPS_COUNTERS; c++) {
+  bool spill = argc > 7 && atoi(argv[7]) != 0;
+  for (int c = CAPOPS_FAMILY; c < CAPOPS_COUNTERS - 1; c++) {
     tap_ok(n[c] > 0, "%s: %llu allocations", capops_names[c], n[c]);
   }
+  const int spilled = CAPOPS_COUNTERS - 1; /* the last family: only beyond the cap */
+  tap_ok(spill ? n[spilled] > 0 : n[spilled] == 0, "%s: %llu allocations%s", capops_names[spilled],
+         n[spilled], spill ? "" : " (none without a spill budget)");
   tap_ok(n[CAPOPS_DESTROYS] > 0 && n[CAPOPS_RESETS] > 0,
          "%llu context destroys, %llu primary resets", n[CAPOPS_DESTROYS], n[CAPOPS_RESETS]);
   uint64_t lowest = 0;

@@ -675,11 +675,16 @@ static void test_paths_and_formats(void) {
   static const struct {
     uint64_t bytes;
     const char *want;
-  } sizes[] = {{1536 * MiB, "1536MiB"}, {4 * GiB, "4GiB"},
+  } sizes[] = {{1536 * MiB, "1536MiB"},
+               {4 * GiB, "4GiB"},
                {1000, "0.9765625KiB"}, /* under 1 MiB: a unit, exactly */
-               {1, "0.0009765625KiB"},  {MiB - 1, "1023.9990234375KiB"},
-               {MiB + 1, "1048577"},    {TiB, "1TiB"},
-               {KiB, "1KiB"},           {UINT64_MAX, "18446744073709551615"}};
+               {1, "0.0009765625KiB"},
+               {MiB - 1, "1023.9990234375KiB"},
+               {MiB + 1, "1048577"},
+               {TiB, "1TiB"},
+               {KiB, "1KiB"},
+               {UINT64_MAX, "18446744073709551615"},
+               {0, "0"}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     char text[32];
     cfg_format_size(sizes[i].bytes, text, sizeof text);
@@ -1111,10 +1116,11 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",
-      "GPUCAP_SHARE_MAX",    "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",          "GPUCAP_FRONTS",
-      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",      "GPUCAP_REPORT_JSON",
-      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",  "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",     "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",  "GPUCAP_ALLOW_GROWTH",
+      "GPUCAP_POOL",          "GPUCAP_FRONTS",          "GPUCAP_ARENAS", "GPUCAP_REPORT",
+      "GPUCAP_OOM_DUMP",      "GPUCAP_REPORT_JSON",     "GPUCAP_TRACE",  "GPUCAP_VERBOSE",
+      "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1128,7 +1134,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 7 && CFG_OPT_VERBOSE == 13,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 9 && CFG_OPT_VERBOSE == 15,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");
@@ -1307,7 +1313,73 @@ static void test_random(void) {
   tap_ok(accepted > 100, "random inputs: some sizes were accepted (%d)", accepted);
 }
 
+/* GPUCAP_OVERSUBSCRIBE and GPUCAP_SPILL: the budget per device, checked against the host's
+ * memory (fail closed, as a malformed value), and the warnings when spilling cannot happen. */
+static void test_spill(void) {
+  cfg_t cfg;
+  char msg[CFG_MSG_MAX];
+
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", NULL), 0, "no spill budget");
+  TAP_EQ(cfg_spill_budget(&cfg, 0), 0, "  is a budget of 0");
+  tap_ok(!cfg.spill, "  and GPUCAP_SPILL is off by default");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_OVERSUBSCRIBE", "512MiB",
+              "GPUCAP_SPILL", "ON", NULL),
+         0, "a spill budget of 512MiB with spilling on");
+  tap_ok(msg[0] == '\0', "  no message ('%s')", msg);
+  TAP_EQ(cfg_spill_budget(&cfg, 0), 512 * MiB, "  device 0's budget");
+  TAP_EQ(cfg_spill_budget(&cfg, 63), 512 * MiB, "  every device's");
+  TAP_EQ(cfg_spill_budget(&cfg, -1), 0, "  none for a bad ordinal");
+  tap_ok(cfg.spill, "  spilling on");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_OVERSUBSCRIBE", "1:256MiB", NULL),
+         0, "a budget for device 1 only");
+  TAP_EQ(cfg_spill_budget(&cfg, 0), 0, "  device 0 has none");
+  TAP_EQ(cfg_spill_budget(&cfg, 1), 256 * MiB, "  device 1 has 256MiB");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_OVERSUBSCRIBE", "8GB", NULL),
+         -EINVAL, "a malformed budget fails closed");
+  tap_ok(has(msg, "GPUCAP_OVERSUBSCRIBE='8GB'") && cfg_device_cap(&cfg, 0, 16 * GiB) == 0,
+         "  naming it, and every cap is 0 ('%s')", msg);
+
+  /* Against a host of 16 GiB. */
+  cfg_t c2;
+  load(&c2, msg, "GPUCAP_OVERSUBSCRIBE", "16GiB", NULL);
+  TAP_EQ(cfg_check_spill(&c2, 16 * GiB, msg, sizeof msg), 0, "16GiB per device on a 16 GiB host");
+  load(&c2, msg, "GPUCAP_OVERSUBSCRIBE", "17GiB", NULL);
+  TAP_EQ(cfg_check_spill(&c2, 16 * GiB, msg, sizeof msg), -EINVAL, "17GiB: more than the host");
+  tap_ok(has(msg, "gpucap: error: GPUCAP_OVERSUBSCRIBE='17GiB': the spill budget of every "
+                  "device (17GiB) is more than this host's memory (16.0 GiB); accepted: "),
+         "  the message says whose budget and the host's memory ('%s')", msg);
+  load(&c2, msg, "GPUCAP_OVERSUBSCRIBE", "0:8GiB,1:20GiB", NULL);
+  TAP_EQ(cfg_check_spill(&c2, 16 * GiB, msg, sizeof msg), -EINVAL, "one device's too large");
+  tap_ok(has(msg, "the spill budget of device 1 (20GiB)"), "  names device 1 ('%s')", msg);
+  load(&c2, msg, "GPUCAP_OVERSUBSCRIBE", "0:8GiB,1:8GiB,2:1GiB", NULL);
+  TAP_EQ(cfg_check_spill(&c2, 16 * GiB, msg, sizeof msg), -EINVAL, "17 GiB in all");
+  tap_ok(has(msg, "the spill budgets add up to 17GiB, more than this host's memory (16.0 GiB)"),
+         "  says the sum ('%s')", msg);
+  TAP_EQ(cfg_check_spill(NULL, 16 * GiB, msg, sizeof msg), 0, "no settings: nothing to check");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_OVERSUBSCRIBE", "1048576TiB", NULL),
+         -EINVAL, "cfg_load refuses a budget no host holds (1 EiB)");
+  tap_ok(has(msg, "gpucap: error: GPUCAP_OVERSUBSCRIBE='1048576TiB': the spill budget of every "
+                  "device") &&
+             !cfg.valid && cfg_device_cap(&cfg, 0, 16 * GiB) == 0 &&
+             cfg_option_source(&cfg, CFG_OPT_OVERSUBSCRIBE) == CFG_SRC_INVALID,
+         "  fail closed, as a malformed value ('%s')", msg);
+
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_SPILL", "on", NULL), 0,
+         "spilling without a budget loads");
+  tap_ok(has(msg, "gpucap: warning: GPUCAP_SPILL=on has no effect without a spill budget"),
+         "  with a warning ('%s')", msg);
+  TAP_EQ(load(&cfg, msg, "GPUCAP_OVERSUBSCRIBE", "1GiB", NULL), 0, "a budget without a cap loads");
+  tap_ok(has(msg, "gpucap: warning: GPUCAP_OVERSUBSCRIBE has no effect without a cap"),
+         "  with a warning ('%s')", msg);
+  TAP_EQ(load(&cfg, msg, "GPUCAP_SHARE", "job", "GPUCAP_OVERSUBSCRIBE", "1GiB", NULL), 0,
+         "a budget under a shared budget");
+  tap_ok(msg[0] == '\0', "  needs no warning ('%s')", msg);
+  TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_OVERSUBSCRIBE", "0", NULL), -EINVAL,
+         "a budget of 0 bytes is refused like a cap of 0 (unset is off)");
+}
+
 int main(void) {
+  test_spill();
   test_sizes();
   test_fractions_bools_ints();
   test_lists();

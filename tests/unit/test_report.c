@@ -904,6 +904,45 @@ static void test_run(void) {
          "run: no rows, no pid, ended by exit: plain header, then the notes");
 }
 
+/* The usage lines of a device that spilled (GPUCAP_OVERSUBSCRIBE), in the table and the JSON. */
+static void test_spill(void) {
+  static report_run_t r;
+  memset(&r, 0, sizeof r);
+  r.nusage = 2;
+  r.usage[0] = (report_usage_t){.device = 0,
+                                .current = 0,
+                                .peak = 80 << 20,
+                                .driver = 0,
+                                .right_size = 80 << 20,
+                                .spill_budget = (uint64_t)1 << 30,
+                                .spilled = 1 << 20,
+                                .peak_spilled = 16 << 20,
+                                .spilled_allocs = 3};
+  r.usage[0].refusals[5] = 1;
+  r.usage[1] = (report_usage_t){.device = 1, .peak = 4 << 20, .right_size = 4 << 20};
+  report_format_text(rows, 1, &r, text, sizeof text);
+  tap_ok(strstr(text,
+                "  device 0 spilled to host: 1.0 MiB now, 16.0 MiB at peak, 3 allocations "
+                "(budget 1.0 GiB)\n  device 0 right-size: 80.0 MiB (peak pool + spilled + "
+                "driver, rounded up: a cap that would not spill)\n") != NULL,
+         "spill: the table says what spilled, and the right size is a cap that would not spill");
+  tap_ok(strstr(text, "device 0 refusals: 1 (spill_full 1)") != NULL,
+         "spill: a refusal of the spill budget has its verdict");
+  tap_ok(strstr(text, "device 1 spilled") == NULL &&
+             strstr(text, "device 1 right-size: 4.0 MiB (peak pool + driver, rounded up)") !=
+                 NULL,
+         "spill: a device without a budget has no spill line");
+  size_t n = report_format_json(rows, 1, &r, json, sizeof json);
+  tap_ok(n < REPORT_JSON_MAX(1) && json_parse(json), "spill: JSON valid");
+  tap_ok(strcmp(jget("usage.0.spill_budget_bytes"), "1073741824") == 0 &&
+             strcmp(jget("usage.0.spilled_bytes"), "1048576") == 0 &&
+             strcmp(jget("usage.0.peak_spilled_bytes"), "16777216") == 0 &&
+             strcmp(jget("usage.0.spilled_allocations"), "3") == 0 &&
+             strcmp(jget("usage.0.refusals.spill_full"), "1") == 0 &&
+             strcmp(jget("usage.1.spilled_allocations"), "0") == 0,
+         "spill: the JSON's usage has the spill figures and the spill_full refusals");
+}
+
 /* ---- Buffers, errno, bounds ---- */
 
 typedef size_t (*format_fn)(const report_row_t *, int, const report_run_t *, char *, size_t);
@@ -1025,6 +1064,7 @@ int main(void) {
   test_text();
   test_time();
   test_run();
+  test_spill();
   test_truncation("text", report_format_text);
   test_truncation("json", report_format_json);
   test_errno();
