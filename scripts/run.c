@@ -15,6 +15,7 @@
 #include "config/cfg.h"
 #include "scripts/cli.h"
 #include "scripts/driver.h"
+#include "scripts/found.h"
 #include "scripts/outpath.h"
 #include "scripts/preload.h"
 #include "scripts/target.h"
@@ -534,7 +535,9 @@ int run_main(int argc, char **argv) {
   if (status >= 0) {
     return status;
   }
+  static cfg_found_t caps;
   if (refuse_unknown() != 0 || load_settings(&s, &cfg, false) != 0 ||
+      found_load(&caps, &cfg) != 0 ||
       prepare_library(lib, sizeof lib, preload, sizeof preload) != 0 ||
       check_outputs(&s, &cfg) != 0) {
     return CLI_ERROR;
@@ -592,8 +595,10 @@ int run_env_main(int argc, char **argv) {
   if (status >= 0) {
     return status;
   }
+  static cfg_found_t found;
   int bad = refuse_unknown();
   bad |= load_settings(&s, &cfg, true);
+  bad |= found_load(&found, &cfg);
   print_listing(&s, &cfg);
 
   static char lib[PATH_MAX + 256];
@@ -607,6 +612,7 @@ int run_env_main(int argc, char **argv) {
            override != NULL ? "environment" : "default (next to gpucap)");
     cli_warn("env: %s", lib);
   }
+  found_print(&found, &cfg);
   fflush(stdout);
   return bad != 0 ? CLI_ERROR : CLI_OK;
 }

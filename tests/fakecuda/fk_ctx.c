@@ -435,7 +435,7 @@ static CUresult pci_bus_id(char *id, int len, CUdevice dev) {
   if (dev_check(dev) != CUDA_SUCCESS) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
-  snprintf(id, (size_t)len, "0000:%02x:00.0", dev + 1);
+  snprintf(id, (size_t)len, "0000:%02X:00.0", dev + 1); /* the driver writes hex in capitals */
   return CUDA_SUCCESS;
 }
 
