@@ -94,6 +94,7 @@ include scripts/scripts.mk
 include shim/shim.mk
 include tests/fakecuda/fakecuda.mk
 include tests/tests.mk
+include tests/cluster/cluster.mk
 include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
 include tests/frameworks/frameworks.mk
