@@ -91,6 +91,7 @@ include config/config.mk
 include core/core.mk
 include core/report.mk
 include scripts/scripts.mk
+include scripts/slurm/slurm.mk
 include shim/shim.mk
 include tests/fakecuda/fakecuda.mk
 include tests/tests.mk

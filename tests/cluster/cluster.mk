@@ -8,5 +8,11 @@ $(BUILD)/tests/softtest: $(BUILD)/obj/tests/cluster/softtest.o $(FAKECUDA_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
 
-TEST_DEPS += $(BUILD)/tests/softtest
-TEST_SCRIPTS += tests/cluster/discover.sh
+# jobtask is what the Slurm test's jobs run: linked with -lcuda like a CUDA program.
+$(BUILD)/tests/jobtask: $(BUILD)/obj/tests/cluster/jobtask.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+
+TEST_DEPS += $(BUILD)/tests/softtest $(BUILD)/tests/jobtask
+TEST_SCRIPTS += tests/cluster/discover.sh tests/cluster/slurm.sh
