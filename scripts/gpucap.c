@@ -3,6 +3,7 @@
  * or would use. This file only dispatches; each command lives in its own module (run.c,
  * rjson.c, plot.c, export.c). Exit statuses: cli.h.
  */
+#include "scripts/cdi.h"
 #include "scripts/cli.h"
 #include "scripts/export.h"
 #include "scripts/plot.h"
@@ -28,6 +29,8 @@ static const struct command {
     {"env", run_env_main, "env [OPTIONS]", "show the settings a run would use and their origin"},
     {"top", top_main, "top [--once] [--json]",
      "show the shared budgets (--share) on this machine: processes, use, pools, caps"},
+    {"cdi", cdi_main, "cdi [--name NAME] [-o FILE] [OPTIONS]",
+     "write a CDI spec that puts containers under gpucap (podman, containerd, CRI-O)"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

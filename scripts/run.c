@@ -239,11 +239,12 @@ static int refuse_unknown(void) {
   return -1;
 }
 
-/* cfg_load over the options and the environment. On a bad value prints the shim's message and
- * where the value came from, and returns -1; warnings are printed only when `warn`. */
-static int load_settings(settings_t *s, cfg_t *cfg, bool warn) {
+/* cfg_load over the options and, through `get`, what else counts (settings_getenv: the
+ * environment). On a bad value prints the shim's message and where the value came from, and
+ * returns -1; warnings are printed only when `warn`. */
+static int load_from(settings_t *s, cfg_getenv_fn *get, cfg_t *cfg, bool warn) {
   char msg[CFG_MSG_MAX];
-  if (cfg_load(cfg, settings_getenv, s, msg, sizeof msg) == 0) {
+  if (cfg_load(cfg, get, s, msg, sizeof msg) == 0) {
     if (warn && msg[0] != '\0') {
       fprintf(stderr, "%s\n", msg);
     }
@@ -266,6 +267,10 @@ static int load_settings(settings_t *s, cfg_t *cfg, bool warn) {
   return -1;
 }
 
+static int load_settings(settings_t *s, cfg_t *cfg, bool warn) {
+  return load_from(s, settings_getenv, cfg, warn);
+}
+
 void run_print_settings(void) {
   size_t n = cfg_describe(NULL, NULL, 0);
   char *buf = malloc(n + 1);
@@ -276,7 +281,7 @@ void run_print_settings(void) {
   }
 }
 
-static void print_options(void) {
+void run_print_options(void) {
   for (size_t k = 0; k < NOPTS; k++) {
     const struct runopt *o = &runopts[k];
     char left[64];
@@ -312,7 +317,7 @@ static void run_usage(void) {
         "Options (each sets the variable shown for COMMAND, overriding the environment; a\n"
         "later option wins over an earlier one; an empty value unsets the variable):\n",
         stdout);
-  print_options();
+  run_print_options();
   fputs("\nSettings (what the library reads; `gpucap env` shows their current values):\n", stdout);
   run_print_settings();
   fputs("\n"
@@ -336,7 +341,7 @@ static void env_usage(void) {
         "\n"
         "Options (as for gpucap run):\n",
         stdout);
-  print_options();
+  run_print_options();
   fputs("\n"
         "Exit status: 0 when every setting is valid; 125 when one is not, when a GPUCAP_\n"
         "variable is not a setting (the message is printed on stderr, as gpucap run would\n"
@@ -615,4 +620,33 @@ int run_env_main(int argc, char **argv) {
   found_print(&found, &cfg);
   fflush(stdout);
   return bad != 0 ? CLI_ERROR : CLI_OK;
+}
+
+/* The options' values alone (the process environment is not read). */
+static const char *options_getenv(void *ctx, const char *name, bool secure) {
+  const settings_t *s = ctx;
+  (void)secure;
+  for (int i = 0; i < CFG_OPT_COUNT; i++) {
+    if (s->value[i] != NULL && strcmp(cfg_option((cfg_opt_t)i)->name, name) == 0) {
+      return s->value[i];
+    }
+  }
+  return NULL;
+}
+
+int run_options(int argc, char **argv, void (*usage)(void), cfg_t *cfg,
+                bool given[CFG_OPT_COUNT]) {
+  static settings_t s;
+  memset(&s, 0, sizeof s);
+  int status = parse_or_answer(argc, argv, &s, NULL, usage);
+  if (status >= 0) {
+    return status;
+  }
+  if (load_from(&s, options_getenv, cfg, true) != 0) {
+    return CLI_ERROR;
+  }
+  for (int i = 0; i < CFG_OPT_COUNT; i++) {
+    given[i] = s.value[i] != NULL && !blank(s.value[i]);
+  }
+  return -1;
 }

@@ -9,7 +9,7 @@
 CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts/rjson.c \
             scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/pickle.c \
             scripts/export.c scripts/target.c scripts/outpath.c scripts/driver.c scripts/top.c \
-            scripts/found.c
+            scripts/found.c scripts/cdi.c
 # gpucap top reads the shared budgets' ledgers through the shim's own (self-contained) module.
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/budget.o
 GPUCAP_CLI := $(BUILD)/gpucap

@@ -15,4 +15,4 @@ $(BUILD)/tests/jobtask: $(BUILD)/obj/tests/cluster/jobtask.o $(FAKECUDA_LIB)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
 
 TEST_DEPS += $(BUILD)/tests/softtest $(BUILD)/tests/jobtask
-TEST_SCRIPTS += tests/cluster/discover.sh tests/cluster/slurm.sh
+TEST_SCRIPTS += tests/cluster/discover.sh tests/cluster/slurm.sh tests/cluster/cdi.sh
