@@ -17,7 +17,6 @@
 #include <string.h>
 #include <strings.h>
 
-
 /* ---------------------------------------------------------------- the option table */
 
 #define TYPE_NAME_LIMIT "size or per-device list"

@@ -78,8 +78,8 @@ static bool unescape(const char *s, size_t n, char *out, size_t outlen) {
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
-    if (c == '\\' && i + 3 < n && s[i + 1] >= '0' && s[i + 1] <= '3' &&
-        s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+    if (c == '\\' && i + 3 < n && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
+        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
       c = (char)(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0'));
       i += 3;
     }
@@ -131,7 +131,8 @@ static bool mount_line(void *arg, const char *line, size_t n) {
     }
   }
   static const char fs[] = "cgroup2 ";
-  if (sep == NULL || (size_t)(line + n - sep) < sizeof fs - 1 || memcmp(sep, fs, sizeof fs - 1)) {
+  if (sep == NULL || (size_t)(line + n - sep) < sizeof fs - 1 ||
+      memcmp(sep, fs, sizeof fs - 1) != 0) {
     return false;
   }
   const char *root = NULL, *point = NULL;

@@ -38,7 +38,8 @@ struct source_type {
 
 static parse_fn parse_ordinals, parse_pcis, parse_mib, parse_size, parse_dmem;
 
-#define DMEM_FORM "lines 'drm/PCI_BUS_ID/REGION BYTES' or 'drm/PCI_BUS_ID/REGION max', as the kernel writes them"
+#define DMEM_FORM                                                                                  \
+  "lines 'drm/PCI_BUS_ID/REGION BYTES' or 'drm/PCI_BUS_ID/REGION max', as the kernel writes them"
 #define MIB_FORM "a whole number of MiB (16384), as the container toolkit reads it"
 #define SIZE_FORM "a size in bytes or with a binary unit (4294967296, 4096m, 4g, 4GiB)"
 
@@ -472,8 +473,7 @@ static const char *process_getenv(void *ctx, const char *name, bool secure) {
   return getenv(name);
 }
 
-int cfg_discover_cgroup(cfg_found_t *f, const char *dir, size_t rootlen, char *msg,
-                        size_t msglen) {
+int cfg_discover_cgroup(cfg_found_t *f, const char *dir, size_t rootlen, char *msg, size_t msglen) {
   int saved = errno;
   static const char *const files[] = {"dmem.max", "dmem.min"};
   char text[FILE_MAX];

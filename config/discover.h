@@ -75,11 +75,11 @@ typedef struct cfg_found {
 
 /* What the sources say of one device. */
 typedef struct cfg_devcap {
-  uint64_t cap;    /* the smallest limit less its margin; UINT64_MAX when none applies */
-  int limit_src;   /* the source of that limit (index into src), or -1 */
-  uint64_t line;   /* that source's line, before the margin */
-  uint64_t soft;   /* the smallest guarantee; UINT64_MAX when none applies or one is 0 */
-  int soft_src;    /* its source, or -1 (also when the smallest guarantee is 0) */
+  uint64_t cap;  /* the smallest limit less its margin; UINT64_MAX when none applies */
+  int limit_src; /* the source of that limit (index into src), or -1 */
+  uint64_t line; /* that source's line, before the margin */
+  uint64_t soft; /* the smallest guarantee; UINT64_MAX when none applies or one is 0 */
+  int soft_src;  /* its source, or -1 (also when the smallest guarantee is 0) */
 } cfg_devcap_t;
 
 /* Empties *f. O(1). */
@@ -112,8 +112,7 @@ int cfg_discover_add(cfg_found_t *f, const char *name, const char *where, const 
  * has them, up to and including dir[0..rootlen) (cfg_cgroup_dir's answer), nearest first, as
  * sources named by their paths. A file that cannot be read becomes an invalid source. Returns 0,
  * or -EINVAL iff some file was invalid or did not fit (msg as cfg_discover's). */
-int cfg_discover_cgroup(cfg_found_t *f, const char *dir, size_t rootlen, char *msg,
-                        size_t msglen);
+int cfg_discover_cgroup(cfg_found_t *f, const char *dir, size_t rootlen, char *msg, size_t msglen);
 
 /* What the valid sources of f say of the device of CUDA ordinal `ordinal` at PCI address `pci`
  * (NULL when unknown: then lines keyed by PCI bus id do not apply). Ties go to the earlier

@@ -156,9 +156,10 @@ static void write_spec(FILE *f, const cdi_opts_t *o, const char *lib, const char
       fprintf(f, ",\n          \"%s=%s\"", cfg_option((cfg_opt_t)i)->name, value);
     }
   }
-  fprintf(f, "\n        ],\n        \"mounts\": [\n          {\"hostPath\": \"%s\", "
-             "\"containerPath\": \"%s\", \"options\": [\"ro\", \"nosuid\", \"nodev\", "
-             "\"bind\"]}\n        ]\n      }\n    }\n  ]\n}\n",
+  fprintf(f,
+          "\n        ],\n        \"mounts\": [\n          {\"hostPath\": \"%s\", "
+          "\"containerPath\": \"%s\", \"options\": [\"ro\", \"nosuid\", \"nodev\", "
+          "\"bind\"]}\n        ]\n      }\n    }\n  ]\n}\n",
           lib, inside);
 }
 

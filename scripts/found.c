@@ -84,8 +84,8 @@ void found_print(const cfg_found_t *f, const cfg_t *cfg) {
   printf("\nCaps the cluster set (GPUCAP_DISCOVER=on):\n");
   for (int i = 0; i < f->n; i++) {
     const cfg_found_src_t *s = &f->src[i];
-    printf("  %s%s%s%s='%s'  ", s->name, s->where[0] ? " (" : "", s->where,
-           s->where[0] ? ")" : "", s->value);
+    printf("  %s%s%s%s='%s'  ", s->name, s->where[0] ? " (" : "", s->where, s->where[0] ? ")" : "",
+           s->value);
     if (!s->valid) {
       printf("invalid: ignored\n");
     } else {

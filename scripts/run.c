@@ -634,8 +634,7 @@ static const char *options_getenv(void *ctx, const char *name, bool secure) {
   return NULL;
 }
 
-int run_options(int argc, char **argv, void (*usage)(void), cfg_t *cfg,
-                bool given[CFG_OPT_COUNT]) {
+int run_options(int argc, char **argv, void (*usage)(void), cfg_t *cfg, bool given[CFG_OPT_COUNT]) {
   static settings_t s;
   memset(&s, 0, sizeof s);
   int status = parse_or_answer(argc, argv, &s, NULL, usage);

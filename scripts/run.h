@@ -28,7 +28,6 @@ void run_print_options(void);
  * them (defaults elsewhere) and given[i] says whether an option set option i. Returns -1 when
  * the caller should go on; otherwise the exit status after --help (usage printed), --version,
  * or an error (printed: CLI_ERROR). */
-int run_options(int argc, char **argv, void (*usage)(void), cfg_t *cfg,
-                bool given[CFG_OPT_COUNT]);
+int run_options(int argc, char **argv, void (*usage)(void), cfg_t *cfg, bool given[CFG_OPT_COUNT]);
 
 #endif

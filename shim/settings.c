@@ -20,8 +20,8 @@ static bool valid;
 static void warn_sources(const char *msg) {
   for (const char *line = msg; *line != '\0';) {
     size_t n = strcspn(line, "\n");
-    log_msg(LOG_WARN, "%.*s; this source is ignored (GPUCAP_DISCOVER=off ignores them all)",
-            (int)n, line);
+    log_msg(LOG_WARN, "%.*s; this source is ignored (GPUCAP_DISCOVER=off ignores them all)", (int)n,
+            line);
     line += n + (line[n] == '\n');
   }
 }

@@ -51,8 +51,8 @@ static int take_fraction(int val, const char *arg, int remote);
 
 static struct spank_option options[] = {
     {"gpucap-limit", "SIZE",
-     "Cap the GPU memory of the job's tasks together, on each GPU (gpucap): 8GiB, 512MiB, bytes",
-     1, 0, take_limit},
+     "Cap the GPU memory of the job's tasks together, on each GPU (gpucap): 8GiB, 512MiB, bytes", 1,
+     0, take_limit},
     {"gpucap-fraction", "F",
      "Cap the GPU memory of the job's tasks together at this share of each GPU (gpucap): 0.5, 50%",
      1, 0, take_fraction},
@@ -68,7 +68,7 @@ static int take(const char *name, cfg_opt_t id, const char *arg, bool *set, uint
       [CFG_OPT_MEMORY_FRACTION] = "a fraction in (0, 1] (0.5, .25) or a percentage (50%)",
   };
   char why[CFG_WHY_MAX];
-  int rc = arg == NULL ? -EINVAL
+  int rc = arg == NULL                  ? -EINVAL
            : id == CFG_OPT_MEMORY_LIMIT ? cfg_parse_size(arg, out, why, sizeof why)
                                         : cfg_parse_fraction(arg, out, why, sizeof why);
   if (rc != 0) {
@@ -91,8 +91,7 @@ static int take_limit(int val, const char *arg, int remote) {
 static int take_fraction(int val, const char *arg, int remote) {
   (void)val;
   (void)remote;
-  return take("gpucap-fraction", CFG_OPT_MEMORY_FRACTION, arg, &opts.fraction_set,
-              &opts.fraction);
+  return take("gpucap-fraction", CFG_OPT_MEMORY_FRACTION, arg, &opts.fraction_set, &opts.fraction);
 }
 
 /* The library next to this plug-in's own file ($PREFIX/lib/gpucap/). */

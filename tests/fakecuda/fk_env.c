@@ -143,8 +143,8 @@ static int parse_pci_bus(struct fk_config *cfg, const char *val, char *err, size
     const char *colon = memchr(p, ':', len);
     unsigned long long ord;
     size_t hexlen = colon != NULL ? len - (size_t)(colon + 1 - p) : 0;
-    if (colon == NULL || parse_u64(p, (size_t)(colon - p), &ord) != 0 || hexlen < 1 ||
-        hexlen > 2 || strspn(colon + 1, "0123456789abcdefABCDEF") < hexlen) {
+    if (colon == NULL || parse_u64(p, (size_t)(colon - p), &ord) != 0 || hexlen < 1 || hexlen > 2 ||
+        strspn(colon + 1, "0123456789abcdefABCDEF") < hexlen) {
       return fail_msg(err, errlen, "FAKECUDA_PCI_BUS", val, "expected ORDINAL:BUS,... (0:3b,1:86)");
     }
     if (ord >= (unsigned long long)cfg->ndev) {

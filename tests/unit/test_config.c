@@ -1099,10 +1099,14 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",       "GPUCAP_SHARE_MIN",
-      "GPUCAP_SHARE_MAX",    "GPUCAP_DISCOVER",        "GPUCAP_ALLOW_GROWTH", "GPUCAP_POOL",
-      "GPUCAP_FRONTS",       "GPUCAP_ARENAS",          "GPUCAP_REPORT",      "GPUCAP_REPORT_JSON",
-      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "GPUCAP_CGROUP_ROOT", "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION",
+      "GPUCAP_SHARE",        "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_DISCOVER",
+      "GPUCAP_ALLOW_GROWTH", "GPUCAP_POOL",
+      "GPUCAP_FRONTS",       "GPUCAP_ARENAS",
+      "GPUCAP_REPORT",       "GPUCAP_REPORT_JSON",
+      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",
+      "GPUCAP_CGROUP_ROOT",  "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];

@@ -51,8 +51,10 @@ static void test_pci(void) {
     const char *text;
     uint32_t domain, bus, device, function;
   } good[] = {
-      {"0000:3b:00.0", 0, 0x3b, 0, 0},      {"00000000:3B:00.0", 0, 0x3b, 0, 0},
-      {"3b:00.0", 0, 0x3b, 0, 0},           {"0001:86:1f.7", 1, 0x86, 0x1f, 7},
+      {"0000:3b:00.0", 0, 0x3b, 0, 0},
+      {"00000000:3B:00.0", 0, 0x3b, 0, 0},
+      {"3b:00.0", 0, 0x3b, 0, 0},
+      {"0001:86:1f.7", 1, 0x86, 0x1f, 7},
       {"ffffffff:ff:1f.7", 0xffffffff, 0xff, 0x1f, 7},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
@@ -62,9 +64,17 @@ static void test_pci(void) {
                p.device == good[i].device && p.function == good[i].function,
            "PCI bus id '%s'", good[i].text);
   }
-  static const char *const bad[] = {"",         "3b",          "0000:3b:00",   "0000:3b:20.0",
-                                    "0000:3b:00.8", "0000:3bb:00.0", "g000:3b:00.0", "0:0:3b:00.0",
-                                    "0000:3b:00.0 ", "000000000:3b:00.0", "0000:3b.00:0"};
+  static const char *const bad[] = {"",
+                                    "3b",
+                                    "0000:3b:00",
+                                    "0000:3b:20.0",
+                                    "0000:3b:00.8",
+                                    "0000:3bb:00.0",
+                                    "g000:3b:00.0",
+                                    "0:0:3b:00.0",
+                                    "0000:3b:00.0 ",
+                                    "000000000:3b:00.0",
+                                    "0000:3b.00:0"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cfg_pci_t p = {9, 9, 9, 9};
     int rc = cfg_parse_pci(bad[i], strlen(bad[i]), &p);
@@ -139,7 +149,8 @@ static void test_hami_kai(void) {
   tap_ok(one("CUDA_DEVICE_MEMORY_LIMIT", "4096m") == 0 && dev(7, 1).line == 4 * GiB,
          "HAMi: 4096m for every device");
   tap_ok(one("CUDA_DEVICE_MEMORY_LIMIT_3", "2g") == 0 && dev(3, 1).line == 2 * GiB &&
-             dev(2, 1).cap == UINT64_MAX && strcmp(found.src[0].name, "CUDA_DEVICE_MEMORY_LIMIT_3") == 0,
+             dev(2, 1).cap == UINT64_MAX &&
+             strcmp(found.src[0].name, "CUDA_DEVICE_MEMORY_LIMIT_3") == 0,
          "HAMi: CUDA_DEVICE_MEMORY_LIMIT_3 caps ordinal 3 only");
   tap_ok(one("CUDA_DEVICE_MEMORY_LIMIT", "1GB") == 0 && dev(0, 1).line == GiB,
          "HAMi: 1GB is 1 GiB, never 1 byte");
@@ -147,8 +158,7 @@ static void test_hami_kai(void) {
   tap_ok(one("CUDA_DEVICE_MEMORY_LIMIT", "lots") == -EINVAL &&
              strstr(msg, "CUDA_DEVICE_MEMORY_LIMIT='lots'") == msg,
          "HAMi: a value that is no size");
-  tap_ok(one("GPU_MEMORY_LIMIT", "17179869184") == 0 && dev(0, 1).line == 16 * GiB,
-         "KAI: bytes");
+  tap_ok(one("GPU_MEMORY_LIMIT", "17179869184") == 0 && dev(0, 1).line == 16 * GiB, "KAI: bytes");
   tap_ok(one("GPU_MEMORY_LIMIT", "-1") == -EINVAL, "KAI: a negative number");
   tap_ok(one("NOT_A_SOURCE", "1") == -ENOENT && found.n == 0, "an unknown name is no source");
 }
@@ -263,10 +273,8 @@ static void own_cgroup(char *out, size_t len) {
 
 static void test_discover(void) {
   const char *env[] = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2G",
-                       "SLURM_SHARD_MEM_PER_GPU=   ",
-                       "CUDA_DEVICE_MEMORY_LIMIT_1=3g",
-                       "NVIDIA_GPU_MEMORY_LIMIT=1GiB",
-                       NULL};
+                       "SLURM_SHARD_MEM_PER_GPU=   ", "CUDA_DEVICE_MEMORY_LIMIT_1=3g",
+                       "NVIDIA_GPU_MEMORY_LIMIT=1GiB", NULL};
   static cfg_t cfg;
   cfg_defaults(&cfg);
   snprintf(cfg.cgroup_root, sizeof cfg.cgroup_root, "/nonexistent-gpucap-cgroup");
