@@ -36,7 +36,13 @@ installed_run() {
   done
   head -n 5 "$root/share/man/man1/gpucap.1" | grep -q '^\.TH GPUCAP 1'
   ndocs=$(ls "$TOP"/docs/*.md | wc -l)
-  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((4 + ndocs)) ]
+  # The Slurm plug-in is built, and installed beside the library, where Slurm's headers are.
+  nplugin=0
+  if [ -f "$BUILD/gpucap_spank.so" ]; then
+    cmp "$root/lib/gpucap/gpucap_spank.so" "$BUILD/gpucap_spank.so"
+    nplugin=1
+  fi
+  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((4 + ndocs + nplugin)) ]
   cmp "$root/lib/gpucap/libgpucap.so" "$BUILD/libgpucap.so"
 }
 
