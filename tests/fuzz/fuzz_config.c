@@ -8,9 +8,12 @@
  * failure, give a one-line printable reason exactly when it fails, and read back its own
  * canonical text (cfg_format_*) to the same value. For cfg_load: fail closed (an invalid cfg_t
  * caps every device at 0), one printable message line naming the first bad variable, and caps
- * that equal min(limit, fraction x total) of what the variables hold. A failed check aborts.
+ * that equal min(limit, fraction x total) of what the variables hold. A first byte of 19 modulo
+ * 20 feeds one source of the caps the cluster set (config/discover.h) instead, checked by its
+ * invariants. A failed check aborts.
  */
 #include "config/cfg.h"
+#include "config/discover.h"
 #include "config/parse.h"
 
 #include <errno.h>
@@ -680,6 +683,62 @@ static void fuzz_load(const uint8_t *data, size_t size) {
   require(len < sizeof listing && strlen(listing) == len, "cfg_describe length");
 }
 
+/* ---------------------------------------------------------------- discovered caps */
+
+/* One source of the caps the cluster set, from the input's text: what cfg_discover_add keeps
+ * must be coherent, a refusal must say why in one line naming the source, and the per-device
+ * answer must never pass a line. No reference grammar: the invariants. */
+static void fuzz_discover(const char *s, size_t n, unsigned which) {
+  static const char *const sources[] = {
+      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "SLURM_SHARD_MEM_PER_GPU", "NVIDIA_GPU_MEMORY_LIMIT",
+      "NVIDIA_GPU_MEMORY_REQUEST",        "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_7",
+      "GPU_MEMORY_LIMIT",                 "dmem.max",                 "dmem.min"};
+  static cfg_found_t f;
+  static char msg[4096];
+  const char *name = sources[which % (sizeof sources / sizeof sources[0])];
+  cfg_found_clear(&f);
+  msg[0] = '\0';
+  int rc = cfg_discover_add(&f, name, name[0] == 'd' ? "/cg/x" : NULL, s, msg, sizeof msg);
+  require(rc == 0 || rc == -EINVAL, "%s: rc %d", name, rc);
+  require(f.n == 1 && f.src[0].valid == (rc == 0), "%s: one source, valid iff accepted", name);
+  const cfg_found_src_t *src = &f.src[0];
+  require(rc == 0 || (src->count == 0 && f.nlines == 0), "an invalid source keeps lines");
+  size_t m = strlen(msg);
+  require((rc == 0) == (m == 0), "%s: a message iff refused: '%s'", name, msg);
+  if (rc != 0) {
+    require(strncmp(msg, name, strlen(name)) == 0 && strstr(msg, "; accepted: ") != NULL &&
+                strchr(msg, '\n') == msg + m - 1,
+            "message '%s' does not name %s in one line", msg, name);
+  }
+  for (const char *c = src->value; *c != '\0'; c++) {
+    require(*c >= 0x20 && *c < 0x7f, "unprintable byte in the shown value");
+  }
+  for (int i = src->first; i < src->first + src->count; i++) {
+    const cfg_line_t *l = &f.line[i];
+    require(l->device == CFG_EVERY_DEVICE || l->device == CFG_BY_PCI ||
+                (l->device >= 0 && l->device < GPUCAP_MAX_DEVICES),
+            "line device %d", l->device);
+    require(l->bytes > 0 || name[0] == 'd' || strcmp(name, "NVIDIA_GPU_MEMORY_REQUEST") == 0,
+            "%s: a zero line", name);
+    cfg_devcap_t d;
+    cfg_discover_device(&f, l->device >= 0 ? l->device : 0, &l->pci, &d);
+    if (src->kind == CFG_LINE_LIMIT) {
+      require(d.limit_src == 0 && d.cap <= l->bytes - cfg_discover_margin(l->bytes),
+              "cap %llu above line %llu less the margin", (unsigned long long)d.cap,
+              (unsigned long long)l->bytes);
+    } else {
+      require(d.cap == UINT64_MAX && (d.soft <= l->bytes || l->bytes == 0), "guarantee");
+    }
+  }
+  cfg_pci_t pci, back;
+  char text[64];
+  if (cfg_parse_pci(s, n, &pci) == 0) {
+    cfg_format_pci(&pci, text, sizeof text);
+    require(cfg_parse_pci(text, strlen(text), &back) == 0 && memcmp(&pci, &back, sizeof pci) == 0,
+            "PCI bus id '%s' formats as '%s', which does not read back", s, text);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static char s[MAXTEXT + 1];
   if (size < 1 || size > MAXTEXT) {
@@ -716,7 +775,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_path(s, n, true);
     break;
   default:
-    fuzz_load(data + 1, size - 1);
+    if (sel % 20 == 19) {
+      fuzz_discover(s, n, sel / 20);
+    } else {
+      fuzz_load(data + 1, size - 1);
+    }
     break;
   }
   return 0;
