@@ -689,10 +689,15 @@ static void fuzz_load(const uint8_t *data, size_t size) {
  * must be coherent, a refusal must say why in one line naming the source, and the per-device
  * answer must never pass a line. No reference grammar: the invariants. */
 static void fuzz_discover(const char *s, size_t n, unsigned which) {
-  static const char *const sources[] = {
-      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "SLURM_SHARD_MEM_PER_GPU", "NVIDIA_GPU_MEMORY_LIMIT",
-      "NVIDIA_GPU_MEMORY_REQUEST",        "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_7",
-      "GPU_MEMORY_LIMIT",                 "dmem.max",                 "dmem.min"};
+  static const char *const sources[] = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                                        "SLURM_SHARD_MEM_PER_GPU",
+                                        "NVIDIA_GPU_MEMORY_LIMIT",
+                                        "NVIDIA_GPU_MEMORY_REQUEST",
+                                        "CUDA_DEVICE_MEMORY_LIMIT",
+                                        "CUDA_DEVICE_MEMORY_LIMIT_7",
+                                        "GPU_MEMORY_LIMIT",
+                                        "dmem.max",
+                                        "dmem.min"};
   static cfg_found_t f;
   static char msg[4096];
   const char *name = sources[which % (sizeof sources / sizeof sources[0])];
