@@ -94,9 +94,11 @@ include config/config.mk
 include core/core.mk
 include core/report.mk
 include scripts/scripts.mk
+include scripts/slurm/slurm.mk
 include shim/shim.mk
 include tests/fakecuda/fakecuda.mk
 include tests/tests.mk
+include tests/cluster/cluster.mk
 include tests/fuzz/fuzz.mk
 include tests/reliability/reliability.mk
 include tests/frameworks/frameworks.mk

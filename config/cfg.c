@@ -19,8 +19,6 @@
 #include <strings.h>
 #include <sys/sysinfo.h>
 
-#define QUOTE_MAX 80 /* input bytes of a bad value quoted back in a message */
-
 /* ---------------------------------------------------------------- the option table */
 
 #define TYPE_NAME_LIMIT "size or per-device list"
@@ -247,14 +245,12 @@ static const void *cfield_of(const cfg_t *cfg, const opt_t *o) {
 
 /* ---------------------------------------------------------------- messages */
 
-/* Writes v quoted for a one-line message: printable ASCII as is, `'` and `\` and every other
- * byte as \xNN, at most QUOTE_MAX input bytes then "...". out needs 4 * QUOTE_MAX + 4 bytes. */
-static void quote(const char *v, char *out, size_t outlen) {
+void cfg_quote(const char *v, char *out, size_t outlen) {
   static const char hex[] = "0123456789abcdef";
   size_t o = 0;
   size_t i = 0;
 
-  for (; v[i] != '\0' && i < QUOTE_MAX && o + 5 < outlen; i++) {
+  for (; v[i] != '\0' && i < CFG_QUOTE_IN && o + 5 < outlen; i++) {
     unsigned char c = (unsigned char)v[i];
     if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
       out[o++] = (char)c;
@@ -289,7 +285,7 @@ static const char *process_getenv(void *ctx, const char *name, bool secure) {
  * TF_FORCE_GPU_ALLOW_GROWTH: strcmp against exactly "true" and "false", nothing trimmed or
  * case-folded; anything else is reported and ignored. Returns true iff a warning was written. */
 static bool apply_alias(cfg_t *cfg, const opt_t *o, const char *v, char *msg, size_t msglen) {
-  char q[4 * QUOTE_MAX + 4];
+  char q[CFG_QUOTE_MAX];
   char def[16];
 
   if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
@@ -298,7 +294,7 @@ static bool apply_alias(cfg_t *cfg, const opt_t *o, const char *v, char *msg, si
     return false;
   }
   if (msg != NULL && msglen > 0) {
-    quote(v, q, sizeof q);
+    cfg_quote(v, q, sizeof q);
     types[o->info.type].format(&o->info, field_of(cfg, o), def, sizeof def);
     snprintf(msg, msglen,
              "gpucap: warning: %s='%s' is ignored: only the exact strings 'true' and 'false' "
@@ -411,7 +407,7 @@ int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen
   bool failed = false;
   bool warned = false;
   char why[CFG_WHY_MAX];
-  char q[4 * QUOTE_MAX + 4];
+  char q[CFG_QUOTE_MAX];
 
   if (msg != NULL && msglen > 0) {
     msg[0] = '\0';
@@ -438,7 +434,7 @@ int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen
       cfg->source[i] = CFG_SRC_INVALID;
       // One message: the first error replaces any warning, later errors add nothing.
       if (!failed && msg != NULL && msglen > 0) {
-        quote(v, q, sizeof q);
+        cfg_quote(v, q, sizeof q);
         snprintf(msg, msglen, "gpucap: error: %s='%s': %s; accepted: %s", o->info.name, q, why,
                  o->info.accepted);
       }

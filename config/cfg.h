@@ -19,6 +19,10 @@
 /* A buffer of this many bytes holds any message cfg_load writes, untruncated. */
 #define CFG_MSG_MAX 1024
 
+/* cfg_quote: input bytes quoted at most, and the buffer that always holds the result. */
+#define CFG_QUOTE_IN 80
+#define CFG_QUOTE_MAX (4 * CFG_QUOTE_IN + 4)
+
 /* How an option's value is written and parsed. */
 typedef enum cfg_type {
   CFG_TYPE_LIMIT,    /* cfg_devvals_t of bytes: a size or a per-device list (cfg_parse_devvals) */
@@ -66,6 +70,7 @@ typedef struct cfg {
   cfg_devvals_t share_max;             /* GPUCAP_SHARE_MAX, bytes */
   cfg_devvals_t oversubscribe;         /* GPUCAP_OVERSUBSCRIBE, bytes of host memory per device */
   bool spill;                          /* GPUCAP_SPILL: device allocations spill too */
+  bool discover;                       /* GPUCAP_DISCOVER: read the cluster's caps (discover.h) */
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
   int pool;                            /* GPUCAP_POOL: a cfg_pool_t */
   bool fronts;                         /* GPUCAP_FRONTS: per-thread caches of freed blocks */
@@ -75,6 +80,7 @@ typedef struct cfg {
   char report_json[PATH_MAX];          /* GPUCAP_REPORT_JSON, "" = none */
   char trace[PATH_MAX];                /* GPUCAP_TRACE, "" = none */
   int verbose;                         /* GPUCAP_VERBOSE, 0..3 */
+  char cgroup_root[PATH_MAX];          /* GPUCAP_CGROUP_ROOT, "" = from /proc/self/mountinfo */
   int release_after;                   /* GPUCAP_RELEASE_AFTER, milliseconds; 0 = never */
   unsigned char source[CFG_OPT_COUNT]; /* cfg_source_t of each option */
 } cfg_t;
@@ -134,6 +140,11 @@ int cfg_unknown(const char *const *env, char *msg, size_t msglen);
  * without the setting its user meant): "gpucap: error: NAME is not a gpucap setting (did you
  * mean SETTING?)". Same contract otherwise. */
 int cfg_unknown_check(const char *const *env, bool refuse, char *msg, size_t msglen);
+
+/* Writes v quoted for a one-line message into out[outlen] (CFG_QUOTE_MAX bytes always suffice):
+ * printable ASCII as is, `'` and `\` and every other byte as \xNN, at most CFG_QUOTE_IN input
+ * bytes then "...". O(CFG_QUOTE_IN); never fails. */
+void cfg_quote(const char *v, char *out, size_t outlen);
 
 /* Returns the cap for device `ordinal` whose total memory is `device_total_bytes`:
  * min(the GPUCAP_MEMORY_LIMIT bytes, floor(GPUCAP_MEMORY_FRACTION * device_total_bytes)) over

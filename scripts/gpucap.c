@@ -4,6 +4,7 @@
  * every listing of them (help, usage errors) is printed from; each command lives in its own
  * module (run.c, rjson.c, plot.c, export.c, top.c). Exit statuses: cli.h.
  */
+#include "scripts/cdi.h"
 #include "scripts/cli.h"
 #include "scripts/export.h"
 #include "scripts/plot.h"
@@ -29,6 +30,8 @@ static const struct command {
     {"env", run_env_main, "env [OPTIONS]", "show the settings a run would use and their origin"},
     {"top", top_main, "top [--once] [--json] [--clean]",
      "show the processes running under gpucap on this machine, and the shared budgets"},
+    {"cdi", cdi_main, "cdi [--name NAME] [-o FILE] [OPTIONS]",
+     "write a CDI spec that puts containers under gpucap (podman, containerd, CRI-O)"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

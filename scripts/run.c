@@ -16,6 +16,7 @@
 #include "core/report.h"
 #include "scripts/cli.h"
 #include "scripts/driver.h"
+#include "scripts/found.h"
 #include "scripts/outpath.h"
 #include "scripts/preload.h"
 #include "scripts/target.h"
@@ -248,11 +249,12 @@ static int refuse_unknown(void) {
   return -1;
 }
 
-/* cfg_load over the options and the environment. On a bad value prints the shim's message and
- * where the value came from, and returns -1; warnings are printed only when `warn`. */
-static int load_settings(settings_t *s, cfg_t *cfg, bool warn) {
+/* cfg_load over the options and, through `get`, what else counts (settings_getenv: the
+ * environment). On a bad value prints the shim's message and where the value came from, and
+ * returns -1; warnings are printed only when `warn`. */
+static int load_from(settings_t *s, cfg_getenv_fn *get, cfg_t *cfg, bool warn) {
   char msg[CFG_MSG_MAX];
-  if (cfg_load(cfg, settings_getenv, s, msg, sizeof msg) == 0) {
+  if (cfg_load(cfg, get, s, msg, sizeof msg) == 0) {
     if (warn && msg[0] != '\0') {
       fprintf(stderr, "%s\n", msg);
     }
@@ -273,6 +275,10 @@ static int load_settings(settings_t *s, cfg_t *cfg, bool warn) {
     }
   }
   return -1;
+}
+
+static int load_settings(settings_t *s, cfg_t *cfg, bool warn) {
+  return load_from(s, settings_getenv, cfg, warn);
 }
 
 void run_print_settings(void) {
@@ -304,7 +310,7 @@ static void print_wrapped(const char *left, const char *text) {
   printf("%s\n", text);
 }
 
-static void print_options(void) {
+void run_print_options(void) {
   for (size_t k = 0; k < NOPTS; k++) {
     const struct runopt *o = &runopts[k];
     char left[64];
@@ -340,7 +346,7 @@ static void run_usage(void) {
         "Options (each sets the variable shown for COMMAND, overriding the environment; a\n"
         "later option wins over an earlier one; an empty value unsets the variable):\n",
         stdout);
-  print_options();
+  run_print_options();
   fputs("\nSettings (what the library reads; `gpucap env` shows their current values):\n", stdout);
   run_print_settings();
   fputs("\n"
@@ -366,7 +372,7 @@ static void env_usage(void) {
         "\n"
         "Options (as for gpucap run):\n",
         stdout);
-  print_options();
+  run_print_options();
   fputs("\n"
         "Exit status: 0 when every setting is valid; 125 when one is not, or when a GPUCAP_\n"
         "variable is not a setting (the message is printed on stderr, as gpucap run would\n"
@@ -459,8 +465,8 @@ static void ordinals(uint64_t mask, char *buf, size_t len) {
 static void warn_oversize(const settings_t *s, const cfg_t *cfg, int count) {
   for (int i = 0; i < count; i++) {
     uint64_t v = 0, total = 0;
-    if (cfg_devvals_get(&cfg->limit, i, &v) && driver_device_total(i, &total) == 0 && total > 0 &&
-        cfg_device_cap(cfg, i, total) > total) {
+    if (cfg_devvals_get(&cfg->limit, i, &v) && driver_device_info(i, NULL, 0, &total) == 0 &&
+        total > 0 && cfg_device_cap(cfg, i, total) > total) {
       char want[REPORT_SIZE_MAX], has[REPORT_SIZE_MAX];
       report_format_size(v, want, sizeof want);
       report_format_size(total, has, sizeof has);
@@ -609,7 +615,9 @@ int run_main(int argc, char **argv) {
   if (status >= 0) {
     return status;
   }
+  static cfg_found_t caps;
   if (refuse_unknown() != 0 || load_settings(&s, &cfg, false) != 0 ||
+      found_load(&caps, &cfg) != 0 ||
       prepare_library(lib, sizeof lib, preload, sizeof preload) != 0 ||
       check_outputs(&s, &cfg) != 0) {
     return CLI_ERROR;
@@ -668,8 +676,10 @@ int run_env_main(int argc, char **argv) {
   if (status >= 0) {
     return status;
   }
+  static cfg_found_t found;
   int bad = refuse_unknown();
   bad |= load_settings(&s, &cfg, true);
+  bad |= found_load(&found, &cfg);
   print_listing(&s, &cfg);
 
   static char lib[PATH_MAX + 256];
@@ -683,6 +693,35 @@ int run_env_main(int argc, char **argv) {
            override != NULL ? "environment" : "default (next to gpucap)");
     cli_warn("env: %s", lib);
   }
+  found_print(&found, &cfg);
   fflush(stdout);
   return bad != 0 ? CLI_ERROR : CLI_OK;
+}
+
+/* The options' values alone (the process environment is not read). */
+static const char *options_getenv(void *ctx, const char *name, bool secure) {
+  const settings_t *s = ctx;
+  (void)secure;
+  for (int i = 0; i < CFG_OPT_COUNT; i++) {
+    if (s->value[i] != NULL && strcmp(cfg_option((cfg_opt_t)i)->name, name) == 0) {
+      return s->value[i];
+    }
+  }
+  return NULL;
+}
+
+int run_options(int argc, char **argv, void (*usage)(void), cfg_t *cfg, bool given[CFG_OPT_COUNT]) {
+  static settings_t s;
+  memset(&s, 0, sizeof s);
+  int status = parse_or_answer(argc, argv, &s, NULL, usage);
+  if (status >= 0) {
+    return status;
+  }
+  if (load_from(&s, options_getenv, cfg, true) != 0) {
+    return CLI_ERROR;
+  }
+  for (int i = 0; i < CFG_OPT_COUNT; i++) {
+    given[i] = s.value[i] != NULL && !blank(s.value[i]);
+  }
+  return -1;
 }

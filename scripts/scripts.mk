@@ -8,7 +8,8 @@
 
 CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts/rjson.c \
             scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/pickle.c \
-            scripts/export.c scripts/target.c scripts/outpath.c scripts/driver.c scripts/top.c
+            scripts/export.c scripts/target.c scripts/outpath.c scripts/driver.c scripts/top.c \
+            scripts/found.c scripts/cdi.c
 # gpucap top reads the shared budgets' ledgers and the processes' entries through the shim's own
 # (self-contained) modules.
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/budget.o $(BUILD)/obj/shim/roster.o
@@ -64,6 +65,7 @@ install: $(GPUCAP_CLI) $(BUILD)/libgpucap.so
 	$(Q)install -d $(INSTALL_DIRS)
 	install -m 0755 $(GPUCAP_CLI) '$(DESTDIR)$(BINDIR)/gpucap'
 	install -m 0755 $(SHIM_LIB) '$(DESTDIR)$(LIBDIR)/libgpucap.so'
+	$(if $(SPANK_PLUGIN),install -m 0755 $(SPANK_PLUGIN) '$(DESTDIR)$(LIBDIR)/gpucap_spank.so')
 	install -m 0644 README.md '$(DESTDIR)$(DOCDIR)/README.md'
 	install -m 0644 $(INSTALL_DOCS) '$(DESTDIR)$(DOCDIR)/docs/'
 	install -m 0644 scripts/gpucap.1 '$(DESTDIR)$(MAN1DIR)/gpucap.1'
@@ -72,6 +74,7 @@ install: $(GPUCAP_CLI) $(BUILD)/libgpucap.so
 
 uninstall:
 	rm -f '$(DESTDIR)$(BINDIR)/gpucap' '$(DESTDIR)$(LIBDIR)/libgpucap.so' \
+	  '$(DESTDIR)$(LIBDIR)/gpucap_spank.so' \
 	  '$(DESTDIR)$(DOCDIR)/README.md' $(INSTALL_DOCS:docs/%='$(DESTDIR)$(DOCDIR)/docs/%') \
 	  '$(DESTDIR)$(MAN1DIR)/gpucap.1'
 	$(Q)made=$$(cat $(INSTALLED_DIRS) 2>/dev/null); rm -f $(INSTALLED_DIRS); \

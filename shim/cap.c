@@ -1,7 +1,8 @@
 /* Caps and charges per device. The settings are read once (pthread_once) at the first hook
- * that needs them; each device's limit is computed once from the settings and the device's
- * real total memory, then published with a release store. Charges are CAS loops on one
- * atomic counter per device, so concurrent allocations never overshoot the cap.
+ * that needs them; each device's limit is computed once from the settings, the caps the
+ * cluster set (its PCI bus id asked of the driver) and the device's real total memory, then
+ * published with a release store. Charges are CAS loops on one atomic counter per device, so
+ * concurrent allocations never overshoot the cap.
  */
 #include "shim/cap.h"
 
@@ -21,12 +22,14 @@
 
 struct device_cap {
   _Atomic uint64_t used;
-  _Atomic uint64_t limit; /* valid once `ready` */
+  _Atomic uint64_t limit;     /* valid once `ready` */
+  _Atomic uint64_t guarantee; /* valid once `ready` */
   atomic_bool ready;
   atomic_bool warned; /* the cap above the device's memory was said */
 };
 
 static struct device_cap devices[GPUCAP_MAX_DEVICES];
+
 bool cap_no_context(CUresult rc) {
   return rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_NOT_INITIALIZED ||
          rc == CUDA_ERROR_DEINITIALIZED || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED;
@@ -46,6 +49,46 @@ CUresult cap_current_device(int *dev) {
   }
   *dev = d;
   return CUDA_SUCCESS;
+}
+
+/* Whether some discovered source is keyed by PCI bus id. */
+static bool keyed_by_pci(const cfg_found_t *f) {
+  for (int i = 0; i < f->nlines; i++) {
+    if (f->line[i].device == CFG_BY_PCI) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The smaller of `own` (gpucap's settings' cap of dev) and the caps the cluster set for dev;
+ * stores dev's guarantee (CAP_NONE: none) in c. */
+static uint64_t discovered(int dev, uint64_t own, struct device_cap *c) {
+  const cfg_found_t *f = settings_found();
+  cfg_devcap_t d = {CAP_NONE, -1, 0, CAP_NONE, -1};
+  if (f->n > 0) {
+    char bus[64] = "";
+    cfg_pci_t pci;
+    CUresult rc = real.cuDeviceGetPCIBusId ? real.cuDeviceGetPCIBusId(bus, (int)sizeof bus, dev)
+                                           : CUDA_ERROR_NOT_FOUND;
+    bool known = rc == CUDA_SUCCESS && cfg_parse_pci(bus, strnlen(bus, sizeof bus), &pci) == 0;
+    if (!known && keyed_by_pci(f)) {
+      log_msg(LOG_WARN,
+              "device %d: the driver gives no PCI bus id ('%.32s', error %d), so the caps "
+              "keyed by one (SLURM_SHARD_MEM_PER_GPU, dmem.max) do not apply to it",
+              dev, bus, (int)rc);
+    }
+    cfg_discover_device(f, dev, known ? &pci : NULL, &d);
+  }
+  atomic_store_explicit(&c->guarantee, d.soft, memory_order_relaxed);
+  if (d.limit_src < 0 || d.cap >= own) {
+    return own;
+  }
+  const cfg_found_src_t *s = &f->src[d.limit_src];
+  log_msg(LOG_DEBUG, "device %d: cap %llu bytes from %s%s%s: %llu less %llu for %s", dev,
+          (unsigned long long)d.cap, s->name, s->where[0] ? " " : "", s->where,
+          (unsigned long long)d.line, (unsigned long long)(d.line - d.cap), s->enforcer);
+  return d.cap;
 }
 
 uint64_t cap_limit(int dev, uint64_t physical_total) {
@@ -73,6 +116,7 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
             "limit there",
             dev, want, has);
   }
+  limit = discovered(dev, limit, c);
   limit = share_limit(dev, limit, physical_total); /* a shared budget's, when one is named */
   runinfo_learn(dev); /* the device's first use: what the exit report will say about it */
   atomic_store_explicit(&c->limit, limit, memory_order_relaxed);
@@ -81,6 +125,15 @@ uint64_t cap_limit(int dev, uint64_t physical_total) {
     log_msg(LOG_DEBUG, "device %d: cap %llu bytes", dev, (unsigned long long)limit);
   }
   return limit;
+}
+
+uint64_t cap_guarantee(int dev) {
+  CHECK_DEVICE(dev);
+  struct device_cap *c = &devices[dev];
+  if (!atomic_load_explicit(&c->ready, memory_order_acquire)) {
+    return CAP_NONE;
+  }
+  return atomic_load_explicit(&c->guarantee, memory_order_relaxed);
 }
 
 /* What the process now holds on dev, for `gpucap top` (shim/roster.h). */

@@ -24,9 +24,17 @@ CUresult cap_current_device(int *dev);
  * allocation gpucap cannot attribute to a device is never made uncapped. */
 bool cap_no_context(CUresult rc);
 
-/* Device dev's cap in bytes, or CAP_NONE. `physical_total` is the device's real total memory
- * when the caller already knows it, else 0 (then the driver is asked once per device). */
+/* Device dev's cap in bytes, or CAP_NONE: the smallest of gpucap's settings' and the caps the
+ * cluster set (settings_found: each a margin under its line), then a shared budget's.
+ * `physical_total` is the device's real total memory when the caller already knows it, else 0
+ * (then the driver is asked once per device). The first call for dev asks the driver for its
+ * PCI bus id when a discovered source is keyed by one. */
 uint64_t cap_limit(int dev, uint64_t physical_total);
+
+/* Device dev's guarantee from the cluster (dmem.min, NVIDIA_GPU_MEMORY_REQUEST): above it the
+ * pools give their idle memory back at once. CAP_NONE when there is none or before dev's cap is
+ * computed. One atomic load. */
+uint64_t cap_guarantee(int dev);
 
 /* Charges `bytes` to dev iff the charge stays within the cap; returns true iff charged. */
 bool cap_charge(int dev, uint64_t bytes);

@@ -55,14 +55,14 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   }
 }
 
-/* The idle release (GPUCAP_RELEASE_AFTER, VMM-backed pools): once a window has passed, the
- * whole free units above the most bytes in use during it are unmapped, after settling the
- * deferred frees (a synchronize, skipped while a capture is going on). Lock held; dropped
- * across the synchronize. */
+/* The idle release (GPUCAP_RELEASE_AFTER, VMM-backed pools; and any pool above the device's
+ * guarantee): once due (pool_idle_due), the whole free units or regions above what the pool
+ * keeps are released, after settling the deferred frees (a synchronize, skipped while a capture
+ * is going on). Lock held; dropped across the synchronize. */
 static void release_idle(struct ctx *c, bool allocated) {
   CHECK_HELD(&c->lock);
   uint64_t keep = 0;
-  if (c->pool.window_ns == 0 || !pool_idle_due(&c->pool, allocated, &keep)) {
+  if (!pool_idle_due(&c->pool, allocated, &keep)) {
     return;
   }
   CUcontext mine = NULL;

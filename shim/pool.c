@@ -417,9 +417,30 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* Above the device's guarantee (cap_guarantee): the pool keeps its bytes in use and only as
+ * much idle memory as still fits under the guarantee; true with *keep set when it holds more. */
+static bool over_guarantee(pool_t *p, uint64_t *keep) {
+  uint64_t guarantee = cap_guarantee(p->dev), used = cap_used(p->dev);
+  if (guarantee == CAP_NONE || used <= guarantee) {
+    return false;
+  }
+  uint64_t in_use = 0, reserved = 0;
+  bfc_usage(p->bfc, &in_use, NULL, NULL, &reserved);
+  uint64_t idle = reserved > in_use ? reserved - in_use : 0, over = used - guarantee;
+  uint64_t give = over < idle ? over : idle;
+  *keep = reserved - give;
+  return give > 0 && give >= p->unit; /* a VMM-backed pool unmaps whole units only */
+}
+
 bool pool_idle_due(pool_t *p, bool allocated, uint64_t *keep) {
   uint64_t in_use = 0, reserved = 0;
-  if (p->window_ns == 0 || !p->bfc) {
+  if (!p->bfc) {
+    return false;
+  }
+  if (over_guarantee(p, keep)) {
+    return true;
+  }
+  if (p->window_ns == 0) {
     return false;
   }
   if (allocated) {
@@ -456,6 +477,7 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s) {
   p->bfc = NULL;
   p->vmm = false;
   p->handle_types = CU_MEM_HANDLE_TYPE_NONE;
+  p->unit = 0;
   p->map_calls = p->unmap_calls = p->create_calls = 0;
   p->window_ns = 0;
   p->window_start_ns = now_ns();

@@ -85,11 +85,13 @@ int pool_open(pool_t *p, int dev, const pool_setup_t *s);
 void pool_close(pool_t *p);
 
 /* The idle release, lock held, after each allocation (allocated: notes the bytes in use; a free
- * only lowers them) and free: once a VMM-backed pool's window of GPUCAP_RELEASE_AFTER has
- * passed, returns true with *keep set to the most bytes in use during it (what the pool keeps
- * mapped) and starts a new window. False for a region pool, with the setting 0 (callers may
- * test p->window_ns == 0 first and skip the call), or when more than one unit above *keep is
- * not mapped. A clock read; no driver call. */
+ * only lowers them) and free. While the device's charges are above its guarantee from the
+ * cluster (cap_guarantee: dmem.min), any pool returns true with *keep set so that its idle
+ * memory goes back down to the guarantee (never below its bytes in use). Otherwise, once a
+ * VMM-backed pool's window of GPUCAP_RELEASE_AFTER has passed, returns true with *keep set to
+ * the most bytes in use during it (what the pool keeps mapped) and starts a new window; false
+ * for a region pool, with the setting 0, or when more than one unit above *keep is not mapped.
+ * A clock read and two atomic loads; no driver call. */
 bool pool_idle_due(pool_t *p, bool allocated, uint64_t *keep);
 
 /* Unmaps p's whole free units while more than keep bytes are mapped (driver calls, lock held);

@@ -25,6 +25,7 @@ struct real_fns {
   X(cuDeviceGetAttribute)                                                                          \
   X(cuDeviceGetName)                                                                               \
   X(cuDeviceGetUuid_v2)                                                                            \
+  X(cuDeviceGetPCIBusId)                                                                           \
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuCtxPushCurrent_v2)                                                                           \
   X(cuCtxPopCurrent_v2)                                                                            \

@@ -24,7 +24,7 @@ line() {
 @test "every setting of the options table is listed, in its order" {
   run "$GPUCAP" env
   want=$(sed -n 's/^CFG_OPT(\([A-Z_]*\),.*/GPUCAP_\1/p' "$TOP/config/options.def")
-  got=$(awk '{print $1}' <<<"$output" | grep -v '^GPUCAP_LIB$')
+  got=$(sed '/^GPUCAP_LIB /q' <<<"$output" | awk '{print $1}' | grep -v '^GPUCAP_LIB$')
   [ "$got" = "$want" ]
 }
 
@@ -103,6 +103,24 @@ line() {
   [ "$(line GPUCAP_REPORT_JSON)" = "GPUCAP_REPORT_JSON (unset) default" ]
 }
 
+@test "the caps the cluster set: each source, and a bad one refused like a bad setting" {
+  export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G
+  run --separate-stderr env LD_LIBRARY_PATH="$FAKE_DIR" "$GPUCAP" env
+  status_is 0
+  has "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT='0=1G'  limit, held by the MPS server"
+  has "device 0 (0000:01:00.0, 16GiB): cap 768MiB from CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+  run --separate-stderr "$GPUCAP" env
+  has "(the devices are unknown here: no CUDA driver can be loaded)"
+  export GPU_MEMORY_LIMIT=lots
+  run --separate-stderr "$GPUCAP" env
+  status_is 125
+  has "GPU_MEMORY_LIMIT='lots'  invalid: ignored"
+  err_has "gpucap: error: GPU_MEMORY_LIMIT='lots'"
+  run --separate-stderr env GPUCAP_DISCOVER=off "$GPUCAP" env
+  status_is 0
+  hasnt "CUDA_MPS_PINNED"
+}
+
 @test "usage errors (2): arguments, '--', unknown options; --help and --version" {
   run --separate-stderr "$GPUCAP" env extra
   status_is 2
@@ -123,8 +141,13 @@ line() {
 }
 
 @test "docs/configuration.md documents every variable gpucap env lists" {
+  export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G SLURM_SHARD_MEM_PER_GPU=0000:01:00.0=1024M \
+    NVIDIA_GPU_MEMORY_LIMIT=1024 NVIDIA_GPU_MEMORY_REQUEST=512 CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_LIMIT_0=1g GPU_MEMORY_LIMIT=1073741824
   run "$GPUCAP" env
-  for v in $(awk '{print $1}' <<<"$output"); do
+  status_is 0
+  for v in $(sed '/^GPUCAP_LIB /q' <<<"$output" | awk '{print $1}') \
+    $(sed -n "s/^  \([A-Z_0-9]*\)='.*/\1/p" <<<"$output" | sed 's/_0$/_<i>/'); do
     grep -q "\`$v\`" "$TOP/docs/configuration.md"
   done
 }

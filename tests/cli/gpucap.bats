@@ -35,7 +35,7 @@ commands() {
 }
 
 @test "every command has --help and --version" {
-  [ "$(commands)" = "run, report, plot, export, env, top" ]
+  [ "$(commands)" = "run, report, plot, export, env, top, cdi" ]
   for c in $(commands | tr -d ,); do
     run "$GPUCAP" "$c" --help
     status_is 0

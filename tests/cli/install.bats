@@ -37,8 +37,14 @@ installed_run() {
   head -n 5 "$root/share/man/man1/gpucap.1" | grep -q '^\.TH GPUCAP 1'
   grep -q '`share/man/man1/gpucap.1`' "$TOP/README.md" # where README says it goes
   ndocs=$(ls "$TOP"/docs/*.md | wc -l)
+  # The Slurm plug-in is built, and installed beside the library, where Slurm's headers are.
+  nplugin=0
+  if [ -f "$BUILD/gpucap_spank.so" ]; then
+    cmp "$root/lib/gpucap/gpucap_spank.so" "$BUILD/gpucap_spank.so"
+    nplugin=1
+  fi
   # and the list of the folders install made, for uninstall
-  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((5 + ndocs)) ]
+  [ "$(find "$SCRATCH/stage" -type f | wc -l)" -eq $((5 + ndocs + nplugin)) ]
   grep -qx "$root/share/man/man1" "$root/lib/gpucap/installed-dirs"
   cmp "$root/lib/gpucap/libgpucap.so" "$BUILD/libgpucap.so"
 }

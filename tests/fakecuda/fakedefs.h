@@ -85,7 +85,6 @@ typedef struct CUctxCreateParams_st {
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev); /* PFN_..._v2000 ABI */
 CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
-CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 
 /* Contexts. */

@@ -46,6 +46,7 @@ struct fk_fail {
 struct fk_config {
   int ndev;
   size_t mem[FK_MAX_DEVICES];
+  unsigned pci_bus[FK_MAX_DEVICES]; /* FAKECUDA_PCI_BUS: each device's PCI bus (domain 0) */
   int cc_major, cc_minor;
   int backing;
   int stub; /* FAKECUDA_STUB=1: behave like the toolkit's stub libcuda.so */

@@ -343,7 +343,7 @@ static int attr_value(int attr, int dev) {
   case 30: return 512;                /* SURFACE_ALIGNMENT */
   case 31: return 1;                  /* CONCURRENT_KERNELS */
   case 32: return 1;                  /* ECC_ENABLED */
-  case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return dev + 1;
+  case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return (int)fk.cfg.pci_bus[dev];
   case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
   case 35: return 0;                  /* TCC_DRIVER */
   case 36: return hopper ? 2619000 : 1215000; /* MEMORY_CLOCK_RATE, kHz */
@@ -436,7 +436,8 @@ static CUresult pci_bus_id(char *id, int len, CUdevice dev) {
   if (dev_check(dev) != CUDA_SUCCESS) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
-  snprintf(id, (size_t)len, "0000:%02x:00.0", dev + 1);
+  /* The driver writes hex in capitals (software that matches sysfs lowers it first). */
+  snprintf(id, (size_t)len, "0000:%02X:00.0", fk.cfg.pci_bus[dev]);
   return CUDA_SUCCESS;
 }
 
@@ -450,8 +451,8 @@ static CUresult by_pci_bus_id(CUdevice *dev, const char *id) {
   }
   for (int d = 0; d < fk.ndev; d++) {
     char mine[32], shortform[32];
-    snprintf(mine, sizeof mine, "0000:%02x:00.0", d + 1);
-    snprintf(shortform, sizeof shortform, "%02x:00.0", d + 1);
+    snprintf(mine, sizeof mine, "0000:%02x:00.0", fk.cfg.pci_bus[d]);
+    snprintf(shortform, sizeof shortform, "%02x:00.0", fk.cfg.pci_bus[d]);
     if (strcasecmp(id, mine) == 0 || strcasecmp(id, shortform) == 0) {
       *dev = d;
       return CUDA_SUCCESS;

@@ -15,9 +15,12 @@
  *                                          digits + ns, us or ms, at most 1 s
  *   FAKECUDA_LATENCY_SLEEP  0 | 1          (default 1)
  *   FAKECUDA_MIGRATION TIME               per 4 KiB managed page migrated (as LATENCY's TIME)
+ *   FAKECUDA_PCI_BUS  ORD:BUS,...          BUS = 1 or 2 hex digits, each device's distinct
+ *                                          (default: device N on bus N + 1)
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/fakecuda/fk.h"
@@ -131,6 +134,39 @@ static int parse_memory(struct fk_config *cfg, const char *val, char *err, size_
     }
     p = end + 1;
   }
+}
+
+/* FAKECUDA_PCI_BUS: ORDINAL:BUS,... with BUS in hex; every device's bus distinct. */
+static int parse_pci_bus(struct fk_config *cfg, const char *val, char *err, size_t errlen) {
+  for (const char *p = val;;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    unsigned long long ord;
+    size_t hexlen = colon != NULL ? len - (size_t)(colon + 1 - p) : 0;
+    if (colon == NULL || parse_u64(p, (size_t)(colon - p), &ord) != 0 || hexlen < 1 || hexlen > 2 ||
+        strspn(colon + 1, "0123456789abcdefABCDEF") < hexlen) {
+      return fail_msg(err, errlen, "FAKECUDA_PCI_BUS", val, "expected ORDINAL:BUS,... (0:3b,1:86)");
+    }
+    if (ord >= (unsigned long long)cfg->ndev) {
+      return fail_msg(err, errlen, "FAKECUDA_PCI_BUS", val, "ordinal not below FAKECUDA_DEVICES");
+    }
+    char hex[3] = {0};
+    memcpy(hex, colon + 1, hexlen);
+    cfg->pci_bus[ord] = (unsigned)strtoul(hex, NULL, 16);
+    if (end == NULL) {
+      break;
+    }
+    p = end + 1;
+  }
+  for (int a = 0; a < cfg->ndev; a++) {
+    for (int b = a + 1; b < cfg->ndev; b++) {
+      if (cfg->pci_bus[a] == cfg->pci_bus[b]) {
+        return fail_msg(err, errlen, "FAKECUDA_PCI_BUS", val, "two devices on one bus");
+      }
+    }
+  }
+  return 0;
 }
 
 /* A machine name becomes part of a file name in /dev/shm (fk_machine.c): no '/', no "..". */
@@ -258,7 +294,7 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
   const char *fail = get("FAKECUDA_FAIL"), *stats = get("FAKECUDA_STATS");
   const char *stub = get("FAKECUDA_STUB"), *trace = get("FAKECUDA_TRACE");
   const char *machine = get("FAKECUDA_MACHINE"), *latency = get("FAKECUDA_LATENCY");
-  const char *latency_sleep = get("FAKECUDA_LATENCY_SLEEP");
+  const char *latency_sleep = get("FAKECUDA_LATENCY_SLEEP"), *pci_bus = get("FAKECUDA_PCI_BUS");
   const char *migration = get("FAKECUDA_MIGRATION");
   memset(cfg, 0, sizeof *cfg);
   cfg->ndev = 1;
@@ -266,6 +302,7 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
   cfg->cc_minor = 0;
   for (int d = 0; d < FK_MAX_DEVICES; d++) {
     cfg->mem[d] = FK_DEFAULT_MEMORY;
+    cfg->pci_bus[d] = (unsigned)d + 1;
   }
   if (devices != NULL) {
     unsigned long long n;
@@ -275,6 +312,9 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
     cfg->ndev = (int)n;
   }
   if (memory != NULL && parse_memory(cfg, memory, err, errlen) != 0) {
+    return -EINVAL;
+  }
+  if (pci_bus != NULL && parse_pci_bus(cfg, pci_bus, err, errlen) != 0) {
     return -EINVAL;
   }
   if (cc != NULL) {

@@ -89,13 +89,17 @@ static int run(const char *op) {
     for (int d = 0; d < n; d++) {
       size_t total = 0;
       int major = 0, minor = 0, sms = 0;
-      char dname[64] = "";
+      char dname[64] = "", bus[32] = "";
+      int busnum = -1;
       cuDeviceTotalMem_v2(&total, d);
+      cuDeviceGetPCIBusId(bus, sizeof bus, d);
+      cuDeviceGetAttribute(&busnum, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
       cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
       cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
       cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
       cuDeviceGetName(dname, sizeof dname, d);
-      printf("device%d total=%zu cc=%d.%d sms=%d name=%s\n", d, total, major, minor, sms, dname);
+      printf("device%d total=%zu cc=%d.%d sms=%d name=%s pci=%s bus=%d\n", d, total, major, minor,
+             sms, dname, bus, busnum);
     }
     return 1;
   }

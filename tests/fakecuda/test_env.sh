@@ -51,6 +51,14 @@ like "$out" "device1 total=2147483648" "ORD:SIZE with a K/M/G/T unit"
 like "$out" "device2 total=17179869184" "devices not listed keep 16 GiB"
 out=$(p FAKECUDA_DEVICES=3 FAKECUDA_MEMORY=1073741824 "$probe" init devices)
 like "$out" "device2 total=1073741824" "a plain size in bytes applies to every device"
+like "$out" "device0 .* pci=0000:01:00.0 bus=1" "device N sits on PCI bus N + 1 by default"
+out=$(p FAKECUDA_DEVICES=3 FAKECUDA_PCI_BUS=0:3b,2:C1 "$probe" init devices)
+like "$out" "device0 .* pci=0000:3B:00.0 bus=59" \
+  "FAKECUDA_PCI_BUS=0:3b: the bus id in capitals, as the driver writes it, and its attribute"
+like "$out" "device1 .* pci=0000:02:00.0 bus=2" "... a device not listed keeps bus N + 1"
+like "$out" "device2 .* pci=0000:C1:00.0 bus=193" "... either case of hex digits"
+out=$(p FAKECUDA_DEVICES=2 FAKECUDA_PCI_BUS=0:2 "$probe" init)
+is "$out" "init 1" "FAKECUDA_PCI_BUS=0:2 with device 1 on bus 2: two devices on one bus are refused"
 out=$(p FAKECUDA_CC=8.0 "$probe" init devices)
 like "$out" "cc=8.0 sms=108" "FAKECUDA_CC=8.0 (an A100: 108 SMs)"
 out=$(p FAKECUDA_DEVICES=0 "$probe" init devices)
@@ -68,7 +76,9 @@ for setting in FAKECUDA_MEMORY=1GB FAKECUDA_MEMORY=0x40000000 FAKECUDA_MEMORY=-1
   FAKECUDA_LATENCY=cuMemCreate:1001ms FAKECUDA_LATENCY=cuNoSuchCall:1us \
   FAKECUDA_LATENCY=cuMemMap:2us,cuMemMap:3us FAKECUDA_LATENCY=cuMemMap:2us, \
   FAKECUDA_LATENCY=:2us FAKECUDA_LATENCY=cuMemMap:-2us FAKECUDA_LATENCY_SLEEP=yes \
-  FAKECUDA_MIGRATION=2 FAKECUDA_MIGRATION=2s; do
+  FAKECUDA_MIGRATION=2 FAKECUDA_MIGRATION=2s \
+  FAKECUDA_PCI_BUS=0:3g FAKECUDA_PCI_BUS=0:100 FAKECUDA_PCI_BUS=1:3b FAKECUDA_PCI_BUS=0: \
+  FAKECUDA_PCI_BUS=3b; do
   out=$(p "$setting" "$probe" init version gpa:cuInit:2000)
   var=${setting%%=*}
   fails=$(printf '%s\n' "$out" | grep -c -e '^init 1$' -e '^version 1 ' -e '^gpa 1 ')

@@ -8,9 +8,12 @@
  * failure, give a one-line printable reason exactly when it fails, and read back its own
  * canonical text (cfg_format_*) to the same value. For cfg_load: fail closed (an invalid cfg_t
  * caps every device at 0), one printable message line naming the first bad variable, and caps
- * that equal min(limit, fraction x total) of what the variables hold. A failed check aborts.
+ * that equal min(limit, fraction x total) of what the variables hold. A first byte of 19 modulo
+ * 20 feeds one source of the caps the cluster set (config/discover.h) instead, checked by its
+ * invariants. A failed check aborts.
  */
 #include "config/cfg.h"
+#include "config/discover.h"
 #include "config/parse.h"
 
 #include <errno.h>
@@ -484,25 +487,29 @@ static void fuzz_path(const char *s, size_t n, bool dest) {
 /* ---------------------------------------------------------------- cfg_load */
 
 /* The variables in the order of the input's bitmap of those set (bits 0-8 first, as the
- * committed corpus has them; the shared budget's three came later, bits 9-11, then 12 to 15;
- * bit 15 also sets the spill budget and GPUCAP_SPILL, which came last). */
+ * committed corpus has them; the shared budget's three came later, bits 9-11, then 12 to 14;
+ * the top bit of the second byte sets the last five, 15 to 19, together). */
 static const char *const names[] = {
     "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH",
     "GPUCAP_POOL",          "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON",
     "GPUCAP_TRACE",         "GPUCAP_VERBOSE",         "TF_FORCE_GPU_ALLOW_GROWTH",
     "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX",
     "GPUCAP_RELEASE_AFTER", "GPUCAP_FRONTS",          "GPUCAP_ARENAS",
-    "GPUCAP_OOM_DUMP",      "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL"};
+    "GPUCAP_OOM_DUMP",      "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",
+    "GPUCAP_DISCOVER",      "GPUCAP_CGROUP_ROOT"};
 enum {
   NVARS = sizeof names / sizeof names[0],
   TF = 8,
   OOM_DUMP = 15,
   OVERSUBSCRIBE = 16,
-  SPILL = 17
+  SPILL = 17,
+  DISCOVER = 18,
+  CGROUP_ROOT = 19
 };
 
 /* names[] index of each option of options.def, in its order (cfg_load's). */
-static const int name_of_opt[] = {0, 1, 9, 10, 11, 16, 17, 2, 3, 13, 14, 4, 15, 5, 6, 7, 12};
+static const int name_of_opt[] = {0,  1,  9, 10, 11, 16, 17, 18, 2, 3,
+                                  13, 14, 4, 15, 5,  6,  7,  19, 12};
 _Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
                "name_of_opt follows config/options.def");
 
@@ -517,8 +524,8 @@ static const char *fake_getenv(void *ctx, const char *name, bool secure) {
   for (int i = 0; i < NVARS; i++) {
     if (strcmp(name, names[i]) == 0) {
       /* The settings that name files must be looked up with secure_getenv. */
-      require(secure == ((i >= 4 && i <= 6) || i == OOM_DUMP), "%s read with secure=%d", name,
-              secure);
+      require(secure == ((i >= 4 && i <= 6) || i == OOM_DUMP || i == CGROUP_ROOT),
+              "%s read with secure=%d", name, secure);
       return e->value[i];
     }
   }
@@ -563,6 +570,7 @@ static bool var_ok(int i, const char *v) {
            ref_path(s, path, sizeof path);
   case 5:
   case 6:
+  case CGROUP_ROOT:
     return same_word(strip(s), "off") || ref_path(s, path, sizeof path);
   case 9:
     return ref_name(s);
@@ -574,6 +582,7 @@ static bool var_ok(int i, const char *v) {
     return ref_uint(s, 0, 86400000, &u);
   case 13:
   case SPILL:
+  case DISCOVER:
     return ref_bool(s, &b);
   case 14:
     return ref_uint(s, 1, 16, &u);
@@ -609,8 +618,8 @@ static bool fits_host(const cfg_devvals_t *v) {
 static void fuzz_load(const uint8_t *data, size_t size) {
   static char buf[MAXTEXT + NVARS];
   env_t env = {{0}, 0};
-  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)data[1] << 8 : 0) : 0;
-  set |= (set >> 15 & 1) << OVERSUBSCRIBE | (set >> 15 & 1) << SPILL;
+  unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 0x7f) << 8 : 0) : 0;
+  set |= size > 1 && (data[1] & 0x80) ? 0x1fu << 15 : 0;
   size_t skip = size > 1 ? 2 : size;
   memcpy(buf, data + skip, size - skip);
   buf[size - skip] = '\0';
@@ -727,6 +736,67 @@ static void fuzz_load(const uint8_t *data, size_t size) {
   require(len < sizeof listing && strlen(listing) == len, "cfg_describe length");
 }
 
+/* ---------------------------------------------------------------- discovered caps */
+
+/* One source of the caps the cluster set, from the input's text: what cfg_discover_add keeps
+ * must be coherent, a refusal must say why in one line naming the source, and the per-device
+ * answer must never pass a line. No reference grammar: the invariants. */
+static void fuzz_discover(const char *s, size_t n, unsigned which) {
+  static const char *const sources[] = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                                        "SLURM_SHARD_MEM_PER_GPU",
+                                        "NVIDIA_GPU_MEMORY_LIMIT",
+                                        "NVIDIA_GPU_MEMORY_REQUEST",
+                                        "CUDA_DEVICE_MEMORY_LIMIT",
+                                        "CUDA_DEVICE_MEMORY_LIMIT_7",
+                                        "GPU_MEMORY_LIMIT",
+                                        "dmem.max",
+                                        "dmem.min"};
+  static cfg_found_t f;
+  static char msg[4096];
+  const char *name = sources[which % (sizeof sources / sizeof sources[0])];
+  cfg_found_clear(&f);
+  msg[0] = '\0';
+  int rc = cfg_discover_add(&f, name, name[0] == 'd' ? "/cg/x" : NULL, s, msg, sizeof msg);
+  require(rc == 0 || rc == -EINVAL, "%s: rc %d", name, rc);
+  require(f.n == 1 && f.src[0].valid == (rc == 0), "%s: one source, valid iff accepted", name);
+  const cfg_found_src_t *src = &f.src[0];
+  require(rc == 0 || (src->count == 0 && f.nlines == 0), "an invalid source keeps lines");
+  size_t m = strlen(msg);
+  require((rc == 0) == (m == 0), "%s: a message iff refused: '%s'", name, msg);
+  if (rc != 0) {
+    require(strncmp(msg, name, strlen(name)) == 0 && strstr(msg, "; accepted: ") != NULL &&
+                strchr(msg, '\n') == msg + m - 1,
+            "message '%s' does not name %s in one line", msg, name);
+  }
+  for (const char *c = src->value; *c != '\0'; c++) {
+    require(*c >= 0x20 && *c < 0x7f, "unprintable byte in the shown value");
+  }
+  for (int i = src->first; i < src->first + src->count; i++) {
+    const cfg_line_t *l = &f.line[i];
+    require(l->device == CFG_EVERY_DEVICE || l->device == CFG_BY_PCI ||
+                (l->device >= 0 && l->device < GPUCAP_MAX_DEVICES),
+            "line device %d", l->device);
+    require(l->bytes > 0 || name[0] == 'd' || strcmp(name, "NVIDIA_GPU_MEMORY_REQUEST") == 0,
+            "%s: a zero line", name);
+    cfg_devcap_t d;
+    cfg_discover_device(&f, l->device >= 0 ? l->device : 0, &l->pci, &d);
+    if (src->kind == CFG_LINE_LIMIT) {
+      require(d.limit_src == 0 && d.cap <= l->bytes - cfg_discover_margin(l->bytes),
+              "cap %llu above line %llu less the margin", (unsigned long long)d.cap,
+              (unsigned long long)l->bytes);
+    } else {
+      require(d.cap == UINT64_MAX && (d.soft <= l->bytes || l->bytes == 0), "guarantee");
+    }
+  }
+  cfg_pci_t pci, back;
+  char text[64];
+  if (cfg_parse_pci(s, n, &pci) == 0) {
+    cfg_format_pci(&pci, text, sizeof text);
+    require(cfg_parse_pci(text, strlen(text), &back) == 0 && memcmp(&pci, &back, sizeof pci) == 0,
+            "PCI bus id '%s' formats as '%s', which does not read back", s, text);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static char s[MAXTEXT + 1];
   if (size < 1 || size > MAXTEXT) {
@@ -763,7 +833,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_path(s, n, true);
     break;
   default:
-    fuzz_load(data + 1, size - 1);
+    if (sel % 20 == 19) {
+      fuzz_discover(s, n, sel / 20);
+    } else {
+      fuzz_load(data + 1, size - 1);
+    }
     break;
   }
   return 0;

@@ -1116,10 +1116,12 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",  "GPUCAP_SHARE_MIN",
-      "GPUCAP_SHARE_MAX",     "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",  "GPUCAP_ALLOW_GROWTH",
-      "GPUCAP_POOL",          "GPUCAP_FRONTS",          "GPUCAP_ARENAS", "GPUCAP_REPORT",
-      "GPUCAP_OOM_DUMP",      "GPUCAP_REPORT_JSON",     "GPUCAP_TRACE",  "GPUCAP_VERBOSE",
+      "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",
+      "GPUCAP_SHARE_MIN",     "GPUCAP_SHARE_MAX",       "GPUCAP_OVERSUBSCRIBE",
+      "GPUCAP_SPILL",         "GPUCAP_DISCOVER",        "GPUCAP_ALLOW_GROWTH",
+      "GPUCAP_POOL",          "GPUCAP_FRONTS",          "GPUCAP_ARENAS",
+      "GPUCAP_REPORT",        "GPUCAP_OOM_DUMP",        "GPUCAP_REPORT_JSON",
+      "GPUCAP_TRACE",         "GPUCAP_VERBOSE",         "GPUCAP_CGROUP_ROOT",
       "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
@@ -1134,7 +1136,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 9 && CFG_OPT_VERBOSE == 15,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 10 && CFG_OPT_VERBOSE == 16,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");

@@ -68,14 +68,15 @@ static void id_string(int dev, int what, char out[48]) {
 
 void nv_pci_fill(int dev, nvmlPciInfo_t *pci, int legacy_only) {
   const struct nv_board *b = nv_board();
-  snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", 0, dev + 1, 0);
+  unsigned bus = nv.cfg.pci_bus[dev];
+  snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", 0, bus, 0);
   pci->domain = 0;
-  pci->bus = (unsigned)dev + 1;
+  pci->bus = bus;
   pci->device = 0;
   pci->pciDeviceId = b->pci_device_id;
   pci->pciSubSystemId = b->pci_subsystem_id;
   if (!legacy_only) {
-    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", 0, dev + 1, 0);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", 0, bus, 0);
   }
 }
 
@@ -170,11 +171,13 @@ static nvmlReturn_t handle_by_bus_id(const char *id, nvmlDevice_t *device) {
   if (id == NULL || device == NULL || parse_bus_id(id, &domain, &bus, &dev, &function) != 0) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  if (domain != 0 || dev != 0 || function != 0 || bus < 1 || bus > (unsigned)nv.cfg.ndev) {
-    return NVML_ERROR_NOT_FOUND;
+  for (int d = 0; d < nv.cfg.ndev && domain == 0 && dev == 0 && function == 0; d++) {
+    if (nv.cfg.pci_bus[d] == bus) {
+      *device = &nv.dev[d];
+      return NVML_SUCCESS;
+    }
   }
-  *device = &nv.dev[bus - 1];
-  return NVML_SUCCESS;
+  return NVML_ERROR_NOT_FOUND;
 }
 
 NV_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {

@@ -596,6 +596,15 @@ static int child(const char *mode) {
     nvmlDeviceGetBAR1MemoryInfo(d, &b);
     printf("bar1 %llu\n", b.bar1Total >> 30);
     say("mig", nvmlDeviceGetMigMode(d, &u, &v));
+  } else if (strcmp(mode, "pci") == 0) {
+    /* Device 0's PCI identity with FAKECUDA_PCI_BUS, and the look-up by it. */
+    say("init", nvmlInit_v2());
+    nvmlDeviceGetHandleByIndex_v2(0, &d);
+    nvmlPciInfo_t p;
+    nvmlDeviceGetPciInfo_v3(d, &p);
+    nvmlDevice_t by = NULL;
+    nvmlReturn_t r = nvmlDeviceGetHandleByPciBusId_v2("0000:3b:00.0", &by);
+    printf("bus %u %s %s lookup %d %d\n", p.bus, p.busId, p.busIdLegacy, r, by == d);
   } else if (strcmp(mode, "smi") == 0) {
     /* What an nvidia-smi-like tool sees of device 0 (test_machine.sh: a machine's processes). */
     nvmlReturn_t r = nvmlInit_v2();
@@ -693,6 +702,9 @@ static const struct {
     {NULL, NULL, "bar1 64\nmig 0\n", "... 64 GiB BAR1, MIG supported"},
     {"board", "FAKECUDA_CC=7.5", "arch 6 ", "compute capability 7.5: Turing"},
     {NULL, NULL, "mig 3\n", "... no MIG: NOT_SUPPORTED"},
+    {"pci", "FAKECUDA_DEVICES=2 FAKECUDA_PCI_BUS=0:3b",
+     "bus 59 00000000:3B:00.0 0000:3B:00.0 lookup 0 1\n",
+     "FAKECUDA_PCI_BUS=0:3b: NVML's bus ids are the driver's, and find the device"},
 };
 
 static void settings(void) {
