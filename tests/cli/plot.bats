@@ -42,7 +42,7 @@ svg_ok() {
 
 @test "without a report, the trace gives the cap: never 'cap none' for a capped run" {
   capped_run
-  grep -q ',allocate failure,0x0,2147483648,0x0,0,cap,0,,$' trace.csv
+  grep -q ',allocate failure,0x0,2147483648,0x0,0,cap,0,,,0$' trace.csv
   run --separate-stderr "$GPUCAP" plot trace.csv -o t.svg
   status_is 0
   [ -z "$stderr" ]
@@ -51,7 +51,7 @@ svg_ok() {
   # An uncapped run's trace says so; a trace without cap rows (an RMM trace, an older gpucap)
   # says it does not know.
   grun_leaks --trace ./free.csv --quiet -- "$WORKLOAD" >/dev/null 2>&1
-  grep -q ',allocate failure,0x0,18446744073709551615,0x0,0,cap,0,,$' free.csv
+  grep -q ',allocate failure,0x0,18446744073709551615,0x0,0,cap,0,,,0$' free.csv
   "$GPUCAP" plot free.csv -o free.svg
   grep -q 'cap none</text>' free.svg
   grep -v ',cap,' trace.csv >old.csv
