@@ -108,6 +108,24 @@ struct fk_work *fk_work_clone(const struct fk_work *w) {
   return c;
 }
 
+struct fk_work *fk_work_clone_chain(const struct fk_work *w) {
+  struct fk_work *head = NULL, **tail = &head;
+  for (; w != NULL; w = w->next) {
+    *tail = fk_work_clone(w);
+    tail = &(*tail)->next;
+  }
+  return head;
+}
+
+void fk_work_free_chain(struct fk_work *w) {
+  while (w != NULL) {
+    struct fk_work *next = w->next;
+    free(w->staging);
+    free(w);
+    w = next;
+  }
+}
+
 void fk_work_enqueue(struct CUstream_st *s, struct fk_work *w) {
   if (s->cap != NULL) {
     fk_capture_record(s, w); /* a capturing stream records instead of executing */
@@ -476,6 +494,36 @@ FK_API CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
 
 FK_API CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
   FK_BODY(FK_NEED_INIT, stream_get_ctx(hStream, pctx, 1));
+}
+
+/* The fake has no green contexts: every stream is a regular context's, and its green context is
+ * NULL (cuda.h: "NULL if the stream is not associated with any green context"). */
+static CUresult stream_get_ctx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen, int ptsz) {
+  if (pgreen == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult rc = stream_get_ctx(h, pctx, ptsz);
+  if (rc == CUDA_SUCCESS) {
+    *pgreen = NULL;
+  }
+  return rc;
+}
+
+FK_API CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  FK_BODY(FK_NEED_INIT, stream_get_ctx_v2(hStream, pCtx, pGreenCtx, 0));
+}
+
+FK_API CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  FK_BODY(FK_NEED_INIT, stream_get_ctx_v2(hStream, pCtx, pGreenCtx, 1));
+}
+
+static CUresult stream_get_green_ctx(CUstream h, CUgreenCtx *pgreen) {
+  CUcontext ctx;
+  return stream_get_ctx_v2(h, &ctx, pgreen, 0);
+}
+
+FK_API CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx) {
+  FK_BODY(FK_NEED_INIT, stream_get_green_ctx(hStream, phCtx));
 }
 
 /* ---- Events. ---- */
