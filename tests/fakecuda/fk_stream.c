@@ -166,15 +166,19 @@ void fk_work_execute(struct fk_work *w) {
   case FK_W_FREE:
     fk_mem_free_effect(w);
     break;
-  case FK_W_HOST:
-    /* Host functions run in stream order, at the sync point that completes them (a real
-     * driver runs them on its own thread as soon as the stream reaches them). */
+  case FK_W_HOST: {
+    /* Host functions run in stream order, on the driver's host-function thread (fk_host.c) or
+     * at a sync point that reaches them first, without the driver's lock: they may take the
+     * program's locks, which its other threads hold while they call the driver. */
+    int dropped = fk_callout_begin();
     if (w->host_fn != NULL) {
       w->host_fn(w->host_arg);
     } else {
       w->callback(w->callback_stream, CUDA_SUCCESS, w->host_arg);
     }
+    fk_callout_end(dropped);
     break;
+  }
   case FK_W_GRAPH_FREE: {
     struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
     if (a != NULL) {
@@ -698,7 +702,11 @@ static CUresult launch_host(CUstream h, int ptsz, void (*fn)(void *),
   w->callback = cb;
   w->callback_stream = h;
   w->host_arg = arg;
+  int captured = s->cap != NULL;
   fk_work_enqueue(s, w);
+  if (!captured) {
+    fk_host_notify();
+  }
   return CUDA_SUCCESS;
 }
 
