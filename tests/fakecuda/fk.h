@@ -601,6 +601,13 @@ struct fk_array_view {
 };
 CUresult fk_array_view(CUarray h, struct fk_array_view *v);
 
+/* The driver's host-function thread (fk_host.c). fk_host_notify: a host function was queued
+ * (the thread, started on first use, runs it once its stream reaches it); called under fk.lock.
+ * fk_host_stop: at unload, without fk.lock: stops the thread and waits up to a second for the
+ * host function it may be running; 0 when it is still running (its objects must then stay). */
+void fk_host_notify(void);
+int fk_host_stop(void);
+
 /* Teardown at unload (the destructor in fk_core.c, lock held): frees every object. */
 void fk_stream_teardown(void);
 void fk_vmm_teardown(void);

@@ -1,16 +1,17 @@
 /* The explicit graph-node API of the fake driver: kernel, memset, memcpy, empty, child-graph and
- * conditional nodes (cuGraphAdd*Node, cuGraphAddNode), conditional handles, node dependencies,
- * and the updates of an executable graph (cuGraphExec*NodeSetParams, cuGraphNodeSetEnabled).
- * XLA builds its command buffers this way.
+ * conditional nodes (cuGraphAdd*Node, and cuGraphAddNode / _v2 with edges: XLA's form),
+ * conditional handles, node dependencies, and the updates of an executable graph
+ * (cuGraphExec*NodeSetParams, cuGraphExecNodeSetParams, cuGraphNodeSetEnabled).
  *
  * A node's work is what the same operation would queue on a stream (fk_kernel_node_work,
  * fk_memset_node_work, fk_memcpy_node_work), checked as the operation checks it; a launch
- * replays it (fk_graph.c). Child graphs are cloned into their node; a conditional node owns its
- * body graphs, which the program fills through this API or a capture. Device code never runs, so
- * a conditional handle keeps the value it has at launch: its default with
+ * replays it (fk_graph.c). Child graphs are cloned into their node (or moved); a conditional
+ * node owns its body graphs, which the program fills through this API or a capture. Device code
+ * never runs, so a conditional handle keeps the value it has at launch: its default with
  * CU_GRAPH_COND_ASSIGN_DEFAULT, else 0 (an IF runs its else body, a WHILE its body never; a WHILE
  * whose default is non-zero runs its body once). Runs under fk.lock.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,15 +70,31 @@ FK_API CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle
 
 /* ---- Adding nodes. ---- */
 
+int fk_graph_edge_valid(const CUgraphEdgeData *e, const struct fk_node *up, int down) {
+  static const unsigned char zero[sizeof e->reserved];
+  int up_kernel = up->type == CU_GRAPH_NODE_TYPE_KERNEL;
+  int down_kernel = down == CU_GRAPH_NODE_TYPE_KERNEL || down == -1;
+  if (memcmp(e->reserved, zero, sizeof zero) != 0 || e->to_port != 0 ||
+      e->from_port > CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER ||
+      e->type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC || (e->from_port != 0 && !up_kernel)) {
+    return 0;
+  }
+  return e->type != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ||
+         (up_kernel && down_kernel && e->from_port != CU_GRAPH_KERNEL_NODE_PORT_DEFAULT);
+}
+
 /* The checks every cuGraphAdd*Node makes: an output, a live graph, dependencies that are
- * distinct nodes of that graph. */
-static CUresult add_check(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps) {
+ * distinct nodes of that graph, each joined by a valid edge to a node of type `type`. */
+static CUresult add_check(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+                          const CUgraphEdgeData *edges, size_t ndeps, CUgraphNodeType type) {
   if (out == NULL || !fk_graph_known(g) || (ndeps > 0 && deps == NULL)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   for (size_t i = 0; i < ndeps; i++) {
     struct CUgraph_st *owner = NULL;
-    if (fk_graph_node(deps[i], &owner) == NULL || owner != g) {
+    const struct fk_node *up = fk_graph_node(deps[i], &owner);
+    if (up == NULL || owner != g ||
+        (edges != NULL && !fk_graph_edge_valid(&edges[i], up, (int)type))) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     for (size_t j = 0; j < i; j++) {
@@ -89,22 +106,34 @@ static CUresult add_check(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, 
   return CUDA_SUCCESS;
 }
 
-static CUresult add_work(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                         CUgraphNodeType type, struct fk_work *work) {
-  *out = (CUgraphNode)fk_graph_add(g, (struct fk_node){.kind = N_WORK, .type = type, .work = work},
-                                   deps, ndeps);
+/* The dependencies of a node being added: its graph, nodes and their edges. */
+struct deps {
+  CUgraph g;
+  const CUgraphNode *nodes;
+  const CUgraphEdgeData *edges;
+  size_t n;
+};
+
+static CUresult add_work(CUgraphNode *out, struct deps d, CUgraphNodeType type,
+                         struct fk_work *work) {
+  *out = (CUgraphNode)fk_graph_add(
+      d.g, (struct fk_node){.kind = N_WORK, .type = type, .work = work}, d.nodes, d.edges, d.n);
   return CUDA_SUCCESS;
 }
 
-static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                           const CUDA_KERNEL_NODE_PARAMS *p) {
-  CUresult rc = add_check(out, g, deps, ndeps);
+/* A node's dependencies as the API passes them, with no edge data. */
+static struct deps plain(CUgraph g, const CUgraphNode *nodes, size_t n) {
+  return (struct deps){.g = g, .nodes = nodes, .n = n};
+}
+
+static CUresult add_kernel(CUgraphNode *out, struct deps d, const CUDA_KERNEL_NODE_PARAMS *p) {
+  CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_KERNEL);
   struct CUctx_st *c;
   struct fk_work *w;
   if (rc == CUDA_SUCCESS) {
     rc = fk_kernel_node_work(p, &c, &w);
   }
-  return rc == CUDA_SUCCESS ? add_work(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_KERNEL, w) : rc;
+  return rc == CUDA_SUCCESS ? add_work(out, d, CU_GRAPH_NODE_TYPE_KERNEL, w) : rc;
 }
 
 /* The CUDA 10 parameters: no CUkernel, the function's own context. */
@@ -116,62 +145,75 @@ static CUDA_KERNEL_NODE_PARAMS kernel_params_v2(const CUDA_KERNEL_NODE_PARAMS_v1
   return v;
 }
 
+/* The generic API's parameters: the same fields (v3), or the memset's with its context (v2). */
+static const CUDA_KERNEL_NODE_PARAMS *kernel_params_v3(const CUDA_KERNEL_NODE_PARAMS_v3 *p) {
+  _Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v3) == sizeof(CUDA_KERNEL_NODE_PARAMS),
+                 "kernel node parameters v2 and v3 share their layout");
+  return (const CUDA_KERNEL_NODE_PARAMS *)(const void *)p;
+}
+
+static const CUDA_MEMSET_NODE_PARAMS *memset_params_v1(const CUDA_MEMSET_NODE_PARAMS_v2 *p) {
+  _Static_assert(offsetof(CUDA_MEMSET_NODE_PARAMS_v2, ctx) == sizeof(CUDA_MEMSET_NODE_PARAMS),
+                 "memset node parameters v2 are v1's with a context after them");
+  return (const CUDA_MEMSET_NODE_PARAMS *)(const void *)p;
+}
+
 FK_API CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
                                         const CUgraphNode *dependencies, size_t numDependencies,
                                         const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
-  FK_BODY(FK_NEED_INIT, add_kernel(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+  FK_BODY(FK_NEED_INIT,
+          add_kernel(phGraphNode, plain(hGraph, dependencies, numDependencies), nodeParams));
 }
 
 FK_API CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                      const CUgraphNode *dependencies, size_t numDependencies,
                                      const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
   CUDA_KERNEL_NODE_PARAMS v = kernel_params_v2(nodeParams);
-  FK_BODY(FK_NEED_INIT, add_kernel(phGraphNode, hGraph, dependencies, numDependencies,
+  FK_BODY(FK_NEED_INIT, add_kernel(phGraphNode, plain(hGraph, dependencies, numDependencies),
                                    nodeParams != NULL ? &v : NULL));
 }
 
-static CUresult add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                           const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx) {
-  CUresult rc = add_check(out, g, deps, ndeps);
+static CUresult add_memset(CUgraphNode *out, struct deps d, const CUDA_MEMSET_NODE_PARAMS *p,
+                           CUcontext ctx) {
+  CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_MEMSET);
   struct fk_work *w;
   if (rc == CUDA_SUCCESS) {
     rc = fk_memset_node_work(p, ctx, &w);
   }
-  return rc == CUDA_SUCCESS ? add_work(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMSET, w) : rc;
+  return rc == CUDA_SUCCESS ? add_work(out, d, CU_GRAPH_NODE_TYPE_MEMSET, w) : rc;
 }
 
 FK_API CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                      const CUgraphNode *dependencies, size_t numDependencies,
                                      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) {
   FK_BODY(FK_NEED_INIT,
-          add_memset(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx));
+          add_memset(phGraphNode, plain(hGraph, dependencies, numDependencies), memsetParams, ctx));
 }
 
-static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                           const CUDA_MEMCPY3D *p, CUcontext ctx) {
-  CUresult rc = add_check(out, g, deps, ndeps);
+static CUresult add_memcpy(CUgraphNode *out, struct deps d, const CUDA_MEMCPY3D *p, CUcontext ctx) {
+  CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_MEMCPY);
   struct fk_work *w;
   if (rc == CUDA_SUCCESS) {
     rc = fk_memcpy_node_work(p, ctx, &w);
   }
-  return rc == CUDA_SUCCESS ? add_work(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, w) : rc;
+  return rc == CUDA_SUCCESS ? add_work(out, d, CU_GRAPH_NODE_TYPE_MEMCPY, w) : rc;
 }
 
 FK_API CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                      const CUgraphNode *dependencies, size_t numDependencies,
                                      const CUDA_MEMCPY3D *copyParams, CUcontext ctx) {
   FK_BODY(FK_NEED_INIT,
-          add_memcpy(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx));
+          add_memcpy(phGraphNode, plain(hGraph, dependencies, numDependencies), copyParams, ctx));
 }
 
-static CUresult add_empty(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps) {
-  CUresult rc = add_check(out, g, deps, ndeps);
-  return rc == CUDA_SUCCESS ? add_work(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_EMPTY, NULL) : rc;
+static CUresult add_empty(CUgraphNode *out, struct deps d) {
+  CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_EMPTY);
+  return rc == CUDA_SUCCESS ? add_work(out, d, CU_GRAPH_NODE_TYPE_EMPTY, NULL) : rc;
 }
 
 FK_API CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                     const CUgraphNode *dependencies, size_t numDependencies) {
-  FK_BODY(FK_NEED_INIT, add_empty(phGraphNode, hGraph, dependencies, numDependencies));
+  FK_BODY(FK_NEED_INIT, add_empty(phGraphNode, plain(hGraph, dependencies, numDependencies)));
 }
 
 /* A graph that can be embedded: live, no memory nodes and no conditional nodes (cuda.h). */
@@ -179,18 +221,29 @@ static int embeddable(const struct CUgraph_st *g) {
   return fk_graph_known(g) && !fk_graph_has_memory_nodes(g) && !fk_graph_has_conditionals(g);
 }
 
-static CUresult add_child(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                          CUgraph child) {
-  CUresult rc = add_check(out, g, deps, ndeps);
+/* A child-graph node owning `child` (a clone, or the program's graph moved into it). */
+static CUresult add_child(CUgraphNode *out, struct deps d, CUgraph child, int move) {
+  CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_GRAPH);
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (!embeddable(child) || child == g) {
+  if (!fk_graph_known(child) || child == d.g || fk_graph_has_conditionals(child) ||
+      (move && child->parent != NULL)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  struct fk_node *n = fk_graph_add(
-      g, (struct fk_node){.kind = N_CHILD, .type = CU_GRAPH_NODE_TYPE_GRAPH}, deps, ndeps);
-  n->child = fk_graph_copy(child, n); /* "the child graph is cloned in this call" */
+  if (fk_graph_has_memory_nodes(child)) {
+    /* cloned: cuda.h refuses them; moved: allowed, not modelled */
+    return move ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_node *n =
+      fk_graph_add(d.g, (struct fk_node){.kind = N_CHILD, .type = CU_GRAPH_NODE_TYPE_GRAPH},
+                   d.nodes, d.edges, d.n);
+  if (move) {
+    n->child = child;
+    child->parent = n;
+  } else {
+    n->child = fk_graph_copy(child, n); /* "the child graph is cloned in this call" */
+  }
   *out = (CUgraphNode)n;
   return CUDA_SUCCESS;
 }
@@ -198,7 +251,8 @@ static CUresult add_child(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, 
 FK_API CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                          const CUgraphNode *dependencies, size_t numDependencies,
                                          CUgraph childGraph) {
-  FK_BODY(FK_NEED_INIT, add_child(phGraphNode, hGraph, dependencies, numDependencies, childGraph));
+  FK_BODY(FK_NEED_INIT,
+          add_child(phGraphNode, plain(hGraph, dependencies, numDependencies), childGraph, 0));
 }
 
 static CUresult child_graph(CUgraphNode h, CUgraph *out) {
@@ -230,26 +284,28 @@ static int handle_reaches(const struct cond_handle *h, const struct CUgraph_st *
   return 0;
 }
 
-static CUresult add_conditional(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                                CUDA_CONDITIONAL_NODE_PARAMS *p) {
-  const struct cond_handle *h = handle_of(p->handle);
+static CUresult add_conditional(CUgraphNode *out, struct deps d, CUDA_CONDITIONAL_NODE_PARAMS *p) {
+  CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_CONDITIONAL);
   struct CUctx_st *c;
-  CUresult rc = fk_ctx_or_current(p->ctx, &c);
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_ctx_or_current(p->ctx, &c);
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
+  const struct cond_handle *h = handle_of(p->handle);
   int size_ok = (p->type == CU_GRAPH_COND_TYPE_IF && (p->size == 1 || p->size == 2)) ||
                 (p->type == CU_GRAPH_COND_TYPE_WHILE && p->size == 1) ||
                 (p->type == CU_GRAPH_COND_TYPE_SWITCH && p->size > 0);
-  if (h == NULL || !handle_reaches(h, g) || !size_ok || g->ctx != c) {
+  if (h == NULL || !handle_reaches(h, d.g) || !size_ok || d.g->ctx != c) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  struct fk_node *n = fk_graph_add(g,
+  struct fk_node *n = fk_graph_add(d.g,
                                    (struct fk_node){.kind = N_COND,
                                                     .type = CU_GRAPH_NODE_TYPE_CONDITIONAL,
                                                     .cond_type = (int)p->type,
                                                     .handle = p->handle},
-                                   deps, ndeps);
+                                   d.nodes, d.edges, d.n);
   n->bodies = calloc(p->size, sizeof *n->bodies);
   if (n->bodies == NULL) {
     fk_log("error: out of host memory");
@@ -265,28 +321,33 @@ static CUresult add_conditional(CUgraphNode *out, CUgraph g, const CUgraphNode *
   return CUDA_SUCCESS;
 }
 
-/* cuGraphAddNode: conditional and empty nodes; the other types have their own entry points
- * here, and this generic form of them is not modelled. */
-static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
-                         const CUgraphEdgeData *edges, size_t ndeps, CUgraphNodeParams *p) {
-  static const CUgraphEdgeData none;
-  CUresult rc = add_check(out, g, deps, ndeps);
-  if (rc != CUDA_SUCCESS) {
-    return rc;
-  }
+/* The generic form: kernel, memset, memcpy, empty, child-graph and conditional nodes (the other
+ * types have no model here). */
+static CUresult add_node(CUgraphNode *out, struct deps d, CUgraphNodeParams *p) {
   if (p == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  for (size_t i = 0; edges != NULL && i < ndeps; i++) {
-    if (memcmp(&edges[i], &none, sizeof none) != 0) {
-      return CUDA_ERROR_NOT_SUPPORTED; /* programmatic edges */
-    }
-  }
   switch (p->type) {
-  case CU_GRAPH_NODE_TYPE_CONDITIONAL:
-    return add_conditional(out, g, deps, ndeps, &p->conditional);
+  case CU_GRAPH_NODE_TYPE_KERNEL:
+    return add_kernel(out, d, kernel_params_v3(&p->kernel));
+  case CU_GRAPH_NODE_TYPE_MEMSET:
+    return add_memset(out, d, memset_params_v1(&p->memset), p->memset.ctx);
+  case CU_GRAPH_NODE_TYPE_MEMCPY:
+    if (p->memcpy.flags != 0 || p->memcpy.reserved != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    return add_memcpy(out, d, &p->memcpy.copyParams, p->memcpy.copyCtx);
+  case CU_GRAPH_NODE_TYPE_GRAPH:
+    if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE &&
+        p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    return add_child(out, d, p->graph.graph,
+                     p->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE);
   case CU_GRAPH_NODE_TYPE_EMPTY:
-    return add_work(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_EMPTY, NULL);
+    return add_empty(out, d);
+  case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+    return add_conditional(out, d, &p->conditional);
   default:
     return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -296,15 +357,15 @@ FK_API CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                const CUgraphNode *dependencies, size_t numDependencies,
                                CUgraphNodeParams *nodeParams) {
   FK_BODY(FK_NEED_INIT,
-          add_node(phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams));
+          add_node(phGraphNode, plain(hGraph, dependencies, numDependencies), nodeParams));
 }
 
 FK_API CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
                                   const CUgraphNode *dependencies,
                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                   CUgraphNodeParams *nodeParams) {
-  FK_BODY(FK_NEED_INIT,
-          add_node(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams));
+  struct deps d = {hGraph, dependencies, dependencyData, numDependencies};
+  FK_BODY(FK_NEED_INIT, add_node(phGraphNode, d, nodeParams));
 }
 
 /* ---- Dependencies. ---- */
@@ -318,8 +379,10 @@ static CUresult node_deps(CUgraphNode h, CUgraphNode *deps, CUgraphEdgeData *edg
     size_t want = *n;
     for (size_t i = 0; i < want; i++) {
       deps[i] = i < node->ndeps ? (CUgraphNode)node->deps[i] : NULL;
-      if (edges != NULL) {
-        memset(&edges[i], 0, sizeof edges[i]); /* default edges */
+      if (edges != NULL && node->edges != NULL && i < node->ndeps) {
+        edges[i] = node->edges[i];
+      } else if (edges != NULL) {
+        memset(&edges[i], 0, sizeof edges[i]); /* a default edge */
       }
     }
     *n = want < node->ndeps ? want : node->ndeps;
@@ -486,6 +549,32 @@ static CUresult exec_child(CUgraphExec e, CUgraphNode h, CUgraph child) {
 FK_API CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    CUgraph childGraph) {
   FK_BODY(FK_NEED_INIT, exec_child(hGraphExec, hNode, childGraph));
+}
+
+/* The generic update: kernel, memset, memcpy and child-graph nodes. */
+static CUresult exec_node_params(CUgraphExec e, CUgraphNode h, CUgraphNodeParams *p) {
+  if (p == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  switch (p->type) {
+  case CU_GRAPH_NODE_TYPE_KERNEL:
+    return exec_kernel(e, h, kernel_params_v3(&p->kernel));
+  case CU_GRAPH_NODE_TYPE_MEMSET:
+    return exec_memset(e, h, memset_params_v1(&p->memset), p->memset.ctx);
+  case CU_GRAPH_NODE_TYPE_MEMCPY:
+    return p->memcpy.flags != 0 || p->memcpy.reserved != 0
+               ? CUDA_ERROR_INVALID_VALUE
+               : exec_memcpy(e, h, &p->memcpy.copyParams, p->memcpy.copyCtx);
+  case CU_GRAPH_NODE_TYPE_GRAPH:
+    return exec_child(e, h, p->graph.graph);
+  default:
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+FK_API CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                         CUgraphNodeParams *nodeParams) {
+  FK_BODY(FK_NEED_INIT, exec_node_params(hGraphExec, hNode, nodeParams));
 }
 
 /* "Currently only kernel, memset and memcpy nodes are supported." */

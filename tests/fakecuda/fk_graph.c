@@ -74,13 +74,17 @@ struct CUgraph_st *fk_graph_new(struct CUctx_st *c) {
 }
 
 struct fk_node *fk_graph_add(struct CUgraph_st *g, struct fk_node node, const CUgraphNode *deps,
-                             size_t ndeps) {
+                             const CUgraphEdgeData *edges, size_t ndeps) {
   struct fk_node *held = xcalloc(sizeof *held);
   *held = node;
   held->ndeps = ndeps;
   held->deps = ndeps > 0 ? xcalloc(ndeps * sizeof *held->deps) : NULL;
   for (size_t i = 0; i < ndeps; i++) {
     held->deps[i] = (struct fk_node *)deps[i];
+  }
+  if (edges != NULL && ndeps > 0) {
+    held->edges = xcalloc(ndeps * sizeof *held->edges);
+    memcpy(held->edges, edges, ndeps * sizeof *held->edges);
   }
   fk_push((void ***)&g->nodes, &g->n, &g->cap, held);
   return held;
@@ -90,6 +94,7 @@ static void node_free(struct fk_node *n) {
   fk_work_free_chain(n->work);
   free(n->bodies);
   free(n->deps);
+  free(n->edges);
   free(n);
 }
 
@@ -147,8 +152,9 @@ struct CUgraph_st *fk_graph_copy(const struct CUgraph_st *g, struct fk_node *par
     node.work = fk_work_clone_chain(from->work);
     node.bodies = NULL;
     node.deps = NULL;
+    node.edges = NULL;
     node.origin = from;
-    struct fk_node *held = fk_graph_add(copy, node, NULL, 0);
+    struct fk_node *held = fk_graph_add(copy, node, NULL, NULL, 0);
     if (from->child != NULL) {
       held->child = fk_graph_copy(from->child, held);
     }
@@ -218,7 +224,7 @@ void fk_capture_record(struct CUstream_st *s, struct fk_work *w) {
   /* the capture linearises its streams: each node depends on the one captured before it */
   CUgraphNode last = g->n > s->cap->base ? (CUgraphNode)g->nodes[g->n - 1] : NULL;
   fk_graph_add(g, (struct fk_node){.kind = N_WORK, .type = captured_type(w), .work = w}, &last,
-               last != NULL);
+               NULL, last != NULL);
 }
 
 static void detach_streams(struct fk_capture *cap) {
@@ -303,9 +309,9 @@ CUresult fk_capture_wait(struct CUstream_st *s, struct fk_capture *cap, int exte
 }
 
 /* Begins a capture on stream h into a new graph, or into the program's graph `into` (after its
- * nodes deps[0..ndeps), which the fake's linear replay already orders). */
+ * nodes deps[0..ndeps) joined by edges, which the fake's linear replay already orders). */
 static CUresult begin_capture(CUstream h, int ptsz, int mode, struct CUgraph_st *into,
-                              const CUgraphNode *deps, size_t ndeps) {
+                              const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t ndeps) {
   if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -314,7 +320,8 @@ static CUresult begin_capture(CUstream h, int ptsz, int mode, struct CUgraph_st 
   }
   for (size_t i = 0; i < ndeps; i++) {
     struct CUgraph_st *owner = NULL;
-    if (fk_graph_node(deps[i], &owner) == NULL || owner != into) {
+    const struct fk_node *up = fk_graph_node(deps[i], &owner);
+    if (up == NULL || owner != into || (edges != NULL && !fk_graph_edge_valid(&edges[i], up, -1))) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -346,35 +353,29 @@ static CUresult begin_capture(CUstream h, int ptsz, int mode, struct CUgraph_st 
 }
 
 FK_API CUresult cuStreamBeginCapture(CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, 0));
+  FK_BODY(FK_NEED_INIT,
+          begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, NULL, 0));
 }
 
 FK_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, 0));
+  FK_BODY(FK_NEED_INIT,
+          begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, NULL, 0));
 }
 
 FK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, (int)mode, NULL, NULL, 0));
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, (int)mode, NULL, NULL, NULL, 0));
 }
 
 FK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, (int)mode, NULL, NULL, 0));
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, (int)mode, NULL, NULL, NULL, 0));
 }
 
-/* The edge data of the dependencies must be the default (zero) edges: the fake knows no
- * programmatic ones. */
 static CUresult begin_capture_to_graph(CUstream h, int ptsz, CUgraph g, const CUgraphNode *deps,
                                        const CUgraphEdgeData *edges, size_t ndeps, int mode) {
-  static const CUgraphEdgeData none;
-  for (size_t i = 0; edges != NULL && i < ndeps; i++) {
-    if (memcmp(&edges[i], &none, sizeof none) != 0) {
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
   if (g == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return begin_capture(h, ptsz, mode, g, deps, ndeps);
+  return begin_capture(h, ptsz, mode, g, deps, edges, ndeps);
 }
 
 FK_API CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
@@ -593,7 +594,7 @@ static CUresult alloc_node(struct CUgraph_st *g, const CUgraphNode *deps, size_t
   a->ctx = g->ctx; /* freed with it, like everything made in a context */
   struct fk_node *n = fk_graph_add(
       g, (struct fk_node){.kind = N_ALLOC, .type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .alloc = a}, deps,
-      ndeps);
+      NULL, ndeps);
   if (node != NULL) {
     *node = n;
   }
@@ -923,7 +924,7 @@ static CUresult add_free_node(CUgraphNode *out, CUgraph g, const CUgraphNode *de
   w->dst.alloc_id = a->id;
   *out = (CUgraphNode)fk_graph_add(
       g, (struct fk_node){.kind = N_WORK, .type = CU_GRAPH_NODE_TYPE_MEM_FREE, .work = w}, deps,
-      ndeps);
+      NULL, ndeps);
   return CUDA_SUCCESS;
 }
 

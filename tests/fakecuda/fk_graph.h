@@ -26,6 +26,7 @@ struct fk_node {
   int cond_type;                   /* N_COND: CU_GRAPH_COND_TYPE_* */
   CUgraphConditionalHandle handle; /* N_COND */
   struct fk_node **deps;           /* the dependencies it was added with */
+  CUgraphEdgeData *edges;          /* ... and their edges (NULL: all default) */
   size_t ndeps;
   const struct fk_node *origin; /* in an executable graph's copy: the node it copies */
   int disabled;                 /* in an executable graph's copy: cuGraphNodeSetEnabled(0) */
@@ -48,9 +49,16 @@ struct CUgraphExec_st {
 /* A new empty graph of context c (registered; never freed before unload). */
 struct CUgraph_st *fk_graph_new(struct CUctx_st *c);
 
-/* Appends node to g with the dependencies deps[0..ndeps) (copied); returns the held node. */
+/* Appends node to g with the dependencies deps[0..ndeps) and their edges (NULL: default),
+ * both copied; returns the held node. */
 struct fk_node *fk_graph_add(struct CUgraph_st *g, struct fk_node node, const CUgraphNode *deps,
-                             size_t ndeps);
+                             const CUgraphEdgeData *edges, size_t ndeps);
+
+/* Whether edge e may join node `up` to a node of type `down` (-1: not known yet, a capture):
+ * cuda.h's rules (to_port 0, reserved bytes 0, a known type; non-default ports only from kernel
+ * nodes; programmatic edges only between kernel nodes, from the programmatic or launch-order
+ * port). Every edge is honoured by the fake's replay in order, which is at least as strict. */
+int fk_graph_edge_valid(const CUgraphEdgeData *e, const struct fk_node *up, int down);
 
 /* Whether g is a live graph; the live node h of any live graph (its graph in *owner), or NULL. */
 int fk_graph_known(const struct CUgraph_st *g);

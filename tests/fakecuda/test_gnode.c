@@ -272,12 +272,80 @@ static void conditionals(CUdeviceptr a) {
   CK(cuGraphCreate(&holder, 0));
   TAP_EQ(cuGraphAddChildGraphNode(&node, holder, NULL, 0, g), CUDA_ERROR_INVALID_VALUE,
          "a child graph with a conditional node is refused");
-  memset(&p, 0, sizeof p);
-  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-  TAP_EQ(cuGraphAddNode(&node, g, NULL, 0, &p), CUDA_ERROR_NOT_SUPPORTED,
-         "cuGraphAddNode of a kernel: not modelled");
   CK(cuGraphDestroy(holder));
   CK(cuGraphDestroy(other));
+  CK(cuGraphDestroy(g));
+}
+
+/* The generic API (cuGraphAddNode_v2, cuGraphExecNodeSetParams) and edges, as XLA uses them:
+ * kernel nodes joined by programmatic edges. */
+static void generic_nodes(CUdeviceptr a, CUdeviceptr b) {
+  CUgraph g, moved;
+  CK(cuGraphCreate(&g, 0));
+  void *args[] = {&a};
+  CUgraphNodeParams p;
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  p.kernel = (CUDA_KERNEL_NODE_PARAMS_v3){.func = kern,
+                                          .gridDimX = 1,
+                                          .gridDimY = 1,
+                                          .gridDimZ = 1,
+                                          .blockDimX = 32,
+                                          .blockDimY = 1,
+                                          .blockDimZ = 1,
+                                          .kernelParams = args};
+  CUgraphNode k1, k2, set, bad;
+  CK(cuGraphAddNode_v2(&k1, g, NULL, NULL, 0, &p));
+  CUgraphEdgeData pdl = {.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+                         .type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC};
+  CK(cuGraphAddNode_v2(&k2, g, &k1, &pdl, 1, &p));
+  CUgraphNode dep = NULL;
+  CUgraphEdgeData back = {0};
+  size_t n = 1;
+  CK(cuGraphNodeGetDependencies_v2(k2, &dep, &back, &n));
+  tap_ok(n == 1 && dep == k1 && back.type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC &&
+             back.from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+         "a programmatic edge between two kernel nodes, read back");
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  p.memset = (CUDA_MEMSET_NODE_PARAMS_v2){
+      .dst = b, .value = 0x71, .elementSize = 1, .width = N, .height = 1};
+  TAP_EQ(cuGraphAddNode_v2(&bad, g, &k2, &pdl, 1, &p), CUDA_ERROR_INVALID_VALUE,
+         "a programmatic edge into a memset node");
+  CUgraphEdgeData to_port = {.to_port = 1};
+  TAP_EQ(cuGraphAddNode_v2(&bad, g, &k2, &to_port, 1, &p), CUDA_ERROR_INVALID_VALUE,
+         "an edge into port 1");
+  CK(cuGraphAddNode_v2(&set, g, &k2, NULL, 1, &p));
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  p.memcpy.copyParams = d2d(a, b);
+  CUgraphNode copy;
+  CK(cuGraphAddNode_v2(&copy, g, &set, NULL, 1, &p));
+  CK(cuGraphCreate(&moved, 0));
+  memset_node(moved, NULL, 0, b, 0x72);
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  p.graph.graph = moved;
+  p.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+  CUgraphNode child;
+  CK(cuGraphAddNode_v2(&child, g, &copy, NULL, 1, &p));
+  TAP_EQ(cuGraphDestroy(moved), CUDA_ERROR_INVALID_VALUE, "a moved child graph is its node's");
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_HOST;
+  TAP_EQ(cuGraphAddNode_v2(&bad, g, NULL, NULL, 0, &p), CUDA_ERROR_NOT_SUPPORTED,
+         "a host node through cuGraphAddNode: not modelled");
+  CUgraphExec e;
+  CK(cuGraphInstantiateWithFlags(&e, g, 0));
+  launch_and_wait(e);
+  tap_ok(byte_at(a) == 0x71 && byte_at(b) == 0x72, "kernels, memset, copy, then the moved child");
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  p.memset = (CUDA_MEMSET_NODE_PARAMS_v2){
+      .dst = b, .value = 0x73, .elementSize = 1, .width = N, .height = 1};
+  CK(cuGraphExecNodeSetParams(e, set, &p));
+  launch_and_wait(e);
+  TAP_EQ(byte_at(a), 0x73, "cuGraphExecNodeSetParams updates a memset node");
+  CK(cuGraphExecDestroy(e));
   CK(cuGraphDestroy(g));
 }
 
@@ -325,6 +393,7 @@ int main(void) {
   work_nodes(a, b);
   child_graphs(a);
   conditionals(a);
+  generic_nodes(a, b);
   capture_into(a);
   TAP_EQ(fakecudaHazards(), 1, "the one claim above was the only hazard");
   TAP_EQ(fakecudaPendingWork(), 0, "no work left");
