@@ -27,7 +27,7 @@ TEST_ENV := BUILD=$(abspath $(BUILD)) SAN_PRELOAD=$(SAN_RUNTIME) TOP=$(CURDIR) \
 
 JOBS ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 PROVE := prove --exec '' --timer --merge -j$(JOBS)
-QUICK_SKIP := tests/frameworks/frameworks.sh
+QUICK_SKIP := tests/frameworks/frameworks.sh tests/frameworks/tensorflow.sh tests/frameworks/jax.sh
 
 check: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(TEST_SCRIPTS)
