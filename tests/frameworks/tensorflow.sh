@@ -14,7 +14,7 @@
 . "$TOP/tests/frameworks/rows.sh"
 
 rows_venv "${TENSORFLOW_VENV:-}" tf-default tf-growth-env tf-set-growth tf-memory-limit \
-  tf-two-logical tf-fraction-0.5 tf-fraction-1.5 tf-async tf-two-devices tf-keras \
+  tf-two-logical tf-fraction-0.5 tf-fraction-1.5 tf-async tf-cuda-malloc tf-two-devices tf-keras \
   tf-memory-info tf-reserve
 # TensorFlow loads the CUDA 12 libraries of its wheels by name.
 LD_LIBRARY_PATH=$(printf '%s:' "$TENSORFLOW_VENV"/lib/python3*/site-packages/nvidia/*/lib)
@@ -57,6 +57,10 @@ row tf-fraction-1.5 $GiB tf_workload.py TF_FRACTION=1.5 "EXPECT_LIMIT_MIB=6144|1
 # the whole device without gpucap; under gpucap the cap stops it.
 row tf-async $GiB tf_workload.py TF_GPU_ALLOCATOR=cuda_malloc_async "EXPECT_LIMIT_MIB=2296|799" \
   EXPECT_UPFRONT=0 "EXPECT_FILL=62|14" EXPECT_WITHIN=total DRIVER_CALL=cuMemAllocFromPoolAsync
+# cuda_malloc: every tensor a cuMemAlloc, which gpucap's pool serves; TensorFlow states no
+# limit (0 MB) and keeps no statistics; the device, or the cap, is the limit.
+row tf-cuda-malloc $GiB tf_workload.py TF_GPU_ALLOCATOR=cuda_malloc EXPECT_LIMIT_MIB=0 \
+  EXPECT_UPFRONT=0 "EXPECT_FILL=62|14" EXPECT_STATS=0 LIBRARY=libtensorflow_framework
 # Two devices with caps of their own: TensorFlow sizes each from its cap.
 row tf-two-devices $GiB,$((512 << 20)) tf_workload.py "EXPECT_LIMIT_MIB=2296,2296|799,287" \
   EXPECT_UPFRONT=1 "EXPECT_FILL=35,35|12,4"
