@@ -15,14 +15,17 @@ TENSORFLOW_VENV ?= $(FRAMEWORKS_CACHE)/tensorflow-$(call frameworks_key,requirem
 JAX_VENV ?= $(FRAMEWORKS_CACHE)/jax-$(call frameworks_key,requirements-jax.txt)
 export FRAMEWORKS_VENV TENSORFLOW_VENV JAX_VENV
 
+# The three install at once (each waits only for another run installing the same environment):
+# the downloads overlap.
 .PHONY: frameworks
 frameworks:
 	$(Q)tests/frameworks/install.sh "$(FRAMEWORKS_VENV)" tests/frameworks/requirements.txt \
-	  "PyTorch, CuPy, numba-cuda, cuda-python; about 6 GB"
-	$(Q)tests/frameworks/install.sh "$(TENSORFLOW_VENV)" tests/frameworks/requirements-tensorflow.txt \
-	  "TensorFlow 2.21 and its CUDA 12 libraries; about 6 GB"
-	$(Q)tests/frameworks/install.sh "$(JAX_VENV)" tests/frameworks/requirements-jax.txt \
-	  "JAX 0.10.2 and its CUDA 13 plugin; about 4.5 GB"
+	  "PyTorch, CuPy, numba-cuda, cuda-python; about 6 GB" & \
+	tests/frameworks/install.sh "$(TENSORFLOW_VENV)" tests/frameworks/requirements-tensorflow.txt \
+	  "TensorFlow 2.21 and its CUDA 12 libraries; about 6 GB" & \
+	tests/frameworks/install.sh "$(JAX_VENV)" tests/frameworks/requirements-jax.txt \
+	  "JAX 0.10.2 and its CUDA 13 plugin; about 4.5 GB" & \
+	wait
 
 TEST_SCRIPTS += tests/frameworks/frameworks.sh tests/frameworks/tensorflow.sh \
                 tests/frameworks/jax.sh tests/frameworks/install_lock.sh
