@@ -653,20 +653,6 @@ typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
   CUgraph *phGraph_out;
   CUcontext ctx;
 } CUDA_CONDITIONAL_NODE_PARAMS;
-typedef struct CUDA_KERNEL_NODE_PARAMS_v3_st {
-  CUfunction func;
-  unsigned int gridDimX;
-  unsigned int gridDimY;
-  unsigned int gridDimZ;
-  unsigned int blockDimX;
-  unsigned int blockDimY;
-  unsigned int blockDimZ;
-  unsigned int sharedMemBytes;
-  void **kernelParams;
-  void **extra;
-  CUkernel kern;
-  CUcontext ctx;
-} CUDA_KERNEL_NODE_PARAMS_v3;
 typedef struct CUDA_MEMSET_NODE_PARAMS_v2_st {
   CUdeviceptr dst;
   size_t pitch;
@@ -690,13 +676,14 @@ typedef struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
   CUgraph graph;
   CUgraphChildGraphNodeOwnership ownership;
 } CUDA_CHILD_GRAPH_NODE_PARAMS;
-/* Only the members the fake reads; the union has the real size (29 long longs). */
+/* Only the members the fake reads; the union has the real size (29 long longs). The kernel's
+ * CUDA_KERNEL_NODE_PARAMS_v3 has v2's fields. */
 typedef struct CUgraphNodeParams_st {
   CUgraphNodeType type;
   int reserved0[3];
   union {
     long long reserved1[29];
-    CUDA_KERNEL_NODE_PARAMS_v3 kernel;
+    CUDA_KERNEL_NODE_PARAMS_v2 kernel;
     CUDA_MEMCPY_NODE_PARAMS memcpy;
     CUDA_MEMSET_NODE_PARAMS_v2 memset;
     CUDA_CHILD_GRAPH_NODE_PARAMS graph;

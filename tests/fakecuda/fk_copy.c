@@ -190,6 +190,14 @@ static int contiguous(const struct operand *o, const struct shape *sh) {
          (sh->depth == 1 || o->slice == sh->width * sh->height);
 }
 
+/* A copy whose two operands are contiguous is one row. */
+static void flatten(const struct operand *d, const struct operand *v, struct shape *sh) {
+  if (contiguous(d, sh) && contiguous(v, sh)) {
+    sh->width *= sh->height * sh->depth;
+    sh->height = sh->depth = 1;
+  }
+}
+
 /* Row r (0 .. height x depth - 1) of an operand: its linear address, or its bytes in the array
  * (NULL without backing). */
 static uintptr_t row_addr(const struct operand *o, const struct shape *sh, size_t r) {
@@ -270,10 +278,7 @@ static CUresult copy_shaped(const struct operand *dst, const struct operand *src
   if (rc != CUDA_SUCCESS || sh.width == 0 || sh.height == 0 || sh.depth == 0) {
     return rc;
   }
-  if (contiguous(dst, &sh) && contiguous(src, &sh)) {
-    sh.width *= sh.height * sh.depth;
-    sh.height = sh.depth = 1;
-  }
+  flatten(dst, src, &sh);
   size_t rows = sh.height * sh.depth;
   int dev = s->ctx->dev, device_to_device = 1, dst_pageable = 0;
   for (size_t r = 0; r < rows; r++) {
@@ -348,52 +353,53 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *p, int async, CUstream h, int pt) {
   return copy_shaped(&d, &v, sh, async, h, pt);
 }
 
+/* The shape and the two operands of a CUDA_MEMCPY3D (LODs 0 and the reserved pointers NULL). */
+static CUresult operands_3d(const CUDA_MEMCPY3D *p, struct shape *sh, struct operand *d,
+                            struct operand *v) {
+  if (p == NULL || p->srcLOD != 0 || p->dstLOD != 0 || p->reserved0 != NULL ||
+      p->reserved1 != NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *sh = (struct shape){p->WidthInBytes, p->Height, p->Depth};
+  CUresult rc = operand_of(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
+                           p->dstY, p->dstZ, p->dstPitch, p->dstHeight, sh, d);
+  if (rc == CUDA_SUCCESS) {
+    rc = operand_of(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
+                    p->srcY, p->srcZ, p->srcPitch, p->srcHeight, sh, v);
+  }
+  return rc;
+}
+
 static CUresult copy_3d(const CUDA_MEMCPY3D *p, int async, CUstream h, int pt) {
   struct CUstream_st *s;
   CUresult rc = op_stream(async, h, pt, &s);
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (p == NULL || p->srcLOD != 0 || p->dstLOD != 0 || p->reserved0 != NULL ||
-      p->reserved1 != NULL) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  struct shape sh = {p->WidthInBytes, p->Height, p->Depth};
+  struct shape sh;
   struct operand d, v;
-  if ((rc = operand_of(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
-                       p->dstY, p->dstZ, p->dstPitch, p->dstHeight, &sh, &d)) != CUDA_SUCCESS ||
-      (rc = operand_of(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
-                       p->srcY, p->srcZ, p->srcPitch, p->srcHeight, &sh, &v)) != CUDA_SUCCESS) {
-    return rc;
-  }
-  return copy_shaped(&d, &v, sh, async, h, pt);
+  rc = operands_3d(p, &sh, &d, &v);
+  return rc == CUDA_SUCCESS ? copy_shaped(&d, &v, sh, async, h, pt) : rc;
 }
 
 CUresult fk_memcpy_node_work(const CUDA_MEMCPY3D *p, CUcontext ctx, struct fk_work **out) {
   struct CUctx_st *c;
   CUresult rc = fk_ctx_or_current(ctx, &c);
+  struct shape sh;
+  struct operand d, v;
+  if (rc == CUDA_SUCCESS) {
+    rc = operands_3d(p, &sh, &d, &v);
+  }
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (p == NULL || p->srcLOD != 0 || p->dstLOD != 0 || p->reserved0 != NULL ||
-      p->reserved1 != NULL || p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (p->dstMemoryType == CU_MEMORYTYPE_ARRAY || p->srcMemoryType == CU_MEMORYTYPE_ARRAY) {
+  if (d.array || v.array) {
     return CUDA_ERROR_NOT_SUPPORTED; /* array copies are never work items, so never nodes */
   }
-  struct shape sh = {p->WidthInBytes, p->Height, p->Depth};
-  struct operand d, v;
-  if ((rc = operand_of(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
-                       p->dstY, p->dstZ, p->dstPitch, p->dstHeight, &sh, &d)) != CUDA_SUCCESS ||
-      (rc = operand_of(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
-                       p->srcY, p->srcZ, p->srcPitch, p->srcHeight, &sh, &v)) != CUDA_SUCCESS) {
-    return rc;
+  if (sh.width == 0 || sh.height == 0 || sh.depth == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
-  if (contiguous(&d, &sh) && contiguous(&v, &sh)) {
-    sh.width *= sh.height * sh.depth;
-    sh.height = sh.depth = 1;
-  }
+  flatten(&d, &v, &sh);
   size_t rows = sh.height * sh.depth;
   struct fk_work *head = NULL, **tail = &head;
   for (size_t r = 0; r < rows && rc == CUDA_SUCCESS; r++) {

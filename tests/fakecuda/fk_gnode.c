@@ -129,7 +129,7 @@ static struct deps plain(CUgraph g, const CUgraphNode *nodes, size_t n) {
 static CUresult add_kernel(CUgraphNode *out, struct deps d, const CUDA_KERNEL_NODE_PARAMS *p) {
   CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_KERNEL);
   struct CUctx_st *c;
-  struct fk_work *w;
+  struct fk_work *w = NULL;
   if (rc == CUDA_SUCCESS) {
     rc = fk_kernel_node_work(p, &c, &w);
   }
@@ -145,13 +145,7 @@ static CUDA_KERNEL_NODE_PARAMS kernel_params_v2(const CUDA_KERNEL_NODE_PARAMS_v1
   return v;
 }
 
-/* The generic API's parameters: the same fields (v3), or the memset's with its context (v2). */
-static const CUDA_KERNEL_NODE_PARAMS *kernel_params_v3(const CUDA_KERNEL_NODE_PARAMS_v3 *p) {
-  _Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v3) == sizeof(CUDA_KERNEL_NODE_PARAMS),
-                 "kernel node parameters v2 and v3 share their layout");
-  return (const CUDA_KERNEL_NODE_PARAMS *)(const void *)p;
-}
-
+/* The generic API's memset parameters are v1's with the node's context after them. */
 static const CUDA_MEMSET_NODE_PARAMS *memset_params_v1(const CUDA_MEMSET_NODE_PARAMS_v2 *p) {
   _Static_assert(offsetof(CUDA_MEMSET_NODE_PARAMS_v2, ctx) == sizeof(CUDA_MEMSET_NODE_PARAMS),
                  "memset node parameters v2 are v1's with a context after them");
@@ -176,7 +170,7 @@ FK_API CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 static CUresult add_memset(CUgraphNode *out, struct deps d, const CUDA_MEMSET_NODE_PARAMS *p,
                            CUcontext ctx) {
   CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_MEMSET);
-  struct fk_work *w;
+  struct fk_work *w = NULL;
   if (rc == CUDA_SUCCESS) {
     rc = fk_memset_node_work(p, ctx, &w);
   }
@@ -192,7 +186,7 @@ FK_API CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 
 static CUresult add_memcpy(CUgraphNode *out, struct deps d, const CUDA_MEMCPY3D *p, CUcontext ctx) {
   CUresult rc = add_check(out, d.g, d.nodes, d.edges, d.n, CU_GRAPH_NODE_TYPE_MEMCPY);
-  struct fk_work *w;
+  struct fk_work *w = NULL;
   if (rc == CUDA_SUCCESS) {
     rc = fk_memcpy_node_work(p, ctx, &w);
   }
@@ -329,7 +323,7 @@ static CUresult add_node(CUgraphNode *out, struct deps d, CUgraphNodeParams *p) 
   }
   switch (p->type) {
   case CU_GRAPH_NODE_TYPE_KERNEL:
-    return add_kernel(out, d, kernel_params_v3(&p->kernel));
+    return add_kernel(out, d, &p->kernel);
   case CU_GRAPH_NODE_TYPE_MEMSET:
     return add_memset(out, d, memset_params_v1(&p->memset), p->memset.ctx);
   case CU_GRAPH_NODE_TYPE_MEMCPY:
@@ -448,11 +442,8 @@ static CUresult set_work(CUgraphExec e, CUgraphNode h, CUgraphNodeType type, CUr
 static CUresult exec_kernel(CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS *p) {
   struct CUctx_st *c;
   struct fk_work *w = NULL;
-  CUresult rc =
-      exec_node(e, h, CU_GRAPH_NODE_TYPE_KERNEL) != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS) {
-    rc = fk_kernel_node_work(p, &c, &w);
-  }
+  CUresult rc = exec_node(e, h, CU_GRAPH_NODE_TYPE_KERNEL) != NULL ? fk_kernel_node_work(p, &c, &w)
+                                                                   : CUDA_ERROR_INVALID_VALUE;
   return set_work(e, h, CU_GRAPH_NODE_TYPE_KERNEL, rc, w);
 }
 
@@ -470,11 +461,8 @@ FK_API CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNo
 static CUresult exec_memset(CUgraphExec e, CUgraphNode h, const CUDA_MEMSET_NODE_PARAMS *p,
                             CUcontext ctx) {
   struct fk_work *w = NULL;
-  CUresult rc =
-      exec_node(e, h, CU_GRAPH_NODE_TYPE_MEMSET) != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS) {
-    rc = fk_memset_node_work(p, ctx, &w);
-  }
+  CUresult rc = exec_node(e, h, CU_GRAPH_NODE_TYPE_MEMSET) != NULL ? fk_memset_node_work(p, ctx, &w)
+                                                                   : CUDA_ERROR_INVALID_VALUE;
   return set_work(e, h, CU_GRAPH_NODE_TYPE_MEMSET, rc, w);
 }
 
@@ -486,11 +474,8 @@ FK_API CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNo
 
 static CUresult exec_memcpy(CUgraphExec e, CUgraphNode h, const CUDA_MEMCPY3D *p, CUcontext ctx) {
   struct fk_work *w = NULL;
-  CUresult rc =
-      exec_node(e, h, CU_GRAPH_NODE_TYPE_MEMCPY) != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS) {
-    rc = fk_memcpy_node_work(p, ctx, &w);
-  }
+  CUresult rc = exec_node(e, h, CU_GRAPH_NODE_TYPE_MEMCPY) != NULL ? fk_memcpy_node_work(p, ctx, &w)
+                                                                   : CUDA_ERROR_INVALID_VALUE;
   return set_work(e, h, CU_GRAPH_NODE_TYPE_MEMCPY, rc, w);
 }
 
@@ -558,7 +543,7 @@ static CUresult exec_node_params(CUgraphExec e, CUgraphNode h, CUgraphNodeParams
   }
   switch (p->type) {
   case CU_GRAPH_NODE_TYPE_KERNEL:
-    return exec_kernel(e, h, kernel_params_v3(&p->kernel));
+    return exec_kernel(e, h, &p->kernel);
   case CU_GRAPH_NODE_TYPE_MEMSET:
     return exec_memset(e, h, memset_params_v1(&p->memset), p->memset.ctx);
   case CU_GRAPH_NODE_TYPE_MEMCPY:

@@ -286,14 +286,14 @@ static void generic_nodes(CUdeviceptr a, CUdeviceptr b) {
   CUgraphNodeParams p;
   memset(&p, 0, sizeof p);
   p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-  p.kernel = (CUDA_KERNEL_NODE_PARAMS_v3){.func = kern,
-                                          .gridDimX = 1,
-                                          .gridDimY = 1,
-                                          .gridDimZ = 1,
-                                          .blockDimX = 32,
-                                          .blockDimY = 1,
-                                          .blockDimZ = 1,
-                                          .kernelParams = args};
+  p.kernel = (CUDA_KERNEL_NODE_PARAMS){.func = kern,
+                                       .gridDimX = 1,
+                                       .gridDimY = 1,
+                                       .gridDimZ = 1,
+                                       .blockDimX = 32,
+                                       .blockDimY = 1,
+                                       .blockDimZ = 1,
+                                       .kernelParams = args};
   CUgraphNode k1, k2, set, bad;
   CK(cuGraphAddNode_v2(&k1, g, NULL, NULL, 0, &p));
   CUgraphEdgeData pdl = {.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
