@@ -29,7 +29,8 @@ TEST_ENV := BUILD=$(abspath $(BUILD)) SAN_PRELOAD=$(SAN_RUNTIME) TOP=$(CURDIR) \
 
 JOBS ?= $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 PROVE := perl tests/harness.pl $(JOBS) $(BUILD)/skipped.txt
-QUICK_SKIP := tests/frameworks/frameworks.sh tests/frameworks/readme.sh
+QUICK_SKIP := tests/frameworks/frameworks.sh tests/frameworks/readme.sh \
+              tests/frameworks/tensorflow.sh tests/frameworks/jax.sh
 
 check: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(TEST_SCRIPTS)

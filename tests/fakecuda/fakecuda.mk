@@ -8,7 +8,8 @@ FAKECUDA_DIR := tests/fakecuda
 FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx.c fk_stream.c \
                    fk_mem.c fk_pool.c fk_managed.c fk_vmm.c fk_copy.c fk_array.c fk_ipc.c \
                    fk_export.c fk_integrity.c fk_image.c fk_module.c fk_settings.c \
-                   fk_errors.c fk_graph.c fk_line.c fk_machine.c fk_ipcevent.c)
+                   fk_errors.c fk_graph.c fk_gnode.c fk_line.c fk_machine.c fk_ipcevent.c \
+                   fk_tensormap.c fk_host.c)
 FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
 FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
 FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
@@ -42,7 +43,7 @@ FAKECUDA_LINKED_TESTS := test_fakecuda_ctx test_fakecuda_mem test_fakecuda_strea
                          test_fakecuda_threads test_fakecuda_array test_fakecuda_export \
                          test_fakecuda_settings test_fakecuda_graph test_fakecuda_pool \
                          test_fakecuda_copy test_fakecuda_share test_fakecuda_ipcevent \
-                         test_fakecuda_managed
+                         test_fakecuda_managed test_fakecuda_tensormap test_fakecuda_gnode
 FAKECUDA_TESTS := $(addprefix $(BUILD)/tests/,test_fakecuda_gpa test_fakecuda_md2 \
                     test_fakecuda_machine \
                     $(FAKECUDA_LINKED_TESTS))
@@ -116,6 +117,7 @@ TEST_PROGRAMS += $(FAKECUDA_TESTS)
 TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh \
                 $(FAKECUDA_DIR)/test_module.sh $(FAKECUDA_DIR)/test_machine.sh
 THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads $(BUILD)/tests/test_fakecuda_machine \
+                $(BUILD)/tests/test_fakecuda_graph \
                 $(FAKECUDA_DIR)/test_machine.sh
 
 .PHONY: fakecuda-regen

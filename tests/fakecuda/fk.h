@@ -345,6 +345,10 @@ struct fk_work {
   void *host_arg;
 };
 
+/* A copy of a chain of items (through ->next), and the freeing of one (NULL: nothing). */
+struct fk_work *fk_work_clone_chain(const struct fk_work *w);
+void fk_work_free_chain(struct fk_work *w);
+
 /* Runs w's effect now (it is complete) and frees it. */
 void fk_work_execute(struct fk_work *w);
 
@@ -605,6 +609,13 @@ void fk_mem_effect(struct fk_work *w);
 /* Completes a stream-ordered free. */
 void fk_mem_free_effect(struct fk_work *w);
 
+/* The work of a memset or memcpy node in context ctx (NULL: the current one): the items the
+ * asynchronous operation would queue, checked as it checks them, as a chain in *out. A memcpy
+ * node refuses pageable host memory (INVALID_VALUE: nothing stages it at each launch) and CUDA
+ * arrays (NOT_SUPPORTED: the fake's array copies are never work items). */
+CUresult fk_memset_node_work(const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx, struct fk_work **out);
+CUresult fk_memcpy_node_work(const CUDA_MEMCPY3D *p, CUcontext ctx, struct fk_work **out);
+
 /* VMM look-ups for pointer attributes (fk_vmm.c). */
 struct fk_map *fk_vmm_map_at(struct fk_alloc *r, uintptr_t p);
 int fk_vmm_covered(struct fk_alloc *r, uintptr_t p, size_t n, int dev, int write);
@@ -655,6 +666,13 @@ struct fk_array_view {
 };
 CUresult fk_array_view(CUarray h, struct fk_array_view *v);
 
+/* The driver's host-function thread (fk_host.c). fk_host_notify: a host function was queued
+ * (the thread, started on first use, runs it once its stream reaches it); called under fk.lock.
+ * fk_host_stop: at unload, without fk.lock: stops the thread and waits up to a second for the
+ * host function it may be running; 0 when it is still running (its objects must then stay). */
+void fk_host_notify(void);
+int fk_host_stop(void);
+
 /* Teardown at unload (the destructor in fk_core.c, lock held): frees every object. */
 void fk_stream_teardown(void);
 void fk_vmm_teardown(void);
@@ -696,7 +714,6 @@ struct fk_ksym { /* a kernel (entry function) of an image */
   char *name;
   size_t symidx; /* its ELF symbol */
   int regs, max_threads, static_shared, const_bytes, local_bytes, param_bytes;
-  int reserved_smem; /* its shared section includes the device's reserved shared memory */
   int nparams;
   struct fk_kparam params[FK_MAX_PARAMS];
 };
@@ -777,6 +794,13 @@ CUresult fk_module_load(CUmodule *mod, const void *image, int kind);
  * in image order and returns how many it visited (0 for a module that is not loaded). */
 typedef void (*fk_walk_fn)(void *user, CUfunction f, CUmodule m);
 int fk_module_walk(CUmodule m, fk_walk_fn fn, void *user);
+
+/* The work a kernel node makes (cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams): what a
+ * launch of p would queue, checked as a launch checks it, as a chain in *out; *ctx the context
+ * it runs in (its function's). Fails with INVALID_VALUE for an unknown function, a launch's
+ * errors otherwise. */
+CUresult fk_kernel_node_work(const CUDA_KERNEL_NODE_PARAMS *p, struct CUctx_st **ctx,
+                             struct fk_work **out);
 
 /* Unloads every module of context c (its destruction / reset) and frees their memory. */
 void fk_module_free_ctx(struct CUctx_st *c);

@@ -158,6 +158,12 @@ static void enqueue_copy(struct CUstream_st *s, const struct fk_work *w) {
   fk_work_enqueue(s, item);
 }
 
+/* Appends w to the chain whose last link is *tail. */
+static void chain_add(struct fk_work ***tail, struct fk_work *w) {
+  **tail = w;
+  *tail = &w->next;
+}
+
 /* ---- Shaped copies: 1D, 2D and 3D, linear memory or CUDA arrays. ----
  *
  * A copy is Depth slices of Height rows of WidthInBytes bytes. Each operand is linear memory
@@ -183,6 +189,14 @@ struct shape {
 static int contiguous(const struct operand *o, const struct shape *sh) {
   return !o->array && (sh->height == 1 || o->pitch == sh->width) &&
          (sh->depth == 1 || o->slice == sh->width * sh->height);
+}
+
+/* A copy whose two operands are contiguous is one row. */
+static void flatten(const struct operand *d, const struct operand *v, struct shape *sh) {
+  if (contiguous(d, sh) && contiguous(v, sh)) {
+    sh->width *= sh->height * sh->depth;
+    sh->height = sh->depth = 1;
+  }
 }
 
 /* Row r (0 .. height x depth - 1) of an operand: its linear address, or its bytes in the array
@@ -265,10 +279,7 @@ static CUresult copy_shaped(const struct operand *dst, const struct operand *src
   if (rc != CUDA_SUCCESS || sh.width == 0 || sh.height == 0 || sh.depth == 0) {
     return rc;
   }
-  if (contiguous(dst, &sh) && contiguous(src, &sh)) {
-    sh.width *= sh.height * sh.depth;
-    sh.height = sh.depth = 1;
-  }
+  flatten(dst, src, &sh);
   size_t rows = sh.height * sh.depth;
   int dev = s->ctx->dev, device_to_device = 1, dst_pageable = 0;
   for (size_t r = 0; r < rows; r++) {
@@ -343,25 +354,72 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *p, int async, CUstream h, int pt) {
   return copy_shaped(&d, &v, sh, async, h, pt);
 }
 
+/* The shape and the two operands of a CUDA_MEMCPY3D (LODs 0 and the reserved pointers NULL). */
+static CUresult operands_3d(const CUDA_MEMCPY3D *p, struct shape *sh, struct operand *d,
+                            struct operand *v) {
+  if (p == NULL || p->srcLOD != 0 || p->dstLOD != 0 || p->reserved0 != NULL ||
+      p->reserved1 != NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *sh = (struct shape){p->WidthInBytes, p->Height, p->Depth};
+  CUresult rc = operand_of(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
+                           p->dstY, p->dstZ, p->dstPitch, p->dstHeight, sh, d);
+  if (rc == CUDA_SUCCESS) {
+    rc = operand_of(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
+                    p->srcY, p->srcZ, p->srcPitch, p->srcHeight, sh, v);
+  }
+  return rc;
+}
+
 static CUresult copy_3d(const CUDA_MEMCPY3D *p, int async, CUstream h, int pt) {
   struct CUstream_st *s;
   CUresult rc = op_stream(async, h, pt, &s);
   if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  if (p == NULL || p->srcLOD != 0 || p->dstLOD != 0 || p->reserved0 != NULL ||
-      p->reserved1 != NULL) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  struct shape sh = {p->WidthInBytes, p->Height, p->Depth};
+  struct shape sh;
   struct operand d, v;
-  if ((rc = operand_of(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
-                       p->dstY, p->dstZ, p->dstPitch, p->dstHeight, &sh, &d)) != CUDA_SUCCESS ||
-      (rc = operand_of(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
-                       p->srcY, p->srcZ, p->srcPitch, p->srcHeight, &sh, &v)) != CUDA_SUCCESS) {
+  rc = operands_3d(p, &sh, &d, &v);
+  return rc == CUDA_SUCCESS ? copy_shaped(&d, &v, sh, async, h, pt) : rc;
+}
+
+CUresult fk_memcpy_node_work(const CUDA_MEMCPY3D *p, CUcontext ctx, struct fk_work **out) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_or_current(ctx, &c);
+  struct shape sh;
+  struct operand d, v;
+  if (rc == CUDA_SUCCESS) {
+    rc = operands_3d(p, &sh, &d, &v);
+  }
+  if (rc != CUDA_SUCCESS) {
     return rc;
   }
-  return copy_shaped(&d, &v, sh, async, h, pt);
+  if (d.array || v.array) {
+    return CUDA_ERROR_NOT_SUPPORTED; /* array copies are never work items, so never nodes */
+  }
+  if (sh.width == 0 || sh.height == 0 || sh.depth == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  flatten(&d, &v, &sh);
+  size_t rows = sh.height * sh.depth;
+  struct fk_work *head = NULL, **tail = &head;
+  for (size_t r = 0; r < rows && rc == CUDA_SUCCESS; r++) {
+    struct fk_work *w = fk_work_new(FK_W_COPY);
+    w->dev = c->dev;
+    w->count = sh.width;
+    chain_add(&tail, w);
+    if ((rc = row_check(&d, &sh, r, sh.width, c->dev, 1, &w->dst)) == CUDA_SUCCESS &&
+        (rc = row_check(&v, &sh, r, sh.width, c->dev, 0, &w->src)) == CUDA_SUCCESS &&
+        (w->dst.where == FK_AT_PAGEABLE || w->src.where == FK_AT_PAGEABLE)) {
+      rc = CUDA_ERROR_INVALID_VALUE; /* a node cannot stage pageable memory at its launches */
+    }
+  }
+  if (rc != CUDA_SUCCESS) {
+    fk_work_free_chain(head);
+    return rc;
+  }
+  *out = head;
+  return CUDA_SUCCESS;
 }
 
 /* Peer copies: with unified addressing the contexts only have to be valid. cuMemcpyPeer is
@@ -404,6 +462,44 @@ static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUco
   return CUDA_SUCCESS;
 }
 
+/* The checks of a memset of *height rows of *width elements, pitch bytes apart, on device dev;
+ * a contiguous one becomes one row. *device: whether it touches device memory. */
+static CUresult set_check(uintptr_t dst, size_t pitch, unsigned elem, size_t *width, size_t *height,
+                          int dev, int *device) {
+  if (*width > SIZE_MAX / elem || (*height > 1 && pitch < *width * elem) || pitch > 2147483647u) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (*height == 1 || pitch == *width * elem) {
+    *width *= *height; /* contiguous: one item */
+    *height = 1;
+  }
+  *device = 0;
+  for (size_t y = 0; y < *height; y++) {
+    struct fk_range r;
+    if ((dst + y * pitch) % elem != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult rc = check_range(dst + y * pitch, *width * elem, dev, 0, 1, &r);
+    if (rc != CUDA_SUCCESS) {
+      return rc;
+    }
+    *device |= r.where == FK_AT_DEVICE;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Row y of a checked memset as a work item. */
+static struct fk_work *set_item(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
+                                size_t width, size_t y, int dev) {
+  struct fk_work *item = fk_work_new(FK_W_SET);
+  item->dev = dev;
+  item->value = value;
+  item->elem = elem;
+  item->count = width;
+  check_range(dst + y * pitch, width * elem, dev, 0, 1, &item->dst);
+  return item;
+}
+
 /* Memsets of height rows of width elements, pitch bytes apart. */
 static CUresult set(uintptr_t dst, size_t pitch, unsigned value, unsigned elem, size_t width,
                     size_t height, int async, CUstream h, int pt) {
@@ -412,40 +508,49 @@ static CUresult set(uintptr_t dst, size_t pitch, unsigned value, unsigned elem, 
   if (rc != CUDA_SUCCESS || width == 0 || height == 0) {
     return rc;
   }
-  if (width > SIZE_MAX / elem || (height > 1 && pitch < width * elem) || pitch > 2147483647u) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (height == 1 || pitch == width * elem) {
-    width *= height; /* contiguous: one item */
-    height = 1;
-  }
-  int dev = s->ctx->dev, device = 0;
-  struct fk_range r;
-  for (size_t y = 0; y < height; y++) {
-    if ((dst + y * pitch) % elem != 0) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    if ((rc = check_range(dst + y * pitch, width * elem, dev, 0, 1, &r)) != CUDA_SUCCESS) {
-      return rc;
-    }
-    device |= r.where == FK_AT_DEVICE;
+  int dev = s->ctx->dev, device;
+  if ((rc = set_check(dst, pitch, elem, &width, &height, dev, &device)) != CUDA_SUCCESS) {
+    return rc;
   }
   int now = !async && !device;
   if (now) {
     fk_stream_reach(s, fk.seq);
   }
   for (size_t y = 0; y < height; y++) {
-    struct fk_work w = {.kind = FK_W_SET, .dev = dev, .value = value, .elem = elem, .count = width};
-    check_range(dst + y * pitch, width * elem, dev, 0, 1, &w.dst);
+    struct fk_work *item = set_item(dst, pitch, value, elem, width, y, dev);
     if (now) {
-      fk_mem_effect(&w);
+      fk_mem_effect(item);
+      free(item);
     } else {
-      struct fk_work *item = fk_work_new(FK_W_SET);
-      *item = w;
-      item->next = NULL;
       fk_work_enqueue(s, item);
     }
   }
+  return CUDA_SUCCESS;
+}
+
+CUresult fk_memset_node_work(const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx,
+                             struct fk_work **out) {
+  struct CUctx_st *c;
+  CUresult rc = fk_ctx_or_current(ctx, &c);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  if (p == NULL || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) ||
+      p->width == 0 || p->height == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t width = p->width, height = p->height;
+  int device;
+  rc = set_check((uintptr_t)p->dst, p->pitch, p->elementSize, &width, &height, c->dev, &device);
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  struct fk_work *head = NULL, **tail = &head;
+  for (size_t y = 0; y < height; y++) {
+    chain_add(&tail,
+              set_item((uintptr_t)p->dst, p->pitch, p->value, p->elementSize, width, y, c->dev));
+  }
+  *out = head;
   return CUDA_SUCCESS;
 }
 

@@ -445,19 +445,22 @@ __attribute__((destructor)) static void fk_unload(void) {
     return;
   }
   pthread_once(&cfg_once, parse_config);
+  int idle = fk_host_stop();
   pthread_mutex_lock(&fk.lock);
   if (!fk.cfg_error && fk.cfg.stats_path[0] != '\0') {
     write_stats();
   }
   /* Like a real driver at exit: release everything; later calls get DEINITIALIZED. This also
-   * lets a dlclose()d fake leave nothing behind. */
-  fk_graph_teardown();
-  fk_logs_teardown();
-  fk_stream_teardown();
-  fk_module_teardown();
-  fk_vmm_teardown();
-  fk_mem_teardown();
-  fk_array_teardown();
+   * lets a dlclose()d fake leave nothing behind. A host function still running keeps them. */
+  if (idle) {
+    fk_graph_teardown();
+    fk_logs_teardown();
+    fk_stream_teardown();
+    fk_module_teardown();
+    fk_vmm_teardown();
+    fk_mem_teardown();
+    fk_array_teardown();
+  }
   fk.deinitialized = 1;
   pthread_mutex_unlock(&fk.lock);
 }

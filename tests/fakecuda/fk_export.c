@@ -66,9 +66,10 @@ STUBS(context_checks)
 STUBS(integrity_check)
 STUBS(tools_context)
 STUBS(tools_module)
+STUBS(profiler)
 
 static uintptr_t cudart_interface[13], tools_tls[4], callback_hooks[7], context_local_storage[4],
-    context_checks[4], integrity_check[3], tools_context[95], tools_module[64];
+    context_checks[4], integrity_check[3], tools_context[95], tools_module[64], profiler[70];
 
 /* Fills table[0..n) with stubs, and slot 0 with the table's size when sized. */
 static void stub_table(uintptr_t *table, size_t n, const uintptr_t *stubs, int sized) {
@@ -193,6 +194,13 @@ static int et_module_walk(CUcontext ctx, CUmodule m, fk_walk_fn fn, void *user) 
   return n;
 }
 
+/* ---- Profiler (7cb63f9b-9ca4-8e42-a484-beb66e6aed7f): 70 slots, size first. ---- */
+
+/* CUPTI asks for this table when it starts (cuptiGetVersion fails without it) and checks the
+ * size before it calls a slot; its profiling paths call slots 35, 67 and 69 (libcupti 13.5).
+ * None is modelled: each answers CUDA_ERROR_NOT_SUPPORTED, so profiling fails where a driver
+ * with a profiler would serve it, and start-up succeeds. */
+
 /* ---- Runtime callback hooks (a094798c-2e74-2e74-93f2-0800200c0a66). ---- */
 
 /* Two buffers the runtime fills with its callback hooks for tools; it checks their sizes
@@ -302,6 +310,7 @@ static void build_tables(void) {
   tools_context[51] = FN(et_tools_stream_object);
   stub_table(tools_module, 64, stubs_tools_module, 1);
   tools_module[7] = FN(et_module_walk);
+  stub_table(profiler, 70, stubs_profiler, 1);
 }
 
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
@@ -345,6 +354,10 @@ static const struct {
       0x1e},
      "tools_module",
      tools_module},
+    {{0x7c, 0xb6, 0x3f, 0x9b, 0x9c, 0xa4, 0x8e, 0x42, 0xa4, 0x84, 0xbe, 0xb6, 0x6e, 0x6a, 0xed,
+      0x7f},
+     "profiler",
+     profiler},
 };
 
 static CUresult export_table(const void **out, const CUuuid *id) {

@@ -24,41 +24,21 @@
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture; "potentially unsafe" calls
  * (allocation, free, synchronous copies, context synchronize) are refused per the calling
  * thread's capture mode; the legacy stream cannot capture; a capture is ended on its origin
- * stream (THREAD_LOCAL/GLOBAL: by the thread that began it). Not modelled: the explicit node
- * API (cuGraphAdd*Node) beyond memory nodes, graph update, child-graph nodes other than a launch
- * into a capturing stream, and the UNJOINED check of streams that forked from a capture and never
- * joined back.
+ * stream (THREAD_LOCAL/GLOBAL: by the thread that began it). A capture may also grow an existing
+ * graph (cuStreamBeginCaptureToGraph). The explicit node API is fk_gnode.c's. Not modelled: the
+ * UNJOINED check of streams that forked from a capture and never joined back.
  *
  * Locking: under fk.lock (entry points). The capture mode is per thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/fakecuda/fk.h"
-
-enum { N_WORK, N_ALLOC };
-
-struct fk_node {
-  int kind;
-  struct fk_work *work;   /* N_WORK: the item to replay */
-  struct fk_alloc *alloc; /* N_ALLOC: the graph allocation it makes */
-};
-
-struct CUgraph_st {
-  struct CUctx_st *ctx;
-  int live;
-  struct fk_node **nodes; /* each held on its own: its address is its CUgraphNode handle */
-  size_t n, cap;
-  unsigned long long id;
-};
-
-struct CUgraphExec_st {
-  struct CUgraph_st *graph; /* an instantiated copy */
-  int live;
-};
+#include "tests/fakecuda/fk_graph.h"
 
 struct fk_capture {
   struct CUgraph_st *graph;
+  size_t base;  /* nodes the graph had when the capture began */
+  int existing; /* the capture grows a graph of the program's (cuStreamBeginCaptureToGraph) */
   struct CUstream_st *origin;
   unsigned long long id;
   int mode; /* CU_STREAM_CAPTURE_MODE_* */
@@ -84,7 +64,7 @@ static void *xcalloc(size_t size) {
   return p;
 }
 
-static struct CUgraph_st *graph_new(struct CUctx_st *c) {
+struct CUgraph_st *fk_graph_new(struct CUctx_st *c) {
   struct CUgraph_st *g = xcalloc(sizeof *g);
   g->ctx = c;
   g->live = 1;
@@ -93,27 +73,59 @@ static struct CUgraph_st *graph_new(struct CUctx_st *c) {
   return g;
 }
 
-static struct fk_node *graph_add(struct CUgraph_st *g, struct fk_node node) {
+struct fk_node *fk_graph_add(struct CUgraph_st *g, struct fk_node node, const CUgraphNode *deps,
+                             const CUgraphEdgeData *edges, size_t ndeps) {
   struct fk_node *held = xcalloc(sizeof *held);
   *held = node;
+  held->ndeps = ndeps;
+  held->deps = ndeps > 0 ? xcalloc(ndeps * sizeof *held->deps) : NULL;
+  for (size_t i = 0; i < ndeps; i++) {
+    held->deps[i] = (struct fk_node *)deps[i];
+  }
+  if (edges != NULL && ndeps > 0) {
+    held->edges = xcalloc(ndeps * sizeof *held->edges);
+    memcpy(held->edges, edges, ndeps * sizeof *held->edges);
+  }
   fk_push((void ***)&g->nodes, &g->n, &g->cap, held);
   return held;
 }
 
-static void graph_clear(struct CUgraph_st *g) {
-  for (size_t i = 0; i < g->n; i++) {
-    if (g->nodes[i]->work != NULL) {
-      free(g->nodes[i]->work->staging);
-      free(g->nodes[i]->work);
-    }
-    free(g->nodes[i]);
+static void node_free(struct fk_node *n) {
+  fk_work_free_chain(n->work);
+  free(n->bodies);
+  free(n->deps);
+  free(n->edges);
+  free(n);
+}
+
+/* Frees g's nodes from the i-th on (the graphs they own are dropped by fk_graph_drop first). */
+static void graph_truncate(struct CUgraph_st *g, size_t i) {
+  for (size_t k = i; k < g->n; k++) {
+    node_free(g->nodes[k]);
   }
+  g->n = i;
+}
+
+static void graph_clear(struct CUgraph_st *g) {
+  graph_truncate(g, 0);
   free(g->nodes);
   g->nodes = NULL;
   g->n = g->cap = 0;
 }
 
-static int graph_known(const struct CUgraph_st *g) {
+/* Discards the nodes of g from the i-th on (a capture that was invalidated): the graph
+ * allocations they made, never launched, are released. */
+static void graph_discard(struct CUgraph_st *g, size_t i) {
+  for (size_t k = i; k < g->n; k++) {
+    struct fk_alloc *a = g->nodes[k]->alloc;
+    if (a != NULL && !a->graph_phys && !a->graph_live) {
+      fk_mem_release(a);
+    }
+  }
+  graph_truncate(g, i);
+}
+
+int fk_graph_known(const struct CUgraph_st *g) {
   for (size_t i = 0; i < ngraphs; i++) {
     if (graphs[i] == g) {
       return g->live;
@@ -122,10 +134,56 @@ static int graph_known(const struct CUgraph_st *g) {
   return 0;
 }
 
-static int exec_known(const struct CUgraphExec_st *e) {
+struct CUgraphExec_st *fk_graph_exec(CUgraphExec e) {
   for (size_t i = 0; i < nexecs; i++) {
     if (execs[i] == e) {
-      return e->live;
+      return e->live ? e : NULL;
+    }
+  }
+  return NULL;
+}
+
+struct CUgraph_st *fk_graph_copy(const struct CUgraph_st *g, struct fk_node *parent) {
+  struct CUgraph_st *copy = fk_graph_new(g->ctx);
+  copy->parent = parent;
+  for (size_t i = 0; i < g->n; i++) {
+    const struct fk_node *from = g->nodes[i];
+    struct fk_node node = *from;
+    node.work = fk_work_clone_chain(from->work);
+    node.bodies = NULL;
+    node.deps = NULL;
+    node.edges = NULL;
+    node.origin = from;
+    struct fk_node *held = fk_graph_add(copy, node, NULL, NULL, 0);
+    if (from->child != NULL) {
+      held->child = fk_graph_copy(from->child, held);
+    }
+    if (from->nbodies > 0) {
+      held->bodies = xcalloc(from->nbodies * sizeof *held->bodies);
+      for (unsigned b = 0; b < from->nbodies; b++) {
+        held->bodies[b] = fk_graph_copy(from->bodies[b], held);
+      }
+    }
+  }
+  return copy;
+}
+
+int fk_graph_has_memory_nodes(const struct CUgraph_st *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    const struct fk_node *n = g->nodes[i];
+    if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || n->type == CU_GRAPH_NODE_TYPE_MEM_FREE ||
+        (n->child != NULL && fk_graph_has_memory_nodes(n->child))) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int fk_graph_has_conditionals(const struct CUgraph_st *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    const struct fk_node *n = g->nodes[i];
+    if (n->kind == N_COND || (n->child != NULL && fk_graph_has_conditionals(n->child))) {
+      return 1;
     }
   }
   return 0;
@@ -137,13 +195,36 @@ static void capture_invalidate(struct fk_capture *cap) {
   cap->invalid = 1;
 }
 
+/* The node type of a captured work item. */
+static CUgraphNodeType captured_type(const struct fk_work *w) {
+  switch (w->kind) {
+  case FK_W_COPY:
+    return CU_GRAPH_NODE_TYPE_MEMCPY;
+  case FK_W_SET:
+    return CU_GRAPH_NODE_TYPE_MEMSET;
+  case FK_W_HOST:
+    return CU_GRAPH_NODE_TYPE_HOST;
+  case FK_W_WAIT:
+    return CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+  case FK_W_FREE:
+  case FK_W_GRAPH_FREE:
+    return CU_GRAPH_NODE_TYPE_MEM_FREE;
+  default:
+    return CU_GRAPH_NODE_TYPE_KERNEL; /* FK_W_HOOK: a kernel's (or a stream operation's) work */
+  }
+}
+
 void fk_capture_record(struct CUstream_st *s, struct fk_work *w) {
   if (s->cap->invalid) {
-    free(w->staging);
-    free(w);
+    fk_work_free_chain(w);
     return;
   }
-  graph_add(s->cap->graph, (struct fk_node){.kind = N_WORK, .work = w});
+  struct CUgraph_st *g = s->cap->graph;
+  w->next = NULL;
+  /* the capture linearises its streams: each node depends on the one captured before it */
+  CUgraphNode last = g->n > s->cap->base ? (CUgraphNode)g->nodes[g->n - 1] : NULL;
+  fk_graph_add(g, (struct fk_node){.kind = N_WORK, .type = captured_type(w), .work = w}, &last,
+               NULL, last != NULL);
 }
 
 static void detach_streams(struct fk_capture *cap) {
@@ -227,9 +308,22 @@ CUresult fk_capture_wait(struct CUstream_st *s, struct fk_capture *cap, int exte
   return s->cap->invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 
-static CUresult begin_capture(CUstream h, int ptsz, int mode) {
+/* Begins a capture on stream h into a new graph, or into the program's graph `into` (after its
+ * nodes deps[0..ndeps) joined by edges, which the fake's linear replay already orders). */
+static CUresult begin_capture(CUstream h, int ptsz, int mode, struct CUgraph_st *into,
+                              const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t ndeps) {
   if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (into != NULL && (!fk_graph_known(into) || (ndeps > 0 && deps == NULL))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; i < ndeps; i++) {
+    struct CUgraph_st *owner = NULL;
+    const struct fk_node *up = fk_graph_node(deps[i], &owner);
+    if (up == NULL || owner != into || (edges != NULL && !fk_graph_edge_valid(&edges[i], up, -1))) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
   }
   struct CUstream_st *s;
   CUresult rc = fk_stream_resolve(h, ptsz, &s);
@@ -242,8 +336,13 @@ static CUresult begin_capture(CUstream h, int ptsz, int mode) {
   if (s->cap != NULL) {
     return CUDA_ERROR_ILLEGAL_STATE; /* already capturing */
   }
+  if (into != NULL && into->ctx != s->ctx) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   struct fk_capture *cap = xcalloc(sizeof *cap);
-  cap->graph = graph_new(s->ctx);
+  cap->graph = into != NULL ? into : fk_graph_new(s->ctx);
+  cap->existing = into != NULL;
+  cap->base = cap->graph->n;
   cap->origin = s;
   cap->id = fk_new_id();
   cap->mode = mode;
@@ -254,19 +353,45 @@ static CUresult begin_capture(CUstream h, int ptsz, int mode) {
 }
 
 FK_API CUresult cuStreamBeginCapture(CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  FK_BODY(FK_NEED_INIT,
+          begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, NULL, 0));
 }
 
 FK_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  FK_BODY(FK_NEED_INIT,
+          begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, NULL, 0));
 }
 
 FK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, (int)mode));
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 0, (int)mode, NULL, NULL, NULL, 0));
 }
 
 FK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, (int)mode));
+  FK_BODY(FK_NEED_INIT, begin_capture(hStream, 1, (int)mode, NULL, NULL, NULL, 0));
+}
+
+static CUresult begin_capture_to_graph(CUstream h, int ptsz, CUgraph g, const CUgraphNode *deps,
+                                       const CUgraphEdgeData *edges, size_t ndeps, int mode) {
+  if (g == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return begin_capture(h, ptsz, mode, g, deps, edges, ndeps);
+}
+
+FK_API CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                            const CUgraphNode *dependencies,
+                                            const CUgraphEdgeData *dependencyData,
+                                            size_t numDependencies, CUstreamCaptureMode mode) {
+  FK_BODY(FK_NEED_INIT, begin_capture_to_graph(hStream, 0, hGraph, dependencies, dependencyData,
+                                               numDependencies, (int)mode));
+}
+
+FK_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                 const CUgraphNode *dependencies,
+                                                 const CUgraphEdgeData *dependencyData,
+                                                 size_t numDependencies, CUstreamCaptureMode mode) {
+  FK_BODY(FK_NEED_INIT, begin_capture_to_graph(hStream, 1, hGraph, dependencies, dependencyData,
+                                               numDependencies, (int)mode));
 }
 
 static CUresult end_capture(CUstream h, int ptsz, CUgraph *out) {
@@ -291,11 +416,12 @@ static CUresult end_capture(CUstream h, int ptsz, CUgraph *out) {
   }
   detach_streams(cap);
   struct CUgraph_st *g = cap->graph;
-  int invalid = cap->invalid;
+  int invalid = cap->invalid, existing = cap->existing;
+  size_t base = cap->base;
   free(cap);
   if (invalid) {
-    graph_clear(g);
-    g->live = 0;
+    graph_discard(g, base); /* the program's own graph keeps what it had before */
+    g->live = existing;
     *out = NULL;
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
@@ -453,8 +579,8 @@ FK_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 
 /* A graph allocation node of size bytes on dev appended to g: its address is reserved at once
  * (no memory held). */
-static CUresult alloc_node(struct CUgraph_st *g, int dev, size_t size, CUdeviceptr *out,
-                           struct fk_node **node) {
+static CUresult alloc_node(struct CUgraph_st *g, const CUgraphNode *deps, size_t ndeps, int dev,
+                           size_t size, CUdeviceptr *out, struct fk_node **node) {
   size_t span = (size + FK_ALLOC_ALIGN - 1) / FK_ALLOC_ALIGN * FK_ALLOC_ALIGN;
   if (span < size || span > fk.dev[dev].total) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -466,7 +592,9 @@ static CUresult alloc_node(struct CUgraph_st *g, int dev, size_t size, CUdevicep
   }
   struct fk_alloc *a = fk_mem_new(FK_K_GRAPH, base, size, span, dev);
   a->ctx = g->ctx; /* freed with it, like everything made in a context */
-  struct fk_node *n = graph_add(g, (struct fk_node){.kind = N_ALLOC, .alloc = a});
+  struct fk_node *n = fk_graph_add(
+      g, (struct fk_node){.kind = N_ALLOC, .type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .alloc = a}, deps,
+      NULL, ndeps);
   if (node != NULL) {
     *node = n;
   }
@@ -478,7 +606,9 @@ CUresult fk_graph_alloc(struct CUstream_st *s, int dev, size_t size, CUdeviceptr
   if (s->cap->invalid) {
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
-  return alloc_node(s->cap->graph, dev, size, out, NULL);
+  struct CUgraph_st *g = s->cap->graph;
+  CUgraphNode last = g->n > s->cap->base ? (CUgraphNode)g->nodes[g->n - 1] : NULL;
+  return alloc_node(g, &last, last != NULL, dev, size, out, NULL);
 }
 
 /* Whether g frees allocation a itself (a free node after its allocation node). */
@@ -610,7 +740,7 @@ static CUresult graph_create(CUgraph *out, unsigned flags) {
   if (out == NULL || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  *out = graph_new(c);
+  *out = fk_graph_new(c);
   return CUDA_SUCCESS;
 }
 
@@ -639,17 +769,26 @@ static void release_allocs(struct CUgraph_st *g) {
   }
 }
 
-static void graph_drop(struct CUgraph_st *g) {
+void fk_graph_drop(struct CUgraph_st *g) {
   g->live = 0;
   release_allocs(g);
+  for (size_t i = 0; i < g->n; i++) {
+    struct fk_node *n = g->nodes[i];
+    if (n->child != NULL) {
+      fk_graph_drop(n->child);
+    }
+    for (unsigned b = 0; b < n->nbodies; b++) {
+      fk_graph_drop(n->bodies[b]);
+    }
+  }
   graph_clear(g);
 }
 
 static CUresult graph_destroy(CUgraph g) {
-  if (!graph_known(g)) {
-    return CUDA_ERROR_INVALID_VALUE;
+  if (!fk_graph_known(g) || g->parent != NULL) {
+    return CUDA_ERROR_INVALID_VALUE; /* a child or body graph belongs to its node */
   }
-  graph_drop(g);
+  fk_graph_drop(g);
   return CUDA_SUCCESS;
 }
 
@@ -661,7 +800,7 @@ static CUresult graph_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
   if (n == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (!graph_known(g)) {
+  if (!fk_graph_known(g)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (nodes != NULL) {
@@ -682,8 +821,7 @@ FK_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numN
   FK_BODY(FK_NEED_INIT, graph_nodes(hGraph, nodes, numNodes));
 }
 
-/* The node h of a live graph (its graph in *owner), or NULL. */
-static struct fk_node *node_find(CUgraphNode h, struct CUgraph_st **owner) {
+struct fk_node *fk_graph_node(CUgraphNode h, struct CUgraph_st **owner) {
   for (size_t i = 0; h != NULL && i < ngraphs; i++) {
     struct CUgraph_st *g = graphs[i];
     for (size_t k = 0; g->live && k < g->n; k++) {
@@ -699,35 +837,11 @@ static struct fk_node *node_find(CUgraphNode h, struct CUgraph_st **owner) {
 }
 
 static CUresult node_type(CUgraphNode h, CUgraphNodeType *type) {
-  const struct fk_node *n = node_find(h, NULL);
+  const struct fk_node *n = fk_graph_node(h, NULL);
   if (n == NULL || type == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (n->kind == N_ALLOC) {
-    *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
-    return CUDA_SUCCESS;
-  }
-  switch (n->work->kind) {
-  case FK_W_COPY:
-    *type = CU_GRAPH_NODE_TYPE_MEMCPY;
-    break;
-  case FK_W_SET:
-    *type = CU_GRAPH_NODE_TYPE_MEMSET;
-    break;
-  case FK_W_HOST:
-    *type = CU_GRAPH_NODE_TYPE_HOST;
-    break;
-  case FK_W_WAIT:
-    *type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-    break;
-  case FK_W_FREE:
-  case FK_W_GRAPH_FREE:
-    *type = CU_GRAPH_NODE_TYPE_MEM_FREE;
-    break;
-  default:
-    *type = CU_GRAPH_NODE_TYPE_KERNEL; /* FK_W_HOOK: a kernel's (or a stream operation's) work */
-    break;
-  }
+  *type = n->type;
   return CUDA_SUCCESS;
 }
 
@@ -736,7 +850,7 @@ FK_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
 }
 
 static CUresult alloc_node_params(CUgraphNode h, CUDA_MEM_ALLOC_NODE_PARAMS *out) {
-  const struct fk_node *n = node_find(h, NULL);
+  const struct fk_node *n = fk_graph_node(h, NULL);
   if (n == NULL || n->kind != N_ALLOC || out == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -754,15 +868,15 @@ FK_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
   FK_BODY(FK_NEED_INIT, alloc_node_params(hNode, params_out));
 }
 
-/* The checks every cuGraphAdd*Node makes: an output, a live graph, and dependencies that are
- * nodes of that graph (nodes are appended, so replaying in order honours them). */
+/* The checks of a memory node: an output, a top-level live graph (child and body graphs hold
+ * no memory nodes), and dependencies that are nodes of that graph. */
 static CUresult add_check(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps) {
-  if (out == NULL || !graph_known(g) || (ndeps > 0 && deps == NULL)) {
+  if (out == NULL || !fk_graph_known(g) || g->parent != NULL || (ndeps > 0 && deps == NULL)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   for (size_t i = 0; i < ndeps; i++) {
     struct CUgraph_st *owner = NULL;
-    if (node_find(deps[i], &owner) == NULL || owner != g) {
+    if (fk_graph_node(deps[i], &owner) == NULL || owner != g) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -781,7 +895,7 @@ static CUresult add_alloc_node(CUgraphNode *out, CUgraph g, const CUgraphNode *d
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct fk_node *n;
-  rc = alloc_node(g, p->poolProps.location.id, p->bytesize, &p->dptr, &n);
+  rc = alloc_node(g, deps, ndeps, p->poolProps.location.id, p->bytesize, &p->dptr, &n);
   if (rc == CUDA_SUCCESS) {
     *out = (CUgraphNode)n;
   }
@@ -808,7 +922,9 @@ static CUresult add_free_node(CUgraphNode *out, CUgraph g, const CUgraphNode *de
   struct fk_work *w = fk_work_new(FK_W_FREE);
   w->dst.addr = a->base;
   w->dst.alloc_id = a->id;
-  *out = (CUgraphNode)graph_add(g, (struct fk_node){.kind = N_WORK, .work = w});
+  *out = (CUgraphNode)fk_graph_add(
+      g, (struct fk_node){.kind = N_WORK, .type = CU_GRAPH_NODE_TYPE_MEM_FREE, .work = w}, deps,
+      NULL, ndeps);
   return CUDA_SUCCESS;
 }
 
@@ -822,7 +938,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph g, unsigned long long flag
   if (out == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (!graph_known(g)) {
+  if (!fk_graph_known(g) || g->parent != NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   unsigned long long known =
@@ -831,16 +947,8 @@ static CUresult instantiate(CUgraphExec *out, CUgraph g, unsigned long long flag
   if (flags & ~known) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  struct CUgraph_st *copy = graph_new(g->ctx);
-  for (size_t i = 0; i < g->n; i++) {
-    struct fk_node node = *g->nodes[i];
-    if (node.work != NULL) {
-      node.work = fk_work_clone(node.work);
-    }
-    graph_add(copy, node);
-  }
   struct CUgraphExec_st *e = xcalloc(sizeof *e);
-  e->graph = copy;
+  e->graph = fk_graph_copy(g, NULL);
   e->live = 1;
   fk_push((void ***)&execs, &nexecs, &capexecs, e);
   *out = e;
@@ -903,11 +1011,11 @@ FK_API CUresult cuGraphInstantiateWithParams_ptsz(
 }
 
 static CUresult exec_destroy(CUgraphExec e) {
-  if (!exec_known(e)) {
+  if (fk_graph_exec(e) == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   e->live = 0;
-  graph_drop(e->graph);
+  fk_graph_drop(e->graph);
   return CUDA_SUCCESS;
 }
 
@@ -915,8 +1023,54 @@ FK_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
   FK_BODY(FK_NEED_INIT, exec_destroy(hGraphExec));
 }
 
+/* Queues the work of g's nodes on s in order: each work item a copy, a child graph's nodes in
+ * its place, a conditional node's body as its handle's value selects. */
+static CUresult launch_nodes(const struct CUgraph_st *g, struct CUstream_st *s) {
+  for (size_t i = 0; i < g->n; i++) {
+    const struct fk_node *n = g->nodes[i];
+    CUresult rc = CUDA_SUCCESS;
+    if (n->disabled) {
+      continue;
+    }
+    if (n->kind == N_ALLOC) {
+      if (s->cap != NULL) {
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* memory nodes in a child graph */
+      }
+      rc = graph_alloc_take(g, n->alloc);
+    } else if (n->kind == N_CHILD) {
+      rc = launch_nodes(n->child, s);
+    } else if (n->kind == N_COND) {
+      unsigned v = fk_graph_cond_value(n->handle);
+      /* IF: body 0 when non-zero, else body 1 if any; SWITCH: body v; WHILE: body 0 while
+       * non-zero, which only device code could change: once */
+      unsigned body = n->cond_type == CU_GRAPH_COND_TYPE_SWITCH ? v : (v != 0 ? 0 : 1);
+      if (n->cond_type == CU_GRAPH_COND_TYPE_WHILE && v == 0) {
+        body = n->nbodies;
+      }
+      rc = body < n->nbodies ? launch_nodes(n->bodies[body], s) : CUDA_SUCCESS;
+    } else {
+      for (const struct fk_work *from = n->work; from != NULL; from = from->next) {
+        struct fk_work *w = fk_work_clone(from);
+        if (w->kind == FK_W_FREE) {
+          struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
+          if (a != NULL && a->kind == FK_K_GRAPH) {
+            w->kind = FK_W_GRAPH_FREE; /* a free node of a graph allocation */
+          } else if (a != NULL) {
+            a->freeing = 1;
+          }
+        }
+        fk_work_enqueue(s, w);
+      }
+    }
+    if (rc != CUDA_SUCCESS) {
+      return rc;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 static CUresult graph_launch(CUgraphExec e, CUstream h, int ptsz) {
-  if (!exec_known(e)) {
+  if (fk_graph_exec(e) == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUstream_st *s;
@@ -927,30 +1081,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, int ptsz) {
   if (s->ctx != e->graph->ctx) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
-  struct CUgraph_st *g = e->graph;
-  for (size_t i = 0; i < g->n; i++) {
-    if (g->nodes[i]->kind == N_ALLOC) {
-      if (s->cap != NULL) {
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* memory nodes in a child graph */
-      }
-      rc = graph_alloc_take(g, g->nodes[i]->alloc);
-      if (rc != CUDA_SUCCESS) {
-        return rc;
-      }
-    } else {
-      struct fk_work *w = fk_work_clone(g->nodes[i]->work);
-      if (w->kind == FK_W_FREE) {
-        struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
-        if (a != NULL && a->kind == FK_K_GRAPH) {
-          w->kind = FK_W_GRAPH_FREE; /* a free node of a graph allocation */
-        } else if (a != NULL) {
-          a->freeing = 1;
-        }
-      }
-      fk_work_enqueue(s, w);
-    }
-  }
-  return CUDA_SUCCESS;
+  return launch_nodes(e->graph, s);
 }
 
 FK_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
@@ -976,7 +1107,7 @@ static CUresult back_allocs(struct CUgraph_st *g) {
 }
 
 static CUresult graph_upload(CUgraphExec e, CUstream h, int ptsz) {
-  if (!exec_known(e)) {
+  if (fk_graph_exec(e) == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct CUstream_st *s;
@@ -1002,7 +1133,7 @@ void fk_graph_free_ctx(struct CUctx_st *c) {
     if (captures[i]->origin->ctx == c) {
       struct fk_capture *cap = captures[i];
       detach_streams(cap); /* removes it from captures */
-      graph_drop(cap->graph);
+      fk_graph_drop(cap->graph);
       free(cap);
     } else {
       i++;
@@ -1015,12 +1146,13 @@ void fk_graph_free_ctx(struct CUctx_st *c) {
   }
   for (size_t i = 0; i < ngraphs; i++) {
     if (graphs[i]->live && graphs[i]->ctx == c) {
-      graph_drop(graphs[i]);
+      fk_graph_drop(graphs[i]);
     }
   }
 }
 
 void fk_graph_teardown(void) {
+  fk_gnode_teardown();
   for (size_t i = 0; i < ncaptures; i++) {
     free(captures[i]);
   }

@@ -38,7 +38,6 @@ enum {
   EIATTR_KPARAM_INFO = 0x17,
   EIATTR_CBANK_PARAM_SIZE = 0x19,
   EIATTR_REGCOUNT = 0x2f,
-  EIATTR_RESERVED_SMEM_USED = 0x4c, /* the kernel's shared section includes the reserved 1 KiB */
 };
 enum { EIFMT_NVAL = 1, EIFMT_BVAL = 2, EIFMT_HVAL = 3, EIFMT_SVAL = 4 };
 
@@ -302,9 +301,7 @@ static void read_nv_info(struct fk_image *img, const unsigned char *p, size_t n,
       }
       continue;
     }
-    if (attr == EIATTR_RESERVED_SMEM_USED) {
-      kernel->reserved_smem = 1;
-    } else if (attr == EIATTR_CBANK_PARAM_SIZE && fmt == EIFMT_HVAL) {
+    if (attr == EIATTR_CBANK_PARAM_SIZE && fmt == EIFMT_HVAL) {
       uint16_t h;
       memcpy(&h, v, 2);
       kernel->param_bytes = h;
@@ -367,9 +364,16 @@ static CUresult elf_parse(struct fk_image *img, char *err, size_t errlen) {
     set_err(err, errlen, "malformed cubin");
     return CUDA_ERROR_INVALID_IMAGE;
   }
+  /* A cubin laid out around the device's reserved shared memory names its symbols
+   * (.nv.reservedSmem.offset0, .nv.reservedSmem.cap): each kernel's shared section then starts
+   * with that reserved area, which is the driver's and not the kernel's static size. */
+  int reserved_layout = 0;
   for (size_t i = 0; i < e.nsym; i++) {
     const Elf64_Sym *s = &e.sym[i];
     const char *name = e.str + s->st_name;
+    if (strncmp(name, ".nv.reservedSmem.", 17) == 0) {
+      reserved_layout = 1;
+    }
     if (s->st_shndx == SHN_UNDEF || s->st_shndx >= e.nsh) {
       continue;
     }
@@ -413,7 +417,7 @@ static CUresult elf_parse(struct fk_image *img, char *err, size_t errlen) {
       if (k != NULL) {
         /* The reserved shared memory (RESERVED_SHARED_MEMORY_PER_BLOCK) is the driver's, not
          * part of the function's static size. */
-        int reserved = k->reserved_smem ? fk_dev_attr(111, 0) : 0;
+        int reserved = reserved_layout ? fk_dev_attr(111, 0) : 0;
         int size = (int)e.sh[i].sh_size;
         k->static_shared = size >= reserved ? size - reserved : size;
       }

@@ -1307,27 +1307,38 @@ static CUresult check_dims(const struct CUfunc_st *f, unsigned gx, unsigned gy, 
   return CUDA_SUCCESS;
 }
 
-/* Queues the kernel on s: one item per device address among its parameter bytes. */
-static void enqueue_kernel(struct CUstream_st *s, const unsigned char *args, size_t len) {
-  int queued = 0;
+/* The work of a kernel on device dev: one item per device address among its parameter bytes
+ * (each touching the byte it points at), or one item touching nothing; a chain through ->next. */
+static struct fk_work *kernel_items(int dev, const unsigned char *args, size_t len) {
+  struct fk_work *head = NULL, **tail = &head;
   for (size_t off = 0; off + sizeof(uintptr_t) <= len; off += sizeof(uintptr_t)) {
     uintptr_t v;
     memcpy(&v, args + off, sizeof v);
     struct fk_alloc *a = v != 0 ? fk_mem_find(v) : NULL;
     if (a != NULL && a->kind != FK_K_HOST) {
       struct fk_work *w = fk_work_new(FK_W_HOOK);
-      w->dev = s->ctx->dev;
+      w->dev = dev;
       w->dst.addr = v;
       w->dst.n = 1;
       w->dst.alloc_id = a->id;
-      fk_work_enqueue(s, w);
-      queued++;
+      *tail = w;
+      tail = &w->next;
     }
   }
-  if (queued == 0) {
-    struct fk_work *w = fk_work_new(FK_W_HOOK);
-    w->dev = s->ctx->dev;
+  if (head == NULL) {
+    head = fk_work_new(FK_W_HOOK);
+    head->dev = dev;
+  }
+  return head;
+}
+
+/* Queues the kernel on s. */
+static void enqueue_kernel(struct CUstream_st *s, const unsigned char *args, size_t len) {
+  struct fk_work *w = kernel_items(s->ctx->dev, args, len);
+  while (w != NULL) {
+    struct fk_work *next = w->next;
     fk_work_enqueue(s, w);
+    w = next;
   }
 }
 
@@ -1466,6 +1477,40 @@ FK_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDi
                                                CUstream hStream, void **kernelParams) {
   FK_BODY(FK_NEED_INIT, launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
                                sharedMemBytes, hStream, kernelParams, NULL, 1, 1));
+}
+
+CUresult fk_kernel_node_work(const CUDA_KERNEL_NODE_PARAMS *p, struct CUctx_st **ctx,
+                             struct fk_work **out) {
+  if (p == NULL || (p->func == NULL && p->kern == NULL)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct fk_work *w;
+  CUresult rc = fk_ctx_current(ctx);
+  struct CUfunc_st *f = NULL;
+  if (p->func != NULL) {
+    rc = function_of(p->func, &f); /* a function runs in its module's context */
+  } else if (rc == CUDA_SUCCESS) {
+    rc = function_of((CUfunction)(void *)p->kern, &f);
+  }
+  if (rc != CUDA_SUCCESS) {
+    return rc == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_VALUE : rc;
+  }
+  *ctx = f->mod->ctx;
+  rc = check_dims(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
+                  p->blockDimZ, p->sharedMemBytes);
+  unsigned char *args;
+  size_t len;
+  if (rc == CUDA_SUCCESS) {
+    rc = gather_params(func_ksym(f), p->kernelParams, p->extra, &args, &len);
+  }
+  if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
+  f->loaded = 1;
+  w = kernel_items((*ctx)->dev, args, len);
+  free(args);
+  *out = w;
+  return CUDA_SUCCESS;
 }
 
 static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra,

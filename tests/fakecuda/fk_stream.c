@@ -108,6 +108,24 @@ struct fk_work *fk_work_clone(const struct fk_work *w) {
   return c;
 }
 
+struct fk_work *fk_work_clone_chain(const struct fk_work *w) {
+  struct fk_work *head = NULL, **tail = &head;
+  for (; w != NULL; w = w->next) {
+    *tail = fk_work_clone(w);
+    tail = &(*tail)->next;
+  }
+  return head;
+}
+
+void fk_work_free_chain(struct fk_work *w) {
+  while (w != NULL) {
+    struct fk_work *next = w->next;
+    free(w->staging);
+    free(w);
+    w = next;
+  }
+}
+
 void fk_work_enqueue(struct CUstream_st *s, struct fk_work *w) {
   if (s->cap != NULL) {
     fk_capture_record(s, w); /* a capturing stream records instead of executing */
@@ -152,15 +170,19 @@ void fk_work_execute(struct fk_work *w) {
   case FK_W_HOOK:
     fk_managed_access(w); /* a kernel: what it may touch of managed memory comes to its device */
     break;
-  case FK_W_HOST:
-    /* Host functions run in stream order, at the sync point that completes them (a real
-     * driver runs them on its own thread as soon as the stream reaches them). */
+  case FK_W_HOST: {
+    /* Host functions run in stream order, on the driver's host-function thread (fk_host.c) or
+     * at a sync point that reaches them first, without the driver's lock: they may take the
+     * program's locks, which its other threads hold while they call the driver. */
+    int dropped = fk_callout_begin();
     if (w->host_fn != NULL) {
       w->host_fn(w->host_arg);
     } else {
       w->callback(w->callback_stream, CUDA_SUCCESS, w->host_arg);
     }
+    fk_callout_end(dropped);
     break;
+  }
   case FK_W_GRAPH_FREE: {
     struct fk_alloc *a = fk_mem_by_id(w->dst.alloc_id);
     if (a != NULL) {
@@ -490,6 +512,36 @@ FK_API CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
   FK_BODY(FK_NEED_INIT, stream_get_ctx(hStream, pctx, 1));
 }
 
+/* The fake has no green contexts: every stream is a regular context's, and its green context is
+ * NULL (cuda.h: "NULL if the stream is not associated with any green context"). */
+static CUresult stream_get_ctx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen, int ptsz) {
+  if (pgreen == NULL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult rc = stream_get_ctx(h, pctx, ptsz);
+  if (rc == CUDA_SUCCESS) {
+    *pgreen = NULL;
+  }
+  return rc;
+}
+
+FK_API CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  FK_BODY(FK_NEED_INIT, stream_get_ctx_v2(hStream, pCtx, pGreenCtx, 0));
+}
+
+FK_API CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  FK_BODY(FK_NEED_INIT, stream_get_ctx_v2(hStream, pCtx, pGreenCtx, 1));
+}
+
+static CUresult stream_get_green_ctx(CUstream h, CUgreenCtx *pgreen) {
+  CUcontext ctx;
+  return stream_get_ctx_v2(h, &ctx, pgreen, 0);
+}
+
+FK_API CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx) {
+  FK_BODY(FK_NEED_INIT, stream_get_green_ctx(hStream, phCtx));
+}
+
 /* ---- Events. ---- */
 
 static CUresult event_create(CUevent *ph, unsigned flags) {
@@ -683,7 +735,11 @@ static CUresult launch_host(CUstream h, int ptsz, void (*fn)(void *),
   w->callback = cb;
   w->callback_stream = h;
   w->host_arg = arg;
+  int captured = s->cap != NULL;
   fk_work_enqueue(s, w);
+  if (!captured) {
+    fk_host_notify();
+  }
   return CUDA_SUCCESS;
 }
 

@@ -35,7 +35,7 @@ static void contents(const char *what, CUmodule m) {
   TAP_EQ(cuModuleGetFunction(&f, m, "nope"), CUDA_ERROR_NOT_FOUND, "%s: an unknown name", what);
   unsigned count = 0;
   CK(cuModuleGetFunctionCount(&count, m));
-  TAP_EQ(count, 3, "%s: three kernels", what);
+  TAP_EQ(count, 4, "%s: four kernels", what);
   CUdeviceptr p;
   size_t bytes = 0;
   CK(cuModuleGetGlobal_v2(&p, &bytes, m, "table"));
@@ -55,14 +55,18 @@ static void contents(const char *what, CUmodule m) {
 }
 
 static void cubin_details(CUmodule m) {
-  CUfunction bounded, shared;
+  CUfunction bounded, shared, dynamic;
   CK(cuModuleGetFunction(&bounded, m, "bounded"));
   CK(cuModuleGetFunction(&shared, m, "shared_user"));
+  CK(cuModuleGetFunction(&dynamic, m, "dynamic_user"));
   int v = 0;
   CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, bounded));
   TAP_EQ(v, 256, "__launch_bounds__(256) limits the block");
   CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, shared));
   TAP_EQ(v, 4096, "static shared memory of shared_user");
+  /* Its section holds only the reserved 1 KiB (no barrier: no .nv.info attribute 0x4c). */
+  CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, dynamic));
+  TAP_EQ(v, 0, "a kernel with only dynamic shared memory has no static shared memory");
   CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, bounded));
   tap_ok(v > 0 && v <= 255, "registers from the cubin: %d", v);
   CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_BINARY_VERSION, bounded));
@@ -117,6 +121,9 @@ static void cubin_details(CUmodule m) {
   TAP_EQ(cuLaunchKernel(shared, 1, 1, 1, 32, 1, 1, 200000, NULL, sargs, NULL),
          CUDA_ERROR_INVALID_VALUE, "more dynamic shared memory than allowed");
   CK(cuLaunchKernel(shared, 1, 1, 1, 32, 1, 1, 100000, NULL, sargs, NULL));
+  CK(cuLaunchKernel(dynamic, 1, 1, 1, 32, 1, 1, 49152, NULL, sargs, NULL));
+  TAP_EQ(cuLaunchKernel(dynamic, 1, 1, 1, 32, 1, 1, 49153, NULL, sargs, NULL),
+         CUDA_ERROR_INVALID_VALUE, "48 KiB of dynamic shared memory at most without opting in");
   size_t argsize = 16;
   struct {
     CUdeviceptr a;

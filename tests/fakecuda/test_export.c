@@ -2,7 +2,8 @@
  * tables' layouts, the runtime interface's primary-context slot, context-local storage with its
  * destructors (run on destroy, primary reset and last release, allowed to call the driver), the
  * tools-context table's stream look-ups (slots 51 and 39), the tools-module table's walk over a
- * module's functions (slot 7), the integrity handshake's fixed and computed answers. That
+ * module's functions (slot 7), the integrity handshake's fixed and computed answers, the
+ * profiler table CUPTI needs at start-up (its slots unmodelled). That
  * NVIDIA's runtime accepts all of them is tests/integ/cudart.sh's and the real-program tests'
  * business.
  */
@@ -31,6 +32,8 @@ static const unsigned char tools_module[16] = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x5
                                                0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
 static const unsigned char integrity[16] = {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
                                             0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2};
+static const unsigned char profiler[16] = {0x7c, 0xb6, 0x3f, 0x9b, 0x9c, 0xa4, 0x8e, 0x42,
+                                           0xa4, 0x84, 0xbe, 0xb6, 0x6e, 0x6a, 0xed, 0x7f};
 
 typedef CUresult (*primary_fn)(CUcontext *, CUdevice);
 typedef CUresult (*cls_put_fn)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
@@ -96,6 +99,15 @@ static void layouts(void) {
   tap_ok(t != NULL && t[0] == 4 * sizeof(void *), "context checks: 4 slots");
   t = table(integrity);
   tap_ok(t != NULL && t[0] == 3 * sizeof(void *), "integrity check: 3 slots");
+  /* CUPTI reads up to slot 69 (byte 0x228) after checking the size. */
+  t = table(profiler);
+  tap_ok(t != NULL && t[0] == 70 * sizeof(void *), "profiler: 70 slots");
+  if (t != NULL) {
+    SLOT(unknown_fn, slot35, t, 35);
+    SLOT(unknown_fn, slot69, t, 69);
+    TAP_EQ(slot35(), CUDA_ERROR_NOT_SUPPORTED, "profiler slot 35: not supported");
+    TAP_EQ(slot69(), CUDA_ERROR_NOT_SUPPORTED, "profiler slot 69: not supported");
+  }
   CUuuid unknown, known;
   memcpy(unknown.bytes, integrity, 16);
   memcpy(known.bytes, cudart, 16);

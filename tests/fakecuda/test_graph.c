@@ -1,7 +1,11 @@
-/* TAP test of the fake driver's stream capture and graphs, host functions, stream callbacks and
- * event timing, with FAKECUDA_BACKING=1 so copies and memsets move bytes. */
+/* TAP test of the fake driver's stream capture and graphs, host functions (run on the driver's
+ * own thread, without the driver's lock), stream callbacks and event timing, with
+ * FAKECUDA_BACKING=1 so copies and memsets move bytes. */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shim/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
@@ -10,8 +14,17 @@
 #include "tests/tap.h"
 
 static int host_runs;
+static pthread_t host_thread;
+static unsigned char host_saw;
+static CUdeviceptr host_mem;
+static pthread_mutex_t program_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void host_fn(void *arg) {
-  host_runs += *(int *)arg;
+  pthread_mutex_lock(&program_lock); /* a program's lock, held by its threads around driver calls */
+  host_saw = *(volatile unsigned char *)(uintptr_t)host_mem;
+  host_thread = pthread_self();
+  __atomic_add_fetch(&host_runs, *(int *)arg, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&program_lock);
 }
 
 static int callback_runs;
@@ -19,22 +32,41 @@ static CUresult callback_status = CUDA_ERROR_UNKNOWN;
 static void callback(CUstream s, CUresult status, void *arg) {
   (void)s;
   (void)arg;
-  callback_runs++;
   callback_status = status;
+  __atomic_add_fetch(&callback_runs, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Host functions run on the driver's own thread once their stream reaches them, with no sync
+ * point: the program only waits (a bound for hangs, not a timing). */
+static int await_runs(int *runs, int want) {
+  for (int i = 0; i < 2000 && __atomic_load_n(runs, __ATOMIC_SEQ_CST) < want; i++) {
+    usleep(1000);
+  }
+  return __atomic_load_n(runs, __ATOMIC_SEQ_CST);
 }
 
 static void host_work(CUstream s) {
   int one = 1;
   host_runs = 0;
+  CK(cuMemAlloc_v2(&host_mem, 4096));
+  CK(cuMemsetD8Async(host_mem, 0x3c, 4096, s));
+  /* The program holds its lock around its driver calls; the host function waits for it. */
+  pthread_mutex_lock(&program_lock);
   CK(cuLaunchHostFunc(s, host_fn, &one));
   CK(cuStreamAddCallback(s, callback, NULL, 0));
-  TAP_EQ(host_runs + callback_runs, 0, "host functions wait in stream order");
-  CK(cuStreamSynchronize(s));
-  TAP_EQ(host_runs, 1, "the host function ran at the sync point");
-  TAP_EQ(callback_runs, 1, "so did the callback");
+  unsigned flags;
+  CK(cuStreamGetFlags(s, &flags)); /* the driver stays usable meanwhile */
+  pthread_mutex_unlock(&program_lock);
+  TAP_EQ(await_runs(&host_runs, 1), 1, "a host function runs with no sync point");
+  tap_ok(!pthread_equal(host_thread, pthread_self()), "... on a thread of the driver's");
+  TAP_EQ(host_saw, 0x3c, "... after the memset queued before it");
+  TAP_EQ(await_runs(&callback_runs, 1), 1, "so does the callback");
   TAP_EQ(callback_status, CUDA_SUCCESS, "... with the stream's status");
+  CK(cuStreamSynchronize(s));
+  TAP_EQ(host_runs + callback_runs, 2, "each ran once");
   TAP_EQ(cuStreamAddCallback(s, callback, NULL, 1), CUDA_ERROR_INVALID_VALUE, "flags must be 0");
   TAP_EQ(cuLaunchHostFunc(s, NULL, NULL), CUDA_ERROR_INVALID_VALUE, "a NULL function");
+  CK(cuMemFree_v2(host_mem));
 }
 
 static void timing(CUstream s) {

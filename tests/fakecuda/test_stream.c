@@ -37,8 +37,16 @@ static void streams(void) {
   CUcontext c = NULL;
   CK(cuStreamGetCtx(s, &c));
   tap_ok(c == ctx, "cuStreamGetCtx");
+  CUgreenCtx green = (CUgreenCtx)&green;
+  CK(cuStreamGetGreenCtx(s, &green));
+  tap_ok(green == NULL, "cuStreamGetGreenCtx: a regular context's stream has no green context");
+  green = (CUgreenCtx)&green;
+  CK(cuStreamGetCtx_v2(CU_STREAM_LEGACY, &c, &green));
+  tap_ok(c == ctx && green == NULL, "cuStreamGetCtx_v2 of the legacy stream");
   CK(cuStreamQuery(s));
   CK(cuStreamDestroy_v2(s));
+  TAP_EQ(cuStreamGetGreenCtx(s, &green), CUDA_ERROR_INVALID_HANDLE,
+         "cuStreamGetGreenCtx of a destroyed stream");
   TAP_EQ(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE, "a destroyed stream: INVALID_HANDLE");
   TAP_EQ(cuStreamDestroy_v2(NULL), CUDA_ERROR_INVALID_HANDLE, "destroy the NULL stream");
   TAP_EQ(cuStreamDestroy_v2(CU_STREAM_PER_THREAD), CUDA_ERROR_INVALID_HANDLE,
