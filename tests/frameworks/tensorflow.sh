@@ -14,7 +14,7 @@
 . "$TOP/tests/frameworks/rows.sh"
 
 rows_venv "${TENSORFLOW_VENV:-}" tf-default tf-growth-env tf-set-growth tf-memory-limit \
-  tf-two-logical tf-fraction-0.5 tf-fraction-1.5 tf-async tf-cuda-malloc tf-two-devices tf-keras \
+  tf-two-logical tf-fraction-0.5 tf-fraction-1.5 tf-fraction-1.5-spill tf-async tf-cuda-malloc tf-two-devices tf-keras \
   tf-memory-info tf-reserve
 # TensorFlow loads the CUDA 12 libraries of its wheels by name.
 LD_LIBRARY_PATH=$(printf '%s:' "$TENSORFLOW_VENV"/lib/python3*/site-packages/nvidia/*/lib)
@@ -53,6 +53,13 @@ row tf-fraction-0.5 $GiB tf_workload.py TF_FRACTION=0.5 "EXPECT_LIMIT_MIB=2048|5
 row tf-fraction-1.5 $GiB tf_workload.py TF_FRACTION=1.5 "EXPECT_LIMIT_MIB=6144|1536" \
   EXPECT_UPFRONT=- "EXPECT_FILL=95|15" "EXPECT_MATMUL=ok|InternalError" \
   DRIVER_CALL=cuMemAllocManaged
+# The same with a spill budget (GPUCAP_OVERSUBSCRIBE, GPUCAP_SPILL): TensorFlow's 1.5 GiB unified
+# region is served whole, the part beyond the cap kept on the host, cuBLAS's workspace spilled
+# too; the matmul runs, 23 tensors fit, and the device (managed pages included) never holds more
+# than the cap. The report's figures are checked after the rows.
+row tf-fraction-1.5-spill $GiB tf_workload.py TF_FRACTION=1.5 "EXPECT_LIMIT_MIB=6144|1536" \
+  EXPECT_UPFRONT=- "EXPECT_FILL=95|23" DRIVER_CALL=cuMemAllocManaged \
+  GPUCAP_OVERSUBSCRIBE=1GiB GPUCAP_SPILL=on
 # The stream-ordered allocator (cuMemAllocAsync) does not keep to TensorFlow's limit: it fills
 # the whole device without gpucap; under gpucap the cap stops it.
 row tf-async $GiB tf_workload.py TF_GPU_ALLOCATOR=cuda_malloc_async "EXPECT_LIMIT_MIB=2296|799" \
@@ -74,4 +81,23 @@ row tf-memory-info $GiB tf_workload.py TF_WORKLOAD=meminfo TF_FORCE_GPU_ALLOW_GR
 row tf-reserve $GiB tf_workload.py TF_DEVICE_MIN_SYS_MEMORY_IN_MB=128 \
   "EXPECT_LIMIT_MIB=3968|896" EXPECT_UPFRONT=1 "EXPECT_FILL=61|13"
 rows_run
+# tf-fraction-1.5-spill's report: allocations spilled, at least the 512 MiB of the region beyond
+# the cap and at most the budget, none refused for want of spill budget, and a right size that
+# would have held the whole region.
+report="$WORK/tf-fraction-1.5-spill.with.report.json"
+if [ -f "$report" ]; then
+  is "$("$py" - "$report" <<'EOF'
+import json, sys
+u = json.load(open(sys.argv[1]))["usage"][0]
+MiB = 1 << 20
+bad = []
+if u["spilled_allocations"] < 1: bad.append(f"spilled_allocations {u['spilled_allocations']}")
+if not 512 * MiB <= u["peak_spilled_bytes"] <= 1024 * MiB:
+    bad.append(f"peak_spilled_bytes {u['peak_spilled_bytes']}")
+if u["refusals"]["spill_full"] != 0: bad.append(f"spill_full {u['refusals']['spill_full']}")
+if (u["right_size_bytes"] or 0) < 1536 * MiB: bad.append(f"right_size_bytes {u['right_size_bytes']}")
+print("; ".join(bad) or "as spilled")
+EOF
+  )" "as spilled" "tf-fraction-1.5-spill, with gpucap: the report's spill figures"
+fi
 done_testing
