@@ -50,6 +50,8 @@ static const struct runopt {
     {"--min", "SIZE", CFG_OPT_SHARE_MIN, NULL,
      "with --share: each process's guarantee (the others cannot take it)"},
     {"--max", "SIZE", CFG_OPT_SHARE_MAX, NULL, "with --share: this process's own cap (its burst)"},
+    {"--cap-covers", "WHAT", CFG_OPT_CAP_COVERS, NULL,
+     "process: the cap counts the driver's memory too (default); allocations: only them"},
     {"--growth", NULL, CFG_OPT_ALLOW_GROWTH, "true", "grow the pool as the program asks (default)"},
     {"--preallocate", NULL, CFG_OPT_ALLOW_GROWTH, "false",
      "reserve the whole cap at the first allocation"},
