@@ -15,6 +15,7 @@
 #include "shim/log.h"
 #include "shim/oom.h"
 #include "shim/ordered.h"
+#include "shim/overhead.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -187,12 +188,18 @@ bool ctx_retry(int dev, CUresult rc) {
 
 bool ctx_admit(int dev, uint64_t bytes) {
   answer_asks();
+  overhead_check(dev);
   if (passthru_admit(dev, bytes)) {
     return true;
   }
-  /* Memory the program freed into a pool, or the driver's pools keep: this allocation must not
-   * fail for want of it. */
-  return dev >= 0 && ctx_relieve(dev) && cap_charge(dev, bytes);
+  /* Memory the program freed into a pool, or the driver's pools keep, or that the driver no
+   * longer holds for itself: this allocation must not fail for want of it. */
+  if (dev < 0) {
+    return false;
+  }
+  bool relieved = ctx_relieve(dev);
+  bool smaller = overhead_recheck(dev);
+  return (relieved || smaller) && cap_charge(dev, bytes);
 }
 
 bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
@@ -241,16 +248,6 @@ static void oom_refused(oom_facts_t *f, uint64_t rank, uint64_t pool_idle, const
   oom_print(rank, f, v, report, len);
 }
 
-/* The driver's use of dev outside gpucap's charges, measured once per device at its first
- * pooled allocation (and again at each cuMemGetInfo: shim/memory.c). No lock held. */
-static void measure_driver(int dev) {
-  size_t free_b = 0, total = 0;
-  if (ledger_driver_bytes(dev) == UINT64_MAX && real.cuMemGetInfo_v2 &&
-      real.cuMemGetInfo_v2(&free_b, &total) == CUDA_SUCCESS) {
-    ledger_measure_driver(dev, free_b, total, cap_used(dev));
-  }
-}
-
 /* Borrowing (docs/design.md, "Arenas"): c's pool refused `bytes` after the device's wholly free
  * regions came back, but another arena of c's context may have a free chunk that fits. Called
  * with c's lock held; drops it while each other arena is asked under its own lock (never two
@@ -289,7 +286,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
   }
   int lib = ledger_caller();
-  measure_driver(c->dev);
+  overhead_check(c->dev); /* the driver's own memory, before anything is admitted */
   uint64_t addr = 0, held = 0;
   bool fronts = ctx_fronts_on(), pressed = false;
   if (fronts && ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
@@ -353,8 +350,9 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
         uint64_t released = trim_others(c);
         bool waited = pending_wait(c->dev);
         released += ordered_relieve(c->dev);
+        bool smaller = overhead_recheck(c->dev); /* the driver may hold less than counted */
         pthread_mutex_lock(&c->lock);
-        if (!c->pool.bfc || released > 0 || waited) {
+        if (!c->pool.bfc || released > 0 || waited || smaller) {
           continue; /* retry, or (context destroyed meanwhile) let the driver answer above */
         }
       }
