@@ -2,6 +2,8 @@
 # The cap, seen from a real program over the fake driver: absolute limits, fractions, per-device
 # lists, the smaller of two, get-info and total-mem reporting it, and fail-closed settings.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 MiB=$((1 << 20))
 GiB=$((1 << 30))

@@ -5,6 +5,8 @@
 # processes (it opens at the block's address with the block's size), an importer without
 # gpucap (refused, never handed an address), and the pass-through paths.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 # Legacy IPC of pooled blocks is the region pool's (a VMM-backed pool's blocks are VMM memory,
 # which the driver never shares that way: checked last).

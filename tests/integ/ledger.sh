@@ -5,6 +5,8 @@
 # --quiet silences it; the right size, used as the cap, lets the run finish, and clearly less
 # does not.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 MiB=$((1 << 20))
 

@@ -4,6 +4,8 @@
 # file outlives its block. Legacy IPC needs the region pool (GPUCAP_POOL=regions); the
 # VMM-backed pool runs the same without exports. Also run under TSan by `make test`.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 # The export files of the run are named after its process id, which the fake's report file
 # tells (other tests and worktrees may export blocks in the same folder meanwhile).

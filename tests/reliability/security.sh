@@ -13,6 +13,8 @@
 #    TMPDIR, and (under strace, when available) no file opened for writing, created, renamed
 #    or removed anywhere else.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 . "$TOP/tests/reliability/rlib.sh"
 
 MiB=$((1 << 20))
