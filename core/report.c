@@ -117,7 +117,7 @@ const char *report_verdict_name(int v) {
 }
 
 const char *report_cause_name(int c) {
-  static const char *const names[REPORT_CAUSES] = {"context", "modules", "limits", "elsewhere"};
+  static const char *const names[REPORT_CAUSES] = {"context", "modules", "limits", "other"};
   return c >= 0 && c < REPORT_CAUSES ? names[c] : "unknown";
 }
 
@@ -226,19 +226,20 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
     strbuf_printf(o, "    %-38s%12s%14s\n", label,
                   d->driver == REPORT_UNKNOWN ? "?" : size_cell(d->driver).text,
                   d->driver_peak == REPORT_UNKNOWN ? "?" : size_cell(d->driver_peak).text);
+    static const char *const causes[REPORT_CAUSES] = {
+        "  grown at context creation", "  grown at module loads",
+        "  grown at cuCtxSetLimit", "  grown elsewhere (pages, launches)"};
+    for (int c = 0; c < REPORT_CAUSES; c++) {
+      if (d->driver_cause_peak[c] > 0) {
+        strbuf_printf(o, "    %-38s%12s%14s\n", causes[c], "-",
+                      size_cell(d->driver_cause_peak[c]).text);
+      }
+    }
     if (d->whole_peak > 0) {
-      strbuf_printf(o, "  device %d at its peak: %s = %s allocated + %s pool slack + %s driver\n",
+      strbuf_printf(o, "  device %d at peak: %s = %s allocated + %s pool slack + %s driver\n",
                     d->device, size_cell(d->whole_peak).text,
                     size_cell(d->at_peak_allocations).text, size_cell(d->at_peak_slack).text,
                     size_cell(d->at_peak_driver).text);
-    }
-    if (d->driver_peak != REPORT_UNKNOWN && d->driver_peak > 0) {
-      strbuf_printf(o, "  device %d driver's memory grew at:", d->device);
-      for (int c = 0; c < REPORT_CAUSES; c++) {
-        strbuf_printf(o, "%s %s %s", c ? "," : "", report_cause_name(c),
-                      size_cell(d->driver_cause_peak[c]).text);
-      }
-      strbuf_str(o, " (each at its peak)\n");
     }
     if (d->right_size == REPORT_UNKNOWN) {
       strbuf_printf(o, "  device %d right-size: not known (the run was refused memory)\n",

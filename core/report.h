@@ -93,7 +93,7 @@ typedef struct report_usage {
  * "device_full", "other_pools", "capture"; "unknown" otherwise. */
 const char *report_verdict_name(int v);
 
-/* "context", "modules", "limits", "elsewhere" for c in 0..REPORT_CAUSES-1; "unknown"
+/* "context", "modules", "limits", "other" for c in 0..REPORT_CAUSES-1; "unknown"
  * otherwise. */
 const char *report_cause_name(int c);
 

@@ -92,7 +92,7 @@ int nvmlq_process_bytes(int dev, uint64_t *bytes) {
   nvmlReturn_t rc = procs(d, &n, list);
   errno = saved;
   if (rc != NVML_SUCCESS) {
-    return rc == NVML_ERROR_INSUFFICIENT_SIZE ? -ENOENT : -ENOSYS;
+    return rc == NVML_ERROR_INSUFFICIENT_SIZE ? -E2BIG : -ENOSYS;
   }
   unsigned pid = (unsigned)getpid();
   for (unsigned i = 0; i < n && i < PROCS_MAX; i++) {

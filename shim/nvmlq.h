@@ -34,8 +34,9 @@ typedef struct {
 /* What NVML lists this process (getpid()) as holding on CUDA device dev, in *bytes. Returns 0;
  * -ENOSYS when there is no usable NVML (not installed, its initialisation failed, a function
  * missing: then never again); -ENOENT when NVML does not list this process on that device (a
- * process in a container sees the host's pids there; no context yet) or has no figure for it;
- * -ENODEV when NVML does not know the device (matched by UUID). O(processes on the device). */
+ * process in a container sees the host's pids there; nothing held there) or has no figure for
+ * it; -E2BIG when more processes use the device than gpucap reads (256); -ENODEV when NVML does
+ * not know the device (matched by UUID). O(processes on the device). */
 int nvmlq_process_bytes(int dev, uint64_t *bytes);
 
 #endif

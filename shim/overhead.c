@@ -32,6 +32,7 @@ struct state {
   _Atomic uint64_t deltas;         /* the deltas method's figure ... */
   atomic_bool deltas_known;        /* ... once it has one */
   _Atomic uint64_t peak;           /* the overhead's peak */
+  atomic_bool listed;              /* NVML has listed this process on the device */
   uint64_t cause[OVERHEAD_CAUSES]; /* the overhead by where it grew (sums to it), under lock */
   _Atomic uint64_t cause_peak[OVERHEAD_CAUSES];
 };
@@ -65,8 +66,8 @@ const char *overhead_method_name(enum overhead_method m) {
 }
 
 const char *overhead_cause_name(enum overhead_cause c) {
-  static const char *const names[OVERHEAD_CAUSES] = {"context", "modules", "limits", "elsewhere"};
-  return (unsigned)c < OVERHEAD_CAUSES ? names[c] : "elsewhere";
+  static const char *const names[OVERHEAD_CAUSES] = {"context", "modules", "limits", "other"};
+  return (unsigned)c < OVERHEAD_CAUSES ? names[c] : "other";
 }
 
 /* NVML's figure for this process on dev less the charges (less `reserved`, charged for a call
@@ -75,15 +76,22 @@ static bool by_nvml(int dev, uint64_t reserved, uint64_t *out, bool *quiet) {
   if (atomic_load_explicit(&nvml_gone, memory_order_relaxed)) {
     return false;
   }
+  struct state *s = &states[dev];
   uint64_t before = cap_used(dev), whole = 0;
   int rc = nvmlq_process_bytes(dev, &whole);
   uint64_t after = cap_used(dev);
   if (rc == -ENOSYS) {
     atomic_store_explicit(&nvml_gone, true, memory_order_relaxed);
   }
+  /* Not listed where NVML listed it before: it holds nothing there now (its contexts went). */
+  if (rc == -ENOENT && atomic_load_explicit(&s->listed, memory_order_relaxed)) {
+    whole = 0;
+    rc = 0;
+  }
   if (rc != 0) {
     return false;
   }
+  atomic_store_explicit(&s->listed, true, memory_order_relaxed);
   uint64_t charged = before < after ? before : after;
   charged = charged > reserved ? charged - reserved : 0;
   *out = whole > charged ? whole - charged : 0;
@@ -204,7 +212,7 @@ static void measure(int dev, enum overhead_cause cause, const char *call, uint64
 
 void overhead_measure(int dev) {
   if (dev_ok(dev)) {
-    measure(dev, OVERHEAD_ELSEWHERE, NULL, 0);
+    measure(dev, OVERHEAD_OTHER, NULL, 0);
   }
 }
 
@@ -214,7 +222,7 @@ void overhead_check(int dev) {
   }
   struct state *s = &states[dev];
   if (atomic_load_explicit(&s->method, memory_order_relaxed) == OVERHEAD_UNMEASURED) {
-    measure(dev, OVERHEAD_ELSEWHERE, NULL, 0); /* the device's first use */
+    measure(dev, OVERHEAD_OTHER, NULL, 0); /* the device's first use */
     return;
   }
   if (!cap_covers_process()) {
@@ -228,7 +236,7 @@ void overhead_check(int dev) {
   uint64_t whole = cap_used(dev) + cap_overhead(dev);
   if (whole + margin >= limit &&
       cap_charges(dev) != atomic_load_explicit(&s->seen_charges, memory_order_relaxed)) {
-    measure(dev, OVERHEAD_ELSEWHERE, NULL, 0);
+    measure(dev, OVERHEAD_OTHER, NULL, 0);
   }
 }
 
@@ -237,7 +245,7 @@ bool overhead_recheck(int dev) {
     return false;
   }
   uint64_t before = cap_overhead(dev);
-  measure(dev, OVERHEAD_ELSEWHERE, NULL, 0);
+  measure(dev, OVERHEAD_OTHER, NULL, 0);
   return cap_overhead(dev) < before;
 }
 
@@ -310,6 +318,7 @@ static void fork_child(void) {
     atomic_store(&s->method, OVERHEAD_UNMEASURED);
     atomic_store(&s->deltas, 0);
     atomic_store(&s->deltas_known, false);
+    atomic_store(&s->listed, false);
     for (int c = 0; c < OVERHEAD_CAUSES; c++) {
       s->cause[c] = 0;
     }

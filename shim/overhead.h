@@ -36,7 +36,7 @@ enum overhead_cause {
   OVERHEAD_CONTEXT,
   OVERHEAD_MODULES,
   OVERHEAD_LIMITS,
-  OVERHEAD_ELSEWHERE,
+  OVERHEAD_OTHER,
   OVERHEAD_CAUSES
 };
 
@@ -88,7 +88,7 @@ void overhead_figures(int dev, struct overhead_figures *out);
 /* "nvml", "deltas" or "unmeasured". */
 const char *overhead_method_name(enum overhead_method m);
 
-/* "context", "modules", "limits", "elsewhere". */
+/* "context", "modules", "limits", "other". */
 const char *overhead_cause_name(enum overhead_cause c);
 
 #endif

@@ -1130,7 +1130,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 7 && CFG_OPT_VERBOSE == 12,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 8 && CFG_OPT_VERBOSE == 13,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");
