@@ -227,8 +227,8 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
                   d->driver == REPORT_UNKNOWN ? "?" : size_cell(d->driver).text,
                   d->driver_peak == REPORT_UNKNOWN ? "?" : size_cell(d->driver_peak).text);
     static const char *const causes[REPORT_CAUSES] = {
-        "  grown at context creation", "  grown at module loads",
-        "  grown at cuCtxSetLimit", "  grown elsewhere (pages, launches)"};
+        "  grown at context creation", "  grown at module loads", "  grown at cuCtxSetLimit",
+        "  grown elsewhere (pages, launches)"};
     for (int c = 0; c < REPORT_CAUSES; c++) {
       if (d->driver_cause_peak[c] > 0) {
         strbuf_printf(o, "    %-38s%12s%14s\n", causes[c], "-",

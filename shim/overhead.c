@@ -23,18 +23,18 @@
 #define MARGIN_MIN (UINT64_C(64) << 20) /* the near-cap band is at least this wide */
 
 struct state {
-  pthread_mutex_t lock;            /* applying a result: the fields below but the atomics */
-  uint64_t applied;                /* ticket of the last result applied */
-  bool warned;                     /* over the cap, said once until back under */
+  uint64_t applied;                /* ticket of the last result applied (under lock) */
   _Atomic uint64_t started;        /* tickets handed out */
-  atomic_int method;               /* enum overhead_method of the last measurement */
   _Atomic uint64_t seen_charges;   /* cap_charges() when the last measurement started */
-  _Atomic uint64_t deltas;         /* the deltas method's figure ... */
-  atomic_bool deltas_known;        /* ... once it has one */
+  _Atomic uint64_t deltas;         /* the deltas method's figure, once deltas_known */
   _Atomic uint64_t peak;           /* the overhead's peak */
-  atomic_bool listed;              /* NVML has listed this process on the device */
   uint64_t cause[OVERHEAD_CAUSES]; /* the overhead by where it grew (sums to it), under lock */
   _Atomic uint64_t cause_peak[OVERHEAD_CAUSES];
+  pthread_mutex_t lock;     /* applying a result: `applied`, `cause`, `warned` */
+  atomic_int method;        /* enum overhead_method of the last measurement */
+  bool warned;              /* over the cap, said once until back under (under lock) */
+  atomic_bool deltas_known; /* the deltas method has a figure */
+  atomic_bool listed;       /* NVML has listed this process on the device */
 };
 
 static struct state states[GPUCAP_MAX_DEVICES];
