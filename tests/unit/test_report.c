@@ -904,6 +904,59 @@ static void test_run(void) {
          "run: no rows, no pid, ended by exit: plain header, then the notes");
 }
 
+/* The device's use split into allocations, pool slack and the driver's own memory. */
+static void test_usage(void) {
+  static report_run_t u;
+  u.nusage = 1;
+  u.usage[0] = (report_usage_t){.device = 0,
+                                .current = 0,
+                                .peak = 900 * MiB,
+                                .driver = 467 * MiB,
+                                .driver_peak = 467 * MiB,
+                                .driver_cause_peak = {401 * MiB, 52 * MiB, 0, 14 * MiB},
+                                .measured_by = 1,
+                                .covers_process = 1,
+                                .whole_peak = 1409 * MiB,
+                                .at_peak_allocations = 900 * MiB,
+                                .at_peak_slack = 42 * MiB,
+                                .at_peak_driver = 467 * MiB,
+                                .right_size = 1410 * MiB};
+  size_t n = report_format_text(rows, NROWS, &u, text, sizeof text);
+  tap_ok(n < REPORT_TEXT_MAX(NROWS) &&
+             strstr(text,
+                    "    driver's own memory (nvml)               467.0 MiB     467.0 MiB\n"
+                    "      grown at context creation                      -     401.0 MiB\n"
+                    "      grown at module loads                          -      52.0 MiB\n"
+                    "      grown elsewhere (pages, launches)              -      14.0 MiB\n"
+                    "  device 0 at peak: 1.4 GiB = 900.0 MiB allocated + 42.0 MiB pool slack"
+                    " + 467.0 MiB driver\n"
+                    "  device 0 right-size: 1.4 GiB (the peak of the whole, rounded up)\n") != NULL,
+         "usage text: the driver's memory, where it grew (nothing at limits: no line), the whole "
+         "at its peak and the right size from it");
+  n = report_format_json(rows, NROWS, &u, json, sizeof json);
+  tap_ok(n < REPORT_JSON_MAX(NROWS) && json_parse(json), "usage: JSON valid, within bounds");
+  tap_ok(strcmp(jget("usage.0.driver_measured_by"), "\"nvml\"") == 0 &&
+             strcmp(jget("usage.0.cap_covers"), "\"process\"") == 0 &&
+             strcmp(jget("usage.0.peak_driver_bytes"), "489684992") == 0 &&
+             strcmp(jget("usage.0.driver_peak_by_cause.modules"), "54525952") == 0 &&
+             strcmp(jget("usage.0.peak_whole_bytes"), "1477443584") == 0 &&
+             strcmp(jget("usage.0.at_peak.pool_slack_bytes"), "44040192") == 0,
+         "usage JSON: how it was measured, what the cap covers, the peaks and the split");
+  u.usage[0].measured_by = 0;
+  u.usage[0].covers_process = 0;
+  u.usage[0].driver = u.usage[0].driver_peak = REPORT_UNKNOWN;
+  report_format_json(rows, NROWS, &u, json, sizeof json);
+  tap_ok(json_parse(json) && strcmp(jget("usage.0.driver_measured_by"), "null") == 0 &&
+             strcmp(jget("usage.0.driver_bytes"), "null") == 0 &&
+             strcmp(jget("usage.0.cap_covers"), "\"allocations\"") == 0,
+         "usage JSON: never measured is null; the cap on allocations");
+  report_format_text(rows, NROWS, &u, text, sizeof text);
+  tap_ok(strstr(text, "driver's own memory (not measured)               ?             ?\n") !=
+                 NULL &&
+             strstr(text, "(peak reserved, rounded up)") != NULL,
+         "usage text: never measured, and the right size of a cap on allocations");
+}
+
 /* ---- Buffers, errno, bounds ---- */
 
 typedef size_t (*format_fn)(const report_row_t *, int, const report_run_t *, char *, size_t);
@@ -1025,6 +1078,7 @@ int main(void) {
   test_text();
   test_time();
   test_run();
+  test_usage();
   test_truncation("text", report_format_text);
   test_truncation("json", report_format_json);
   test_errno();
