@@ -1,10 +1,11 @@
 /* The driver's own memory for this process (see overhead.h). A measurement reads without any lock
  * (NVML or cuMemGetInfo may take time), then applies its result under the device's small mutex,
  * in the order measurements started (a ticket): a slower, older one never overwrites a newer one.
- * A figure lower than the current one is taken only from a measurement during which no charge
- * moved (another thread's allocation between its charge and the driver's answer is in the charges
- * but not yet in NVML's figure, and would look like driver memory gone); otherwise the higher one
- * stays until a quiet measurement.
+ * NVML's figure is trusted only from a reading during which no charge moved (another thread's
+ * free, credited after the driver made it, would look like driver memory; an allocation charged
+ * and not yet made, like less), and a figure lower than the current one only when a second quiet
+ * reading confirms it (the higher of the two kept). When no reading of three is quiet, the
+ * figure stays as it is until the next measurement.
  */
 #include "shim/overhead.h"
 
@@ -152,10 +153,10 @@ static void warn_over(struct state *s, int dev, const char *call) {
   s->warned = above;
 }
 
-/* Applies the result of the measurement with this ticket: the new overhead (a lower one only
- * when quiet), its growth or shrinking attributed to cause. */
-static void apply(int dev, uint64_t ticket, uint64_t measured, bool quiet,
-                  enum overhead_cause cause, const char *call) {
+/* Applies the result of the measurement with this ticket: the new overhead, its growth or
+ * shrinking attributed to cause. */
+static void apply(int dev, uint64_t ticket, uint64_t now, enum overhead_cause cause,
+                  const char *call) {
   struct state *s = state_of(dev);
   pthread_mutex_lock(&s->lock);
   if (ticket <= s->applied) {
@@ -164,7 +165,6 @@ static void apply(int dev, uint64_t ticket, uint64_t measured, bool quiet,
   }
   s->applied = ticket;
   uint64_t old = cap_overhead(dev);
-  uint64_t now = !quiet && measured < old ? old : measured;
   cap_set_overhead(dev, now); /* also when unchanged: a shared budget bound since hears it */
   if (now != old) {
     log_msg(LOG_DEBUG, "device %d: the driver holds %llu bytes for this process (%s, %s%s)", dev,
@@ -187,27 +187,47 @@ static void apply(int dev, uint64_t ticket, uint64_t measured, bool quiet,
   pthread_mutex_unlock(&s->lock);
 }
 
+/* NVML's reading for dev that can be trusted, in *out: one taken while no charge moved (a free
+ * credited during a reading the driver made before it would look like driver memory, an
+ * allocation charged and not yet made like less), a lower one than counted confirmed by a second
+ * (the higher kept). Returns 1 with *out, 0 when no reading in three was quiet (the figure stays
+ * as it is), -1 when NVML does not answer. */
+static int by_nvml_quiet(int dev, uint64_t reserved, uint64_t *out) {
+  uint64_t value = 0, again = 0;
+  bool quiet = false, calm = false;
+  for (int tries = 0; tries < 3 && !quiet; tries++) {
+    if (!by_nvml(dev, reserved, &value, &quiet)) {
+      return -1;
+    }
+  }
+  if (!quiet) {
+    return 0;
+  }
+  if (value < cap_overhead(dev)) {
+    if (!by_nvml(dev, reserved, &again, &calm) || !calm) {
+      return 0;
+    }
+    value = again > value ? again : value;
+  }
+  *out = value;
+  return 1;
+}
+
 /* Measures dev now; `reserved`: charged for a call under way (left out). */
 static void measure(int dev, enum overhead_cause cause, const char *call, uint64_t reserved) {
   struct state *s = state_of(dev);
   uint64_t ticket = atomic_fetch_add(&s->started, 1) + 1, value = 0;
   atomic_store_explicit(&s->seen_charges, cap_charges(dev), memory_order_relaxed);
-  bool quiet = true;
-  int method = OVERHEAD_NVML;
-  if (!by_nvml(dev, reserved, &value, &quiet)) {
-    method = OVERHEAD_DELTAS;
+  int got = by_nvml_quiet(dev, reserved, &value);
+  if (got < 0) {
     deltas_start(s, dev);
     value = atomic_load(&s->deltas);
-  } else if (quiet && value < cap_overhead(dev)) {
-    /* Lower than counted: read again, and keep the higher of two quiet readings (another
-     * thread's allocation between its charge and the driver's answer looks like less). */
-    uint64_t again = 0;
-    bool calm = true;
-    quiet = by_nvml(dev, reserved, &again, &calm) && calm;
-    value = again > value ? again : value;
   }
-  atomic_store_explicit(&s->method, method, memory_order_relaxed);
-  apply(dev, ticket, value, quiet, cause, call);
+  atomic_store_explicit(&s->method, got < 0 ? OVERHEAD_DELTAS : OVERHEAD_NVML,
+                        memory_order_relaxed);
+  if (got != 0) {
+    apply(dev, ticket, value, cause, call);
+  }
 }
 
 void overhead_measure(int dev) {
@@ -276,8 +296,8 @@ void overhead_after(struct overhead_call *c, enum overhead_cause cause, const ch
   struct state *s = state_of(dev);
   uint64_t ticket = atomic_fetch_add(&s->started, 1) + 1, value = 0, f, t;
   atomic_store_explicit(&s->seen_charges, cap_charges(dev), memory_order_relaxed);
-  bool quiet = true;
-  if (by_nvml(dev, c->reserved, &value, &quiet)) {
+  int got = by_nvml_quiet(dev, c->reserved, &value);
+  if (got >= 0) {
     atomic_store_explicit(&s->method, OVERHEAD_NVML, memory_order_relaxed);
   } else {
     /* The fall in free memory across the call, less what the process's charges took meanwhile. */
@@ -291,7 +311,9 @@ void overhead_after(struct overhead_call *c, enum overhead_cause cause, const ch
     value = atomic_load(&s->deltas);
     atomic_store_explicit(&s->method, OVERHEAD_DELTAS, memory_order_relaxed);
   }
-  apply(dev, ticket, value, quiet, cause, call);
+  if (got != 0) {
+    apply(dev, ticket, value, cause, call);
+  }
 }
 
 void overhead_figures(int dev, struct overhead_figures *out) {
