@@ -57,10 +57,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
-                                unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
-                                unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
 CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId);
@@ -373,27 +369,12 @@ typedef void(CUDA_CB *CUstreamCallback)(CUstream hStream, CUresult status, void 
 typedef size_t(CUDA_CB *CUoccupancyB2DSize)(int blockSize);
 
 CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
-CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname);
-CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image);
-CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-                                    CUjit_option *options, void **optionValues);
-CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
-CUresult CUDAAPI cuModuleUnload(CUmodule hmod);
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
                                       const char *name);
 CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod);
 CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
                                             CUmodule mod);
-CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                                   void **jitOptionsValues, unsigned int numJitOptions,
-                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                                   unsigned int numLibraryOptions);
-CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
-                                       CUjit_option *jitOptions, void **jitOptionsValues,
-                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions,
-                                       void **libraryOptionValues, unsigned int numLibraryOptions);
-CUresult CUDAAPI cuLibraryUnload(CUlibrary library);
 CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
 CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
 CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels,
@@ -479,8 +460,6 @@ typedef enum CUdevice_P2PAttribute_enum {
   CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED = 0x05
 } CUdevice_P2PAttribute;
 
-CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit);
-CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig);
 CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config);
 /* ---- Host functions and event timing (stream capture and graphs: shim/cudadefs.h). ---- */
