@@ -29,6 +29,8 @@ struct state {
   _Atomic uint64_t seen_charges;   /* cap_charges() when the last measurement started */
   _Atomic uint64_t deltas;         /* the deltas method's figure, once deltas_known */
   _Atomic uint64_t peak;           /* the overhead's peak */
+  _Atomic uint64_t near;           /* charges + overhead from which the cap is near (the
+                                    * band's start; UINT64_MAX: no cap, or not covering) */
   uint64_t cause[OVERHEAD_CAUSES]; /* the overhead by where it grew (sums to it), under lock */
   _Atomic uint64_t cause_peak[OVERHEAD_CAUSES];
   pthread_mutex_t lock;     /* applying a result: `applied`, `cause`, `warned` */
@@ -236,25 +238,28 @@ void overhead_measure(int dev) {
   }
 }
 
+/* Where the near-cap band starts on dev: the cap less its last eighth (at least MARGIN_MIN), or
+ * UINT64_MAX when the cap does not cover the process or there is none. */
+static uint64_t band_of(int dev) {
+  uint64_t limit = cap_limit(dev, 0);
+  if (!cap_covers_process() || limit == CAP_NONE) {
+    return UINT64_MAX;
+  }
+  uint64_t margin = limit / 8 > MARGIN_MIN ? limit / 8 : MARGIN_MIN;
+  return limit > margin ? limit - margin : 0;
+}
+
 void overhead_check(int dev) {
   if (!dev_ok(dev)) {
     return;
   }
   struct state *s = &states[dev];
   if (atomic_load_explicit(&s->method, memory_order_relaxed) == OVERHEAD_UNMEASURED) {
+    atomic_store_explicit(&s->near, band_of(dev), memory_order_relaxed);
     measure(dev, OVERHEAD_OTHER, NULL, 0); /* the device's first use */
     return;
   }
-  if (!cap_covers_process()) {
-    return;
-  }
-  uint64_t limit = cap_limit(dev, 0);
-  if (limit == CAP_NONE) {
-    return;
-  }
-  uint64_t margin = limit / 8 > MARGIN_MIN ? limit / 8 : MARGIN_MIN;
-  uint64_t whole = cap_used(dev) + cap_overhead(dev);
-  if (whole + margin >= limit &&
+  if (cap_used(dev) + cap_overhead(dev) >= atomic_load_explicit(&s->near, memory_order_relaxed) &&
       cap_charges(dev) != atomic_load_explicit(&s->seen_charges, memory_order_relaxed)) {
     measure(dev, OVERHEAD_OTHER, NULL, 0);
   }
@@ -341,6 +346,7 @@ static void fork_child(void) {
     atomic_store(&s->deltas, 0);
     atomic_store(&s->deltas_known, false);
     atomic_store(&s->listed, false);
+    atomic_store(&s->near, 0);
     for (int c = 0; c < OVERHEAD_CAUSES; c++) {
       s->cause[c] = 0;
     }

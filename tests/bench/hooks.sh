@@ -8,6 +8,9 @@
 # same pattern (build/gpucap-replay over a trace of N alike pairs), which leaves what the hooks
 # add beyond the pool. Prints markdown.
 set -eu
+# gpucap's own cost over a fixed fake: the driver's own memory (a 401 MiB context on small fake
+# devices) left out.
+export FAKECUDA_DRIVER_MEMORY=off
 
 BUILD=${BUILD:-build}
 RUNS=${RUNS:-11}
