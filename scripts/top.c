@@ -149,7 +149,7 @@ static void jstr(FILE *f, const char *v, size_t max) {
 }
 
 static void json(FILE *f, const struct snap *s, int n) {
-  fprintf(f, "{\"version\": 1, \"budgets\": [");
+  fprintf(f, "{\"version\": 2, \"budgets\": [");
   for (int k = 0; k < n; k++) {
     const struct budget *b = &s[k].b;
     fprintf(f, "%s\n  {\"name\": ", k ? "," : "");

@@ -57,7 +57,7 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
 @test "no budget: an empty list, valid JSON" {
   run "$GPUCAP" top --once --json --budget "$(budget)"
   status_is 0
-  [ "$output" = '{"version": 1, "budgets": []}' ]
+  [ "$output" = '{"version": 2, "budgets": []}' ]
 }
 
 @test "a ledger that is not one is named in a warning and skipped" {
@@ -66,6 +66,6 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
   chmod 600 "$f"
   run --separate-stderr "$GPUCAP" top --once --json --budget "$(budget)"
   status_is 0
-  [ "$output" = '{"version": 1, "budgets": []}' ]
+  [ "$output" = '{"version": 2, "budgets": []}' ]
   [[ "$stderr" == *"gpucap: warning: budget ledger $f: not the size of a ledger"* ]]
 }
