@@ -26,6 +26,7 @@
 #define TYPE_NAME_BOOL "boolean"
 #define TYPE_NAME_SWITCH "on/off"
 #define TYPE_NAME_POOL "on/off, vmm or regions"
+#define TYPE_NAME_COVERS "process or allocations"
 #define TYPE_NAME_LEVEL "integer"
 #define TYPE_NAME_REPORT "stderr, off or file"
 #define TYPE_NAME_PATH "file"
@@ -50,6 +51,7 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CTYPE_BOOL bool
 #define CTYPE_SWITCH bool
 #define CTYPE_POOL int
+#define CTYPE_COVERS int
 #define CTYPE_LEVEL int
 #define CTYPE_REPORT cfg_dest_t
 #define CTYPE_PATH char *
@@ -59,6 +61,7 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CSIZE_BOOL bool
 #define CSIZE_SWITCH bool
 #define CSIZE_POOL int
+#define CSIZE_COVERS int
 #define CSIZE_LEVEL int
 #define CSIZE_REPORT cfg_dest_t
 #define CSIZE_PATH char[PATH_MAX]
@@ -111,6 +114,23 @@ static int parse_pool(const cfg_optinfo_t *o, const char *s, void *field, char *
     why[0] = '\0';
   }
   *(int *)field = mode;
+  return 0;
+}
+
+static int parse_covers(const cfg_optinfo_t *o, const char *s, void *field, char *why,
+                        size_t whylen) {
+  (void)o;
+  int covers = is_word(s, "process")       ? CFG_COVERS_PROCESS
+               : is_word(s, "allocations") ? CFG_COVERS_ALLOCATIONS
+                                           : -1;
+  if (covers < 0) {
+    (void)cfg_snprintf(why, whylen, "neither process nor allocations");
+    return -EINVAL;
+  }
+  if (why != NULL && whylen > 0) {
+    why[0] = '\0';
+  }
+  *(int *)field = covers;
   return 0;
 }
 
@@ -196,6 +216,12 @@ static size_t format_pool(const cfg_optinfo_t *o, const void *field, char *buf, 
   return cfg_snprintf(buf, len, "%s", mode >= 0 && mode <= CFG_POOL_REGIONS ? names[mode] : "on");
 }
 
+static size_t format_covers(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
+  (void)o;
+  return cfg_snprintf(buf, len, "%s",
+                      *(const int *)field == CFG_COVERS_ALLOCATIONS ? "allocations" : "process");
+}
+
 static size_t format_level(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   (void)o;
   return cfg_snprintf(buf, len, "%d", *(const int *)field);
@@ -229,6 +255,7 @@ static const struct {
     [CFG_TYPE_BOOL] = {parse_bool, format_bool},
     [CFG_TYPE_SWITCH] = {parse_bool, format_switch},
     [CFG_TYPE_POOL] = {parse_pool, format_pool},
+    [CFG_TYPE_COVERS] = {parse_covers, format_covers},
     [CFG_TYPE_LEVEL] = {parse_level, format_level},
     [CFG_TYPE_REPORT] = {parse_report, format_report},
     [CFG_TYPE_PATH] = {parse_path, format_path},

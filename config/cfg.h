@@ -30,6 +30,7 @@ typedef enum cfg_type {
   CFG_TYPE_BOOL,     /* bool, shown as true/false (cfg_parse_bool) */
   CFG_TYPE_SWITCH,   /* bool, shown as on/off (cfg_parse_bool) */
   CFG_TYPE_POOL,     /* int cfg_pool_t: on/off (cfg_parse_bool), vmm or regions */
+  CFG_TYPE_COVERS,   /* int cfg_covers_t: process or allocations */
   CFG_TYPE_LEVEL,    /* int within the option's [min, max] (cfg_parse_uint) */
   CFG_TYPE_REPORT,   /* cfg_dest_t: stderr, off or a file path (cfg_parse_dest) */
   CFG_TYPE_PATH,     /* char[PATH_MAX]: a file path (cfg_parse_path), "" when unset or off */
@@ -51,6 +52,12 @@ typedef enum cfg_pool {
   CFG_POOL_REGIONS, /* regions: driver allocations (cuMemAlloc) as regions, always */
 } cfg_pool_t;
 
+/* GPUCAP_CAP_COVERS: what the cap is on. */
+typedef enum cfg_covers {
+  CFG_COVERS_PROCESS,     /* everything the device holds for the process, driver memory included */
+  CFG_COVERS_ALLOCATIONS, /* the program's allocations alone */
+} cfg_covers_t;
+
 /* Where an option's value came from. */
 typedef enum cfg_source {
   CFG_SRC_DEFAULT, /* its variable was unset, empty or only white space */
@@ -71,6 +78,7 @@ typedef struct cfg {
   cfg_devvals_t oversubscribe;         /* GPUCAP_OVERSUBSCRIBE, bytes of host memory per device */
   bool spill;                          /* GPUCAP_SPILL: device allocations spill too */
   bool discover;                       /* GPUCAP_DISCOVER: read the cluster's caps (discover.h) */
+  int cap_covers;                      /* GPUCAP_CAP_COVERS: a cfg_covers_t */
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
   int pool;                            /* GPUCAP_POOL: a cfg_pool_t */
   bool fronts;                         /* GPUCAP_FRONTS: per-thread caches of freed blocks */

@@ -552,7 +552,7 @@ uint64_t cfg_discover_margin(uint64_t line) {
   return line / 4 < MARGIN ? line / 4 : MARGIN;
 }
 
-void cfg_discover_device(const cfg_found_t *f, int ordinal, const cfg_pci_t *pci,
+void cfg_discover_device(const cfg_found_t *f, int ordinal, const cfg_pci_t *pci, bool margin,
                          cfg_devcap_t *out) {
   *out = (cfg_devcap_t){UINT64_MAX, -1, 0, UINT64_MAX, -1};
   for (int i = 0; i < f->n; i++) {
@@ -564,8 +564,9 @@ void cfg_discover_device(const cfg_found_t *f, int ordinal, const cfg_pci_t *pci
       if (!applies) {
         continue;
       }
-      if (s->kind == CFG_LINE_LIMIT && l->bytes - cfg_discover_margin(l->bytes) < out->cap) {
-        out->cap = l->bytes - cfg_discover_margin(l->bytes);
+      uint64_t under = margin ? cfg_discover_margin(l->bytes) : 0;
+      if (s->kind == CFG_LINE_LIMIT && l->bytes - under < out->cap) {
+        out->cap = l->bytes - under;
         out->limit_src = i;
         out->line = l->bytes;
       } else if (s->kind == CFG_LINE_GUARANTEE && l->bytes < out->soft) {

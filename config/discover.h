@@ -115,9 +115,12 @@ int cfg_discover_add(cfg_found_t *f, const char *name, const char *where, const 
 int cfg_discover_cgroup(cfg_found_t *f, const char *dir, size_t rootlen, char *msg, size_t msglen);
 
 /* What the valid sources of f say of the device of CUDA ordinal `ordinal` at PCI address `pci`
- * (NULL when unknown: then lines keyed by PCI bus id do not apply). Ties go to the earlier
- * source. O(lines); never fails. */
-void cfg_discover_device(const cfg_found_t *f, int ordinal, const cfg_pci_t *pci,
+ * (NULL when unknown: then lines keyed by PCI bus id do not apply). `margin`: the cap stays
+ * cfg_discover_margin() under each limit, for a cap on allocations alone (the line's enforcer
+ * counts the driver's own memory too); without it the cap is the line itself, for a cap that
+ * covers the process (GPUCAP_CAP_COVERS=process counts that memory, measured). Ties go to the
+ * earlier source. O(lines); never fails. */
+void cfg_discover_device(const cfg_found_t *f, int ordinal, const cfg_pci_t *pci, bool margin,
                          cfg_devcap_t *out);
 
 /* The margin kept under a limit of `line` bytes: 512 MiB (what a CUDA context and its module

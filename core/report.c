@@ -92,6 +92,16 @@ const char *report_verdict_name(int v) {
   return v >= 0 && v < REPORT_VERDICTS ? names[v] : "unknown";
 }
 
+const char *report_cause_name(int c) {
+  static const char *const names[REPORT_CAUSES] = {"context", "modules", "limits", "other"};
+  return c >= 0 && c < REPORT_CAUSES ? names[c] : "unknown";
+}
+
+/* How the driver's memory was measured ("nvml", "deltas"), or NULL: not measured. */
+static const char *measured_name(int m) {
+  return m == 1 ? "nvml" : m == 2 ? "deltas" : NULL;
+}
+
 uint64_t report_right_size(uint64_t peak, uint64_t driver) {
   const uint64_t step = UINT64_C(2) << 20;
   uint64_t need = peak + (driver == REPORT_UNKNOWN ? 0 : driver);
@@ -187,8 +197,27 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
     }
     strbuf_printf(o, "    %-38s%12s%14s\n", "total", size_cell(d->current).text,
                   size_cell(d->peak).text);
-    strbuf_printf(o, "    %-38s%12s%14s\n", "driver and outside gpucap (measured)",
-                  d->driver == REPORT_UNKNOWN ? "?" : size_cell(d->driver).text, "-");
+    const char *by = measured_name(d->measured_by);
+    char label[64];
+    snprintf(label, sizeof label, "driver's own memory (%s)", by ? by : "not measured");
+    strbuf_printf(o, "    %-38s%12s%14s\n", label,
+                  d->driver == REPORT_UNKNOWN ? "?" : size_cell(d->driver).text,
+                  d->driver_peak == REPORT_UNKNOWN ? "?" : size_cell(d->driver_peak).text);
+    static const char *const causes[REPORT_CAUSES] = {
+        "  grown at context creation", "  grown at module loads", "  grown at cuCtxSetLimit",
+        "  grown elsewhere (pages, launches)"};
+    for (int c = 0; c < REPORT_CAUSES; c++) {
+      if (d->driver_cause_peak[c] > 0) {
+        strbuf_printf(o, "    %-38s%12s%14s\n", causes[c], "-",
+                      size_cell(d->driver_cause_peak[c]).text);
+      }
+    }
+    if (d->whole_peak > 0) {
+      strbuf_printf(o, "  device %d at peak: %s = %s allocated + %s pool slack + %s driver\n",
+                    d->device, size_cell(d->whole_peak).text,
+                    size_cell(d->at_peak_allocations).text, size_cell(d->at_peak_slack).text,
+                    size_cell(d->at_peak_driver).text);
+    }
     if (d->spill_budget > 0 || d->spilled_allocs > 0) {
       strbuf_printf(
           o,
@@ -199,14 +228,12 @@ static void put_usage_text(strbuf_t *o, const report_run_t *run) {
     if (d->right_size == REPORT_UNKNOWN) {
       strbuf_printf(o, "  device %d right-size: not known (the run was refused memory)\n",
                     d->device);
-    } else if (d->peak_spilled > 0) {
-      strbuf_printf(o,
-                    "  device %d right-size: %s (peak pool + spilled + driver, rounded up: a "
-                    "cap that would not spill)\n",
-                    d->device, size_cell(d->right_size).text);
     } else {
-      strbuf_printf(o, "  device %d right-size: %s (peak pool + driver, rounded up)\n", d->device,
-                    size_cell(d->right_size).text);
+      strbuf_printf(o, "  device %d right-size: %s (%s%s, rounded up%s)\n", d->device,
+                    size_cell(d->right_size).text,
+                    d->covers_process ? "the peak of the whole" : "peak pool",
+                    d->peak_spilled > 0 ? " + spilled" : "",
+                    d->peak_spilled > 0 ? ": a cap that would not spill" : "");
     }
     uint64_t total = 0;
     for (int v = 0; v < REPORT_VERDICTS; v++) {
@@ -533,6 +560,23 @@ static void put_usage_json(strbuf_t *o, const report_run_t *r) {
     put_key_u64(o, "held_bytes", d->current);
     put_key_u64(o, "peak_held_bytes", d->peak);
     put_u64_or_null(o, "driver_bytes", d->driver);
+    put_u64_or_null(o, "peak_driver_bytes", d->driver_peak);
+    const char *by = measured_name(d->measured_by);
+    strbuf_printf(o, ",\n      \"driver_measured_by\": %s%s%s", by ? "\"" : "", by ? by : "null",
+                  by ? "\"" : "");
+    strbuf_str(o, ",\n      \"driver_peak_by_cause\": {");
+    for (int c = 0; c < REPORT_CAUSES; c++) {
+      strbuf_printf(o, "%s\"%s\": %" PRIu64, c ? ", " : "", report_cause_name(c),
+                    d->driver_cause_peak[c]);
+    }
+    strbuf_printf(o, "}");
+    strbuf_printf(o, ",\n      \"cap_covers\": \"%s\"",
+                  d->covers_process ? "process" : "allocations");
+    put_key_u64(o, "peak_whole_bytes", d->whole_peak);
+    strbuf_printf(o,
+                  ",\n      \"at_peak\": {\"allocations_bytes\": %" PRIu64
+                  ", \"pool_slack_bytes\": %" PRIu64 ", \"driver_bytes\": %" PRIu64 "}",
+                  d->at_peak_allocations, d->at_peak_slack, d->at_peak_driver);
     put_u64_or_null(o, "right_size_bytes", d->right_size);
     put_key_u64(o, "spill_budget_bytes", d->spill_budget);
     put_key_u64(o, "spilled_bytes", d->spilled);

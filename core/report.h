@@ -37,20 +37,21 @@
 #define REPORT_LIBS_MAX 96 /* lines of the per-library ledger, all devices together */
 #define REPORT_LIB_NAME_MAX 64
 #define REPORT_VERDICTS 6 /* kinds of refusal: report_verdict_name */
+#define REPORT_CAUSES 4   /* where the driver's memory grew: report_cause_name */
 
 /* Bytes that always hold the full text or JSON report of n rows, NUL included, whatever the
  * rows and the run hold and for a GPUCAP_VERSION under 100 characters
  * (tests/unit/test_report.c checks both against worst-case rows and runs). */
 #define REPORT_TEXT_MAX(n)                                                                         \
   (1536 + 320 * (size_t)(n) + REPORT_NOTES_MAX * (REPORT_NOTE_MAX + 16) +                          \
-   REPORT_LIBS_MAX * (REPORT_LIB_NAME_MAX + 64) + GPUCAP_MAX_DEVICES * 640)
+   REPORT_LIBS_MAX * (REPORT_LIB_NAME_MAX + 64) + GPUCAP_MAX_DEVICES * 1280)
 #define REPORT_JSON_MAX(n) (REPORT_RUN_JSON_MAX + 1920 * (size_t)(n))
 #define REPORT_RUN_JSON_MAX                                                                        \
   (1024 + 6 * REPORT_HOST_MAX + 10 * REPORT_COMMAND_MAX +                                          \
    GPUCAP_MAX_DEVICES * (6 * REPORT_GPU_NAME_MAX + 6 * REPORT_UUID_MAX + 64) +                     \
    REPORT_JOB_MAX * (6 * REPORT_JOB_KEY_MAX + 6 * REPORT_JOB_VALUE_MAX + 16) +                     \
    REPORT_NOTES_MAX * (6 * REPORT_NOTE_MAX + 16) +                                                 \
-   REPORT_LIBS_MAX * (6 * REPORT_LIB_NAME_MAX + 192) + GPUCAP_MAX_DEVICES * 640)
+   REPORT_LIBS_MAX * (6 * REPORT_LIB_NAME_MAX + 192) + GPUCAP_MAX_DEVICES * 1536)
 
 /* A device as the driver described it while the program ran. */
 typedef struct report_gpu {
@@ -67,14 +68,24 @@ typedef struct report_lib {
   uint64_t current, peak;         /* bytes it holds at exit, and at most */
 } report_lib_t;
 
-/* A device's totals: what the program held, the driver's own use, the right size, the
- * refusals by verdict. */
+/* A device's totals: what the program held, the driver's own memory for the process, the whole
+ * at its peak, the right size, the refusals by verdict. */
 typedef struct report_usage {
   int device;
   uint64_t current, peak; /* held by the program (the libraries' sum) at exit, and at most */
-  uint64_t driver;        /* device memory in use outside gpucap's charges; REPORT_UNKNOWN */
-  uint64_t right_size;    /* the smallest cap that would have let the run finish (without
-                           * spilling); REPORT_UNKNOWN when the run was refused memory */
+  uint64_t driver;        /* the driver's own memory for the process (contexts, modules, local
+                           * memory, page rounding) as last measured; REPORT_UNKNOWN */
+  uint64_t driver_peak;   /* ... its peak; REPORT_UNKNOWN when never measured */
+  uint64_t driver_cause_peak[REPORT_CAUSES]; /* ... by where it was seen growing, each at its
+                                              * own peak (report_cause_name) */
+  int measured_by;    /* 1: NVML's figure for the process, 2: deltas of cuMemGetInfo around
+                       * the calls that change it, otherwise not measured */
+  int covers_process; /* nonzero: the cap covered the process (GPUCAP_CAP_COVERS=process) */
+  /* The peak of everything the device held for the process, and its split then: the program's
+   * allocations, what gpucap's pools held beyond them, the driver's own memory. */
+  uint64_t whole_peak, at_peak_allocations, at_peak_slack, at_peak_driver;
+  uint64_t right_size; /* the smallest cap that would have let the run finish;
+                        * REPORT_UNKNOWN when the run was refused memory */
   uint64_t refusals[REPORT_VERDICTS];
   /* Oversubscription (GPUCAP_OVERSUBSCRIBE): the spill budget (0: none), the bytes spilled to
    * host memory beyond the cap at exit and at most, and the allocations that spilled. */
@@ -84,6 +95,10 @@ typedef struct report_usage {
 /* The name of refusal verdict v (0..REPORT_VERDICTS-1): "cap_full", "fragmentation",
  * "device_full", "other_pools", "capture", "spill_full"; "unknown" otherwise. */
 const char *report_verdict_name(int v);
+
+/* "context", "modules", "limits", "other" for c in 0..REPORT_CAUSES-1; "unknown"
+ * otherwise. */
+const char *report_cause_name(int c);
 
 /* The right size for a run that held at most `peak` bytes while the driver used `driver`
  * (REPORT_UNKNOWN: not measured, counted as 0): their sum rounded up to a multiple of 2 MiB. */

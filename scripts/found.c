@@ -58,14 +58,20 @@ static void print_device(const cfg_found_t *f, const cfg_t *cfg, int dev) {
   cfg_pci_t pci;
   bool known = cfg_parse_pci(bus, strnlen(bus, sizeof bus), &pci) == 0;
   cfg_devcap_t d;
-  cfg_discover_device(f, dev, known ? &pci : NULL, &d);
+  bool margin = cfg->cap_covers == CFG_COVERS_ALLOCATIONS;
+  cfg_discover_device(f, dev, known ? &pci : NULL, margin, &d);
   const char *own_from = NULL;
   uint64_t own = own_cap(cfg, dev, total, &own_from);
   printf("  device %d (%s, %s): ", dev, bus, size_text(total, a));
   if (d.limit_src >= 0 && d.cap < own) {
     const cfg_found_src_t *s = &f->src[d.limit_src];
-    printf("cap %s from %s (%s less a margin of %s)", size_text(d.cap, a), s->name,
-           size_text(d.line, b), size_text(d.line - d.cap, c));
+    if (margin) {
+      printf("cap %s from %s (%s less a margin of %s)", size_text(d.cap, a), s->name,
+             size_text(d.line, b), size_text(d.line - d.cap, c));
+    } else {
+      printf("cap %s from %s (the line; the driver's own memory counted in it)",
+             size_text(d.cap, a), s->name);
+    }
   } else if (own_from != NULL) {
     printf("cap %s from %s", size_text(own, a), own_from);
   } else {
@@ -92,8 +98,8 @@ void found_print(const cfg_found_t *f, const cfg_t *cfg) {
       printf("%s, held by %s\n", s->kind == CFG_LINE_LIMIT ? "limit" : "guarantee", s->enforcer);
     }
   }
-  printf("Each device's cap: the smallest of gpucap's settings and the limits, a margin under "
-         "each line:\n");
+  printf("Each device's cap: the smallest of gpucap's settings and the limits%s:\n",
+         cfg->cap_covers == CFG_COVERS_ALLOCATIONS ? ", a margin under each line" : "");
   int count = 0;
   int rc = driver_device_count(&count);
   if (rc != 0) {

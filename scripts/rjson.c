@@ -225,6 +225,36 @@ static int read_lib(const json_t *l, int dev, report_lib_t *x) {
   return 0;
 }
 
+/* An optional integer: absent leaves *out as it is; null is REPORT_UNKNOWN. */
+static bool opt_u64(const json_t *v, uint64_t *out) {
+  return v == NULL || u64_or_null(v, out) == 0;
+}
+
+/* The driver's own memory of usage entry o (keys absent from reports of older versions: not
+ * measured, the cap on allocations). */
+static bool read_driver(const json_t *o, report_usage_t *d) {
+  const json_t *by = json_get(o, "driver_measured_by"),
+               *causes = json_get(o, "driver_peak_by_cause");
+  const json_t *covers = json_get(o, "cap_covers"), *at = json_get(o, "at_peak");
+  const char *m = json_string(by), *c = json_string(covers);
+  d->driver_peak = REPORT_UNKNOWN;
+  d->measured_by = m && strcmp(m, "nvml") == 0 ? 1 : m && strcmp(m, "deltas") == 0 ? 2 : 0;
+  d->covers_process = c && strcmp(c, "process") == 0;
+  bool ok = opt_u64(json_get(o, "peak_driver_bytes"), &d->driver_peak) &&
+            opt_u64(json_get(o, "peak_whole_bytes"), &d->whole_peak) &&
+            (by == NULL || json_type(by) == JSON_NULL || d->measured_by != 0) &&
+            (covers == NULL || c != NULL);
+  for (int k = 0; ok && causes != NULL && k < REPORT_CAUSES; k++) {
+    ok = json_type(causes) == JSON_OBJECT &&
+         opt_u64(json_get(causes, report_cause_name(k)), &d->driver_cause_peak[k]);
+  }
+  return ok &&
+         (at == NULL || (json_type(at) == JSON_OBJECT &&
+                         opt_u64(json_get(at, "allocations_bytes"), &d->at_peak_allocations) &&
+                         opt_u64(json_get(at, "pool_slack_bytes"), &d->at_peak_slack) &&
+                         opt_u64(json_get(at, "driver_bytes"), &d->at_peak_driver)));
+}
+
 /* "usage": the per-library ledger, the driver's use, the right size and the refusals of each
  * device (absent from older reports). */
 static int read_usage(const json_t *doc, report_run_t *run, char *err, size_t errlen) {
@@ -243,7 +273,7 @@ static int read_usage(const json_t *doc, report_run_t *run, char *err, size_t er
               json_u64(json_get(o, "peak_held_bytes"), &d->peak) == 0 &&
               u64_or_null(json_get(o, "driver_bytes"), &d->driver) == 0 &&
               u64_or_null(json_get(o, "right_size_bytes"), &d->right_size) == 0 &&
-              json_type(refusals) == JSON_OBJECT;
+              read_driver(o, d) && json_type(refusals) == JSON_OBJECT;
     /* The spill figures are newer than "usage": absent from older reports, none spilled. */
     const char *const spill_keys[] = {"spill_budget_bytes", "spilled_bytes", "peak_spilled_bytes",
                                       "spilled_allocations"};

@@ -56,6 +56,8 @@ static const struct runopt {
      "spill budget per device, in host memory beyond the cap"},
     {"--spill", NULL, CFG_OPT_SPILL, "on",
      "with --oversubscribe: allocations the cap refuses spill too"},
+    {"--cap-covers", "WHAT", CFG_OPT_CAP_COVERS, NULL,
+     "process: the cap counts the driver's memory too (default); allocations: only them"},
     {"--growth", NULL, CFG_OPT_ALLOW_GROWTH, "true", "grow the pool as the program asks (default)"},
     {"--preallocate", NULL, CFG_OPT_ALLOW_GROWTH, "false",
      "reserve the whole cap at the first allocation"},

@@ -1,9 +1,10 @@
 /* gpucap top: the processes of this user running with gpucap on this machine (their roster
  * entries, shim/roster.h) and its shared budgets (their ledgers, shim/budget.h), read from those
  * files and nothing else (no CUDA): per process and device its cap, pool, peak and refusals; per
- * budget and device the cap, what its processes hold, their pools' idle part, the peak and the
- * refusals, then each process. Like top(1) it refreshes until `q` (or an interrupt); with stdout
- * not a terminal it prints a snapshot per interval, and --once prints one. --json writes the
+ * budget and device the cap, what its processes hold (the whole: their allocations, their pools'
+ * idle part and the driver's own memory for them), the peak and the refusals, then each
+ * process. Like top(1) it refreshes until `q` (or an interrupt); with stdout not a terminal it
+ * prints a snapshot per interval, and --once prints one. --json writes the
  * snapshot as one JSON document (the schema is docs/report.md's "gpucap top --json"). Looking is
  * also reclaiming: the slots of dead processes are freed, as any process of the budget would.
  * --clean removes what no live process owns: the entries of processes that ended without
@@ -43,9 +44,9 @@ static const char usage_text[] =
     "Shows the processes of this user running with gpucap on this machine, shared budget or\n"
     "not: per process and device its cap, its pool (what gpucap holds from the driver for it),\n"
     "the pool's peak and the allocations refused; then the shared budgets (gpucap run\n"
-    "--share): per budget and device the cap, what its processes hold (in use and idle in their\n"
-    "pools), the peak and the allocations refused, then each process. Reads gpucap's files in\n"
-    "/dev/shm only (no CUDA).\n"
+    "--share): per budget and device the cap, what its processes hold (in use, idle in their\n"
+    "pools, the driver's own memory for them, and the whole), the peak and the allocations\n"
+    "refused, then each process. Reads gpucap's files in /dev/shm only (no CUDA).\n"
     "\n"
     "  --once             print one snapshot and exit\n"
     "  --json             the snapshot as JSON (schema: docs/report.md)\n"
@@ -176,16 +177,23 @@ static uint64_t idle_of(const struct budget_slot *p, unsigned d) {
   return p->idle[d] < p->used[d] ? p->idle[d] : p->used[d];
 }
 
+/* Slot p's driver memory on d (never more than it holds beside its idle part). */
+static uint64_t driver_of(const struct budget_slot *p, unsigned d) {
+  uint64_t rest = p->used[d] - idle_of(p, d);
+  return p->driver[d] < rest ? p->driver[d] : rest;
+}
+
 /* Device d's figures, the sums over its listed processes; false when the entry is unused. */
 struct devsum {
-  uint64_t used, idle, refused;
+  uint64_t used, idle, driver, refused;
 };
 static bool dev_sum(const struct budget *b, unsigned d, struct devsum *out) {
-  *out = (struct devsum){0, 0, b->dev[d].refused};
+  *out = (struct devsum){0, 0, 0, b->dev[d].refused};
   for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
     if (listed(&b->slot[i], d)) {
       out->used += b->slot[i].used[d];
       out->idle += idle_of(&b->slot[i], d);
+      out->driver += driver_of(&b->slot[i], d);
     }
   }
   return b->dev[d].uuid[0] != '\0';
@@ -238,7 +246,7 @@ static void json_procs(FILE *f, const struct proc *p, int np) {
 }
 
 static void json(FILE *f, const struct proc *procs, int np, const struct snap *s, int n) {
-  fprintf(f, "{\"version\": 1, ");
+  fprintf(f, "{\"version\": 2, ");
   json_procs(f, procs, np);
   fprintf(f, "\"budgets\": [");
   for (int k = 0; k < n; k++) {
@@ -259,9 +267,9 @@ static void json(FILE *f, const struct proc *procs, int np, const struct snap *s
       jstr(f, b->dev[d].uuid, sizeof b->dev[d].uuid);
       fprintf(f,
               ", \"cap\": %" PRIu64 ", \"min\": %" PRIu64 ", \"used\": %" PRIu64
-              ", \"idle\": %" PRIu64 ", \"peak\": %" PRIu64 ", \"refused\": %" PRIu64
-              ", \"processes\": [",
-              b->dev[d].cap, b->dev[d].min, t.used, t.idle, b->dev[d].peak, t.refused);
+              ", \"idle\": %" PRIu64 ", \"driver\": %" PRIu64 ", \"peak\": %" PRIu64
+              ", \"refused\": %" PRIu64 ", \"processes\": [",
+              b->dev[d].cap, b->dev[d].min, t.used, t.idle, t.driver, b->dev[d].peak, t.refused);
       first = false;
       bool pfirst = true;
       for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
@@ -269,8 +277,9 @@ static void json(FILE *f, const struct proc *procs, int np, const struct snap *s
         if (listed(p, d)) {
           fprintf(f,
                   "%s\n      {\"pid\": %d, \"used\": %" PRIu64 ", \"idle\": %" PRIu64
-                  ", \"refused\": %" PRIu64 "}",
-                  pfirst ? "" : ",", (int)p->pid, p->used[d], idle_of(p, d), p->refused[d]);
+                  ", \"driver\": %" PRIu64 ", \"refused\": %" PRIu64 "}",
+                  pfirst ? "" : ",", (int)p->pid, p->used[d], idle_of(p, d), driver_of(p, d),
+                  p->refused[d]);
           pfirst = false;
         }
       }
@@ -314,9 +323,9 @@ static void proc_table(FILE *f, const struct proc *p, int np) {
 }
 
 static void table(FILE *f, const struct snap *s, int n) {
-  char a[32], b2[32], c[32], p[32];
-  fprintf(f, "%-20s %-14s %8s %10s %10s %10s %10s %8s\n", "BUDGET", "DEVICE", "PID", "IN USE",
-          "POOL IDLE", "CAP", "PEAK", "OOMS");
+  char a[32], b2[32], c[32], p[32], dr[32], w[32];
+  fprintf(f, "%-20s %-14s %8s %10s %10s %10s %10s %10s %10s %8s\n", "BUDGET", "DEVICE", "PID",
+          "IN USE", "POOL IDLE", "DRIVER", "WHOLE", "CAP", "PEAK", "OOMS");
   if (n == 0) {
     fprintf(f, "(no shared budget of this user on this machine)\n");
   }
@@ -327,16 +336,18 @@ static void table(FILE *f, const struct snap *s, int n) {
       if (!dev_sum(b, d, &t)) {
         continue;
       }
-      fprintf(f, "%-20s %-14.14s %8s %10s %10s %10s %10s %8" PRIu64 "\n", s[k].name, b->dev[d].uuid,
-              "all", human(t.used - t.idle, a, sizeof a), human(t.idle, b2, sizeof b2),
-              human(b->dev[d].cap, c, sizeof c), human(b->dev[d].peak, p, sizeof p), t.refused);
+      fprintf(f, "%-20s %-14.14s %8s %10s %10s %10s %10s %10s %10s %8" PRIu64 "\n", s[k].name,
+              b->dev[d].uuid, "all", human(t.used - t.idle - t.driver, a, sizeof a),
+              human(t.idle, b2, sizeof b2), human(t.driver, dr, sizeof dr),
+              human(t.used, w, sizeof w), human(b->dev[d].cap, c, sizeof c),
+              human(b->dev[d].peak, p, sizeof p), t.refused);
       for (unsigned i = 0; i < BUDGET_SLOTS; i++) {
         const struct budget_slot *x = &b->slot[i];
         if (listed(x, d)) {
-          uint64_t xi = idle_of(x, d);
-          fprintf(f, "%-20s %-14s %8d %10s %10s %10s %10s %8" PRIu64 "\n", "", "", (int)x->pid,
-                  human(x->used[d] - xi, a, sizeof a), human(xi, b2, sizeof b2), "", "",
-                  x->refused[d]);
+          uint64_t xi = idle_of(x, d), xd = driver_of(x, d);
+          fprintf(f, "%-20s %-14s %8d %10s %10s %10s %10s %10s %10s %8" PRIu64 "\n", "", "",
+                  (int)x->pid, human(x->used[d] - xi - xd, a, sizeof a), human(xi, b2, sizeof b2),
+                  human(xd, dr, sizeof dr), human(x->used[d], w, sizeof w), "", "", x->refused[d]);
         }
       }
     }

@@ -25,7 +25,7 @@
 #include <sys/types.h>
 
 #define BUDGET_MAGIC "gpucapB" /* 8 bytes with its NUL */
-#define BUDGET_VERSION 1u
+#define BUDGET_VERSION 2u
 #define BUDGET_SLOTS 64u   /* live processes per budget */
 #define BUDGET_DEVICES 16u /* devices per budget */
 #define BUDGET_UUID_MAX 48
@@ -52,9 +52,10 @@ struct budget_slot {
   uint32_t unused;
   uint64_t start;                   /* its start time: /proc/PID/stat field 22 */
   uint64_t present;                 /* a bit per device entry it has used */
-  uint64_t used[BUDGET_DEVICES];    /* bytes charged (what it holds from the driver) */
+  uint64_t used[BUDGET_DEVICES];    /* bytes charged, the driver's own memory for it included */
   uint64_t idle[BUDGET_DEVICES];    /* of those, what its pools hold unused (as last published) */
   uint64_t refused[BUDGET_DEVICES]; /* allocations the budget refused it */
+  uint64_t driver[BUDGET_DEVICES];  /* of `used`, the driver's own memory for it (as measured) */
 };
 
 struct budget {

@@ -2,7 +2,10 @@
  * that needs them; each device's limit is computed once from the settings, the caps the
  * cluster set (its PCI bus id asked of the driver) and the device's real total memory, then
  * published with a release store. Charges are CAS loops on one atomic counter per device, so
- * concurrent allocations never overshoot the cap.
+ * concurrent allocations never overshoot the cap; under GPUCAP_CAP_COVERS=process the loop
+ * admits within the cap less the overhead (the driver's own memory, set by shim/overhead.c).
+ * The peak of charges + overhead is kept with a CAS; its split is stored beside it without a
+ * lock (figures for the exit report).
  */
 #include "shim/cap.h"
 
@@ -26,6 +29,10 @@ struct device_cap {
   _Atomic uint64_t guarantee; /* valid once `ready` */
   atomic_bool ready;
   atomic_bool warned; /* the cap above the device's memory was said */
+  _Atomic uint64_t overhead; /* the driver's own memory for the process (cap_set_overhead) */
+  _Atomic uint64_t charges;  /* successful charges so far */
+  _Atomic uint64_t peak;     /* the peak of used + overhead, and at it: */
+  _Atomic uint64_t peak_charged, peak_overhead;
 };
 
 static struct device_cap devices[GPUCAP_MAX_DEVICES];
@@ -78,7 +85,7 @@ static uint64_t discovered(int dev, uint64_t own, struct device_cap *c) {
               "keyed by one (SLURM_SHARD_MEM_PER_GPU, dmem.max) do not apply to it",
               dev, bus, (int)rc);
     }
-    cfg_discover_device(f, dev, known ? &pci : NULL, &d);
+    cfg_discover_device(f, dev, known ? &pci : NULL, !cap_covers_process(), &d);
   }
   atomic_store_explicit(&c->guarantee, d.soft, memory_order_relaxed);
   if (d.limit_src < 0 || d.cap >= own) {
@@ -141,10 +148,32 @@ static void publish(int dev, uint64_t used) {
   roster_note(dev, cap_limit(dev, 0), used, settings_valid() ? settings_get()->share : "");
 }
 
+bool cap_covers_process(void) {
+  return !settings_valid() || settings_get()->cap_covers == CFG_COVERS_PROCESS;
+}
+
+/* Records a new peak of charges + overhead (used: the charges after the change). */
+static void note_peak(struct device_cap *c, uint64_t used) {
+  uint64_t over = atomic_load_explicit(&c->overhead, memory_order_relaxed);
+  uint64_t whole = used + over, peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  while (whole > peak) {
+    if (atomic_compare_exchange_weak_explicit(&c->peak, &peak, whole, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      atomic_store_explicit(&c->peak_charged, used, memory_order_relaxed);
+      atomic_store_explicit(&c->peak_overhead, over, memory_order_relaxed);
+      return;
+    }
+  }
+}
+
 bool cap_charge(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
   uint64_t limit = cap_limit(dev, 0);
   struct device_cap *c = &devices[dev];
+  if (limit != CAP_NONE && cap_covers_process()) {
+    uint64_t over = atomic_load_explicit(&c->overhead, memory_order_relaxed);
+    limit = over < limit ? limit - over : 0; /* the room the driver's own memory leaves */
+  }
   uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
   do {
     if (bytes > limit || used > limit - bytes) {
@@ -156,15 +185,20 @@ bool cap_charge(int dev, uint64_t bytes) {
     atomic_fetch_sub_explicit(&c->used, bytes, memory_order_relaxed);
     return false;
   }
+  atomic_fetch_add_explicit(&c->charges, 1, memory_order_relaxed);
+  note_peak(c, used + bytes);
   publish(dev, used + bytes);
   return true;
 }
 
 void cap_add(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
-  uint64_t used = atomic_fetch_add_explicit(&devices[dev].used, bytes, memory_order_relaxed);
+  struct device_cap *c = &devices[dev];
+  uint64_t used = atomic_fetch_add_explicit(&c->used, bytes, memory_order_relaxed) + bytes;
   share_add(dev, bytes);
-  publish(dev, used + bytes);
+  atomic_fetch_add_explicit(&c->charges, 1, memory_order_relaxed);
+  note_peak(c, used);
+  publish(dev, used);
 }
 
 void cap_credit(int dev, uint64_t bytes) {
@@ -177,6 +211,39 @@ void cap_credit(int dev, uint64_t bytes) {
 uint64_t cap_used(int dev) {
   CHECK_DEVICE(dev);
   return atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
+}
+
+uint64_t cap_charges(int dev) {
+  CHECK_DEVICE(dev);
+  return atomic_load_explicit(&devices[dev].charges, memory_order_relaxed);
+}
+
+uint64_t cap_overhead(int dev) {
+  CHECK_DEVICE(dev);
+  return atomic_load_explicit(&devices[dev].overhead, memory_order_relaxed);
+}
+
+uint64_t cap_counted_overhead(int dev) {
+  return cap_covers_process() ? cap_overhead(dev) : 0;
+}
+
+uint64_t cap_set_overhead(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
+  struct device_cap *c = &devices[dev];
+  (void)cap_limit(dev, 0); /* the device is bound to its shared budget, if any, from now on */
+  uint64_t old = atomic_exchange_explicit(&c->overhead, bytes, memory_order_relaxed);
+  /* A shared budget holds each process's driver memory in its slot too (docs/design.md). */
+  share_overhead(dev, old, bytes);
+  note_peak(c, atomic_load_explicit(&c->used, memory_order_relaxed));
+  return old;
+}
+
+void cap_peak(int dev, struct cap_peak *out) {
+  CHECK_DEVICE(dev);
+  const struct device_cap *c = &devices[dev];
+  *out = (struct cap_peak){atomic_load_explicit(&c->peak, memory_order_relaxed),
+                           atomic_load_explicit(&c->peak_charged, memory_order_relaxed),
+                           atomic_load_explicit(&c->peak_overhead, memory_order_relaxed)};
 }
 
 void cap_shape(uint64_t limit, uint64_t held, uint64_t idle, uint64_t room, uint64_t *free_bytes,
@@ -199,6 +266,9 @@ void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
   uint64_t limit = cap_limit(dev, physical);
   uint64_t charged = cap_used(dev);
   uint64_t held = charged > idle ? charged - idle : 0;
+  if (cap_covers_process()) {
+    held += cap_overhead(dev); /* the room really left: the driver's memory is in use too */
+  }
   uint64_t room = UINT64_MAX, budget_cap = CAP_NONE;
   if (share_view(dev, idle, &room, &budget_cap)) {
     limit = budget_cap < limit ? budget_cap : limit;
@@ -210,6 +280,7 @@ void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
 static void fork_child(void) {
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     atomic_store_explicit(&devices[dev].used, 0, memory_order_relaxed);
+    atomic_store_explicit(&devices[dev].overhead, 0, memory_order_relaxed);
   }
 }
 FORK_CHILD(fork_child)

@@ -1,5 +1,8 @@
 /* The per-process cap: settings loaded once from config/, each device's limit, and the bytes
  * charged against it. "Charged" means bytes gpucap obtained from the driver for the program.
+ * Under GPUCAP_CAP_COVERS=process (the default) the cap also covers the driver's own memory for
+ * the process (its "overhead", measured by shim/overhead.c and set here): admission is then
+ * within the cap less the overhead, and what the program sees counts it as used.
  * Devices are CUDA ordinals as the process sees them (the CUdevice of the current context).
  * All functions are thread-safe; charges are lock-free atomics.
  */
@@ -36,7 +39,11 @@ uint64_t cap_limit(int dev, uint64_t physical_total);
  * computed. One atomic load. */
 uint64_t cap_guarantee(int dev);
 
-/* Charges `bytes` to dev iff the charge stays within the cap; returns true iff charged. */
+/* True iff the cap covers the process (GPUCAP_CAP_COVERS=process), not only its allocations. */
+bool cap_covers_process(void);
+
+/* Charges `bytes` to dev iff the charge stays within the cap (less the overhead, when the cap
+ * covers the process); returns true iff charged. */
 bool cap_charge(int dev, uint64_t bytes);
 
 /* Charges `bytes` the driver has already taken for the program, over the cap if it must (the
@@ -47,6 +54,26 @@ void cap_credit(int dev, uint64_t bytes);
 
 /* Bytes currently charged to dev. */
 uint64_t cap_used(int dev);
+
+/* Successful charges of dev so far (cap_charge and cap_add): a measurement can tell whether
+ * anything was charged since it last looked. */
+uint64_t cap_charges(int dev);
+
+/* The driver's own memory for this process on dev as last measured (shim/overhead.h sets it):
+ * the cap's admission and view count it when the cap covers the process, and a shared budget's
+ * slot holds it beside the charges either way. cap_set_overhead returns the previous figure. */
+uint64_t cap_overhead(int dev);
+uint64_t cap_set_overhead(int dev, uint64_t bytes);
+
+/* The overhead the cap counts: cap_overhead(dev) when the cap covers the process, else 0. */
+uint64_t cap_counted_overhead(int dev);
+
+/* What the device held for the process at the peak of charges + overhead (the whole): the whole,
+ * and of it the charges and the overhead. All 0 before anything was charged or measured. */
+struct cap_peak {
+  uint64_t whole, charged, overhead;
+};
+void cap_peak(int dev, struct cap_peak *out);
 
 /* Rewrites a driver's (free, total) answer for dev as the program should see it. `idle` is
  * bytes gpucap holds from the driver for dev without the program holding them (free and

@@ -1,4 +1,6 @@
-/* Context teardown. When the driver destroys a context it frees the context's memory, so the
+/* Context creation and teardown. A context costs the device memory of its own (the driver's:
+ * shim/overhead.h), measured around each creation (cuCtxCreate, a retain that activates a primary
+ * context) and teardown. When the driver destroys a context it frees the context's memory, so the
  * pool gpucap kept for it is dropped and the charges of the pass-through blocks and arrays made
  * in it are returned (no driver call made for either): after cuCtxDestroy, after
  * cuDevicePrimaryCtxReset, and after the last cuDevicePrimaryCtxRelease of a device's primary
@@ -13,6 +15,7 @@
 #include "shim/graph.h"
 #include "shim/hook.h"
 #include "shim/ipc.h"
+#include "shim/overhead.h"
 #include "shim/real.h"
 
 #include <stdatomic.h>
@@ -58,9 +61,20 @@ static void forget_primary(CUcontext ctx, int dev) {
   ctx_device_reset(dev);
 }
 
+/* Whether device dev's primary context is active (made); true when the driver cannot say. */
+static bool primary_active(CUdevice dev) {
+  unsigned int flags = 0;
+  int active = 1;
+  return !real.cuDevicePrimaryCtxGetState ||
+         real.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || active;
+}
+
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxRetain);
+  struct overhead_call m;
+  overhead_before(&m, primary_active(dev) ? -1 : dev, false); /* a retain that makes it */
   CUresult rc = real.cuDevicePrimaryCtxRetain(pctx, dev);
+  overhead_after(&m, OVERHEAD_CONTEXT, "cuDevicePrimaryCtxRetain", rc);
   if (rc == CUDA_SUCCESS && dev_ok(dev)) {
     atomic_store_explicit(&primary[dev], *pctx, memory_order_release);
     atomic_fetch_add_explicit(&retains[dev], 1, memory_order_relaxed);
@@ -68,8 +82,45 @@ GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   return rc;
 }
 
+GPUCAP_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  HOOK_PROLOGUE(real.cuCtxCreate_v2);
+  struct overhead_call m;
+  overhead_before(&m, dev, false);
+  CUresult rc = real.cuCtxCreate_v2(pctx, flags, dev);
+  overhead_after(&m, OVERHEAD_CONTEXT, "cuCtxCreate", rc);
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
+                                      int numParams, unsigned int flags, CUdevice dev) {
+  HOOK_PROLOGUE(real.cuCtxCreate_v3);
+  struct overhead_call m;
+  overhead_before(&m, dev, false);
+  CUresult rc = real.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+  overhead_after(&m, OVERHEAD_CONTEXT, "cuCtxCreate", rc);
+  return rc;
+}
+
+GPUCAP_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                      unsigned int flags, CUdevice dev) {
+  HOOK_PROLOGUE(real.cuCtxCreate_v4);
+  struct overhead_call m;
+  overhead_before(&m, dev, false);
+  CUresult rc = real.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+  overhead_after(&m, OVERHEAD_CONTEXT, "cuCtxCreate", rc);
+  return rc;
+}
+
+/* The device of context ctx, or -1. */
+static int device_of(CUcontext ctx) {
+  CUdevice d = -1;
+  return ctx && real.cuCtxGetDevice_v2 && real.cuCtxGetDevice_v2(&d, ctx) == CUDA_SUCCESS ? d : -1;
+}
+
 GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   HOOK_PROLOGUE(real.cuCtxDestroy_v2);
+  struct overhead_call m;
+  overhead_before(&m, device_of(ctx), true);
   ctx_dying(ctx, true);
   CUresult rc = real.cuCtxDestroy_v2(ctx);
   if (rc == CUDA_SUCCESS) {
@@ -77,6 +128,7 @@ GPUCAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   } else {
     ctx_dying(ctx, false);
   }
+  overhead_after(&m, OVERHEAD_CONTEXT, "cuCtxDestroy", rc);
   return rc;
 }
 
@@ -114,16 +166,29 @@ static void release_begins(CUdevice dev) {
   }
 }
 
+/* After a release or reset that may have destroyed device dev's primary context: the driver's
+ * memory for it measured again. */
+static CUresult remeasured(struct overhead_call *m, const char *call, CUresult rc) {
+  overhead_after(m, OVERHEAD_CONTEXT, call, rc);
+  return rc;
+}
+
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxRelease);
+  struct overhead_call m;
+  overhead_before(&m, dev, true);
   release_begins(dev);
-  return after_release(real.cuDevicePrimaryCtxRelease(dev), dev);
+  return remeasured(&m, "cuDevicePrimaryCtxRelease",
+                    after_release(real.cuDevicePrimaryCtxRelease(dev), dev));
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxRelease_v2);
+  struct overhead_call m;
+  overhead_before(&m, dev, true);
   release_begins(dev);
-  return after_release(real.cuDevicePrimaryCtxRelease_v2(dev), dev);
+  return remeasured(&m, "cuDevicePrimaryCtxRelease",
+                    after_release(real.cuDevicePrimaryCtxRelease_v2(dev), dev));
 }
 
 /* After a successful reset: the primary context's memory is gone (its handle and the
@@ -139,12 +204,18 @@ static CUresult after_reset(CUresult rc, CUdevice dev) {
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxReset);
+  struct overhead_call m;
+  overhead_before(&m, dev, true);
   ctx_dying(context_primary(dev), true);
-  return after_reset(real.cuDevicePrimaryCtxReset(dev), dev);
+  return remeasured(&m, "cuDevicePrimaryCtxReset",
+                    after_reset(real.cuDevicePrimaryCtxReset(dev), dev));
 }
 
 GPUCAP_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   HOOK_PROLOGUE(real.cuDevicePrimaryCtxReset_v2);
+  struct overhead_call m;
+  overhead_before(&m, dev, true);
   ctx_dying(context_primary(dev), true);
-  return after_reset(real.cuDevicePrimaryCtxReset_v2(dev), dev);
+  return remeasured(&m, "cuDevicePrimaryCtxReset",
+                    after_reset(real.cuDevicePrimaryCtxReset_v2(dev), dev));
 }

@@ -15,6 +15,7 @@
 #include "shim/log.h"
 #include "shim/oom.h"
 #include "shim/ordered.h"
+#include "shim/overhead.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -192,16 +193,19 @@ bool ctx_retry(int dev, CUresult rc) {
 
 bool ctx_admit(int dev, uint64_t bytes) {
   answer_asks();
+  overhead_check(dev);
   if (passthru_admit(dev, bytes)) {
     return true;
   }
-  /* Memory the program freed into a pool, or the driver's pools keep: this allocation must not
-   * fail for want of it. The charge is tried again even when this call gave nothing back:
-   * another thread's relief, under way when this one began, may have made the room. */
+  /* Memory the program freed into a pool, or the driver's pools keep, or that the driver no
+   * longer holds for itself: this allocation must not fail for want of it. The charge is tried
+   * again even when this call gave nothing back: another thread's relief, under way when this
+   * one began, may have made the room. */
   if (dev < 0) {
     return false;
   }
   ctx_relieve(dev);
+  overhead_recheck(dev);
   return cap_charge(dev, bytes);
 }
 
@@ -243,22 +247,13 @@ static void oom_refused(oom_facts_t *f, uint64_t rank, uint64_t pool_idle, const
   uint64_t idle = ctx_idle_bytes(f->dev);
   f->cap = cap_limit(f->dev, 0);
   f->charged = cap_used(f->dev);
+  f->driver = cap_counted_overhead(f->dev);
   f->others_idle = idle > pool_idle ? idle - pool_idle : 0;
   enum oom_verdict v = oom_judge(f);
   oom_tally(f->dev, v);
   trace_refused(f->dev, f->bytes, oom_verdict_name(v), lib);
   trace_poll();
   oom_print(rank, f, v, report, len);
-}
-
-/* The driver's use of dev outside gpucap's charges, measured once per device at its first
- * pooled allocation (and again at each cuMemGetInfo: shim/memory.c). No lock held. */
-static void measure_driver(int dev) {
-  size_t free_b = 0, total = 0;
-  if (ledger_driver_bytes(dev) == UINT64_MAX && real.cuMemGetInfo_v2 &&
-      real.cuMemGetInfo_v2(&free_b, &total) == CUDA_SUCCESS) {
-    ledger_measure_driver(dev, free_b, total, cap_used(dev));
-  }
 }
 
 /* Borrowing (docs/design.md, "Arenas"): c's pool refused `bytes` after the device's wholly free
@@ -299,7 +294,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
     return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
   }
   int lib = ledger_caller();
-  measure_driver(c->dev);
+  overhead_check(c->dev); /* the driver's own memory, before anything is admitted */
   uint64_t addr = 0, held = 0;
   bool fronts = ctx_fronts_on(), pressed = false;
   if (fronts && ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
@@ -363,6 +358,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
         trim_others(c);
         pending_wait(c->dev);
         ordered_relieve(c->dev);
+        overhead_recheck(c->dev); /* the driver may hold less than counted */
         pthread_mutex_lock(&c->lock);
         /* Retry once whatever this thread gave back (another thread's relief may have made
          * the room), or (context destroyed meanwhile) let the driver answer above. */

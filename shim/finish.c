@@ -18,6 +18,7 @@
 #include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/oom.h"
+#include "shim/overhead.h"
 #include "shim/passthru.h"
 #include "shim/roster.h"
 #include "shim/runinfo.h"
@@ -148,9 +149,27 @@ static void add_usage(report_run_t *run) {
     u.spilled = sc.now;
     u.peak_spilled = sc.peak;
     u.spilled_allocs = sc.allocs;
-    u.driver = ledger_driver_bytes(dev) == UINT64_MAX ? REPORT_UNKNOWN : ledger_driver_bytes(dev);
+    struct overhead_figures of;
+    struct cap_peak at;
+    overhead_figures(dev, &of);
+    cap_peak(dev, &at);
+    bool measured = of.method != OVERHEAD_UNMEASURED;
+    u.driver = measured ? overhead_bytes(dev) : REPORT_UNKNOWN;
+    u.driver_peak = measured ? of.peak : REPORT_UNKNOWN;
+    for (int c = 0; c < OVERHEAD_CAUSES && c < REPORT_CAUSES; c++) {
+      u.driver_cause_peak[c] = of.cause_peak[c];
+    }
+    u.measured_by = of.method == OVERHEAD_NVML ? 1 : of.method == OVERHEAD_DELTAS ? 2 : 0;
+    u.covers_process = cap_covers_process();
+    u.whole_peak = at.whole;
+    /* The program's allocations then: its peak held, at most the charges (the block being
+     * allocated as the peak was charged counts as allocated, not as slack). */
+    u.at_peak_allocations = u.peak < at.charged ? u.peak : at.charged;
+    u.at_peak_slack = at.charged - u.at_peak_allocations;
+    u.at_peak_driver = at.overhead;
     /* What the pools reserved at their peaks: a cap at least that large never binds, so the
-     * run goes the same way; the peak held alone is a lower bound (growth leaves slack).
+     * run goes the same way; the peak held alone is a lower bound (growth leaves slack). Under
+     * a cap that covers the process, the whole at its peak, the driver's memory included.
      * Spilled blocks are counted in both (the pass-through row and the ledger hold them whole),
      * so this is also a cap under which nothing would have spilled. */
     uint64_t reserved = 0;
@@ -161,7 +180,10 @@ static void add_usage(report_run_t *run) {
       }
     }
     uint64_t need = reserved > u.peak ? reserved : u.peak;
-    u.right_size = refused > 0 ? REPORT_UNKNOWN : report_right_size(need, u.driver);
+    if (u.covers_process && at.whole > need) {
+      need = at.whole;
+    }
+    u.right_size = refused > 0 ? REPORT_UNKNOWN : report_right_size(need, 0);
     run->usage[run->nusage++] = u;
   }
 }

@@ -57,7 +57,6 @@ struct cell {
 };
 static struct cell cells[GPUCAP_MAX_DEVICES][LEDGER_LIBS];
 static struct cell totals[GPUCAP_MAX_DEVICES];
-static _Atomic uint64_t driver[GPUCAP_MAX_DEVICES]; /* outside gpucap's charges + 1; 0: unknown */
 
 static int count_unloads(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
@@ -296,24 +295,6 @@ void ledger_sub(int dev, int lib, uint64_t bytes) {
   }
 }
 
-uint64_t ledger_driver_bytes(int dev) {
-  uint64_t d = atomic_load_explicit(&driver[dev], memory_order_relaxed);
-  return d == 0 ? UINT64_MAX : d - 1;
-}
-
-void ledger_measure_driver(int dev, uint64_t free_bytes, uint64_t total, uint64_t charged) {
-  if (dev < 0 || dev >= GPUCAP_MAX_DEVICES) {
-    return;
-  }
-  uint64_t used = total > free_bytes ? total - free_bytes : 0;
-  uint64_t outside = (used > charged ? used - charged : 0) + 1;
-  uint64_t d = atomic_load_explicit(&driver[dev], memory_order_relaxed);
-  while (outside > d &&
-         !atomic_compare_exchange_weak_explicit(&driver[dev], &d, outside, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-  }
-}
-
 void ledger_each(void (*fn)(void *arg, const struct ledger_line *l), void *arg) {
   int n = atomic_load_explicit(&nlibs, memory_order_acquire);
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
@@ -349,7 +330,6 @@ void ledger_init(void) {
 static void fork_child(void) {
   memset(cells, 0, sizeof cells);
   memset(totals, 0, sizeof totals);
-  memset(driver, 0, sizeof driver);
   pthread_mutex_init(&libs_lock, NULL);
 }
 FORK_CHILD(fork_child)

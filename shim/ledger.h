@@ -63,15 +63,6 @@ const char *ledger_name(int lib);
 void ledger_add(int dev, int lib, uint64_t bytes);
 void ledger_sub(int dev, int lib, uint64_t bytes);
 
-/* The driver's own use of device dev outside gpucap's charges as last measured (see
- * ledger_measure_driver), or UINT64_MAX when never measured. */
-uint64_t ledger_driver_bytes(int dev);
-
-/* Records a cuMemGetInfo answer of the real driver for dev (free, total) while `charged` bytes
- * were charged by gpucap: the device memory in use that gpucap did not hand out (context,
- * modules, and other processes') is kept at its maximum. */
-void ledger_measure_driver(int dev, uint64_t free_bytes, uint64_t total, uint64_t charged);
-
 /* One library's line on one device. */
 struct ledger_line {
   int dev;

@@ -13,6 +13,7 @@
 #include "shim/ledger.h"
 #include "shim/log.h"
 #include "shim/ordered.h"
+#include "shim/overhead.h"
 #include "shim/passthru.h"
 #include "shim/pending.h"
 #include "shim/real.h"
@@ -118,7 +119,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo_v2(size_t *freeBytes, size_t *totalBytes) {
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
     ordered_refresh(dev);
-    ledger_measure_driver(dev, f, t, cap_used(dev));
+    overhead_measure(dev); /* the room really left: the driver's memory as it is now */
     cap_view(dev, ctx_idle_bytes(dev), t, &f, &t);
     *freeBytes = (size_t)f;
     *totalBytes = (size_t)t;
@@ -135,6 +136,7 @@ GPUCAP_EXPORT CUresult cuMemGetInfo(unsigned int *freeBytes, unsigned int *total
     uint64_t f = *freeBytes, t = *totalBytes;
     pending_poll(dev);
     ordered_refresh(dev);
+    overhead_measure(dev);
     /* The device's size comes from the 64-bit query, never from this clamped one. */
     cap_view(dev, ctx_idle_bytes(dev), 0, &f, &t);
     *freeBytes = f > UINT_MAX ? UINT_MAX : (unsigned int)f;

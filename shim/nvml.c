@@ -12,6 +12,7 @@
 #include "shim/export.h"
 #include "shim/hooks.h"
 #include "shim/nvml.h"
+#include "shim/overhead.h"
 #include "shim/real.h"
 #include "shim/runinfo.h"
 #include "shim/settings.h"
@@ -157,6 +158,7 @@ static void shape(nvmlDevice_t d, unsigned long long *free_bytes, unsigned long 
   uuid_of(d, uuid, sizeof uuid);
   int dev = ordinal_of(uuid);
   if (dev >= 0) { /* a CUDA process: exactly what its cuMemGetInfo says */
+    overhead_measure(dev);
     cap_view(dev, ctx_idle_bytes(dev), t, &f, &t);
   } else {
     /* No CUDA here (an NVML tool): the budget's figures, else the cap of the device with NVML's
@@ -206,16 +208,20 @@ static unsigned processes(nvmlDevice_t d, struct share_proc *out, unsigned cap) 
   char uuid[96];
   uuid_of(d, uuid, sizeof uuid);
   int dev = ordinal_of(uuid);
+  if (dev >= 0) {
+    overhead_measure(dev); /* its own figure as the driver holds it now */
+  }
   if (share_active()) {
     if (dev >= 0) {
       (void)cap_limit(dev, 0); /* a CUDA process asking joins the budget there, as get-info does */
     }
     return share_processes(uuid, out, cap);
   }
-  if (dev < 0 || cap_used(dev) == 0) {
+  if (dev < 0 || cap_used(dev) + overhead_bytes(dev) == 0) {
     return 0;
   }
-  out[0] = (struct share_proc){getpid(), cap_used(dev)};
+  /* What the device holds for it: the charges and the driver's own memory for it. */
+  out[0] = (struct share_proc){getpid(), cap_used(dev) + overhead_bytes(dev)};
   return 1;
 }
 

@@ -4,27 +4,8 @@
 #ifndef GPUCAP_SHIM_NVML_H
 #define GPUCAP_SHIM_NVML_H
 
+#include "shim/nvmlq.h"
 #include "shim/real.h"
-
-/* NVML's types, declared here as shim/cudadefs.h declares CUDA's (layouts of nvml.h). */
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct {
-  unsigned long long total, free, used;
-} nvmlMemory_t;
-typedef struct {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-typedef struct {
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-} nvmlProcessInfo_v1_t;
-typedef struct {
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-  unsigned int gpuInstanceId, computeInstanceId;
-} nvmlProcessInfo_v2_t;
 
 /* The hooks (shim/nvml.def), with nvml.h's signatures. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);

@@ -30,11 +30,17 @@ static uint64_t sum(uint64_t a, uint64_t b) {
   return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/* What the cap left unclaimed: the cap less the charges and the driver's memory it counts. */
+static uint64_t cap_room(const oom_facts_t *f) {
+  uint64_t held = sum(f->charged, f->driver);
+  return f->cap != CAP_NONE && f->cap > held ? f->cap - held : 0;
+}
+
 enum oom_verdict oom_judge(const oom_facts_t *f) {
   if (f->spill_max > 0) {
     return OOM_SPILL_FULL; /* the cap was passed already: the spill budget refused */
   }
-  uint64_t headroom = f->cap == CAP_NONE ? 0 : f->cap > f->charged ? f->cap - f->charged : 0;
+  uint64_t headroom = cap_room(f);
   uint64_t here = sum(f->free_bytes, headroom);
   if (f->in_capture > 0 && sum(here, f->in_capture) >= f->bytes) {
     return OOM_CAPTURE;
@@ -71,7 +77,7 @@ static bool quiet(void) {
 }
 
 bool oom_wants_report(uint64_t rank) {
-  int kind = settings_get()->oom_dump.kind;
+  cfg_dest_kind_t kind = settings_get()->oom_dump.kind;
   return rank == 0 && (kind == CFG_DEST_FILE || (kind == CFG_DEST_STDERR && !quiet()));
 }
 
@@ -140,7 +146,8 @@ static bool over_cap(const oom_facts_t *f) {
   return f->cap != CAP_NONE && f->bytes > f->cap;
 }
 
-/* "cap 2.0 GiB, pool 1.5 GiB, in use 1.5 GiB": the device's figures, in the exit report's names. */
+/* "cap 2.0 GiB, pool 1.5 GiB, driver 401.0 MiB, in use 1.5 GiB": the device's figures, in the
+ * exit report's names (the driver's memory where the cap counts it). */
 static void put_holdings(strbuf_t *o, const oom_facts_t *f, uint64_t in_use) {
   if (f->cap == CAP_NONE) {
     strbuf_str(o, "cap none");
@@ -150,6 +157,10 @@ static void put_holdings(strbuf_t *o, const oom_facts_t *f, uint64_t in_use) {
   }
   strbuf_str(o, ", pool ");
   strbuf_size(o, f->charged);
+  if (f->driver > 0 && f->cap != CAP_NONE) {
+    strbuf_str(o, ", driver ");
+    strbuf_size(o, f->driver);
+  }
   strbuf_str(o, ", in use ");
   strbuf_size(o, in_use);
 }
@@ -163,7 +174,7 @@ static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, u
       [OOM_CAPTURE] = "only memory freed during a graph capture could serve; the device may use it",
       [OOM_SPILL_FULL] = "the request fits neither under the cap nor in the spill budget beyond it",
   };
-  uint64_t headroom = f->cap != CAP_NONE && f->cap > f->charged ? f->cap - f->charged : 0;
+  uint64_t headroom = cap_room(f);
   label(o, "verdict");
   strbuf_printf(o, "%s: ", oom_verdict_name(v));
   if (v == OOM_CAP_FULL && budget_full(f)) {
@@ -213,7 +224,7 @@ static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, u
   } else if (v == OOM_DEVICE_FULL) {
     strbuf_str(o, "; no other process was seen holding it");
   } else {
-    strbuf_str(o, "; free under the cap ");
+    strbuf_str(o, "; free under cap ");
     strbuf_size(o, f->free_bytes + headroom);
   }
   if (v == OOM_FRAGMENTED) {

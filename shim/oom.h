@@ -35,6 +35,8 @@ typedef struct oom_facts {
   uint64_t bytes;       /* the request */
   uint64_t cap;         /* the device's cap, or CAP_NONE */
   uint64_t charged;     /* bytes charged to the device then */
+  uint64_t driver;      /* the driver's own memory the cap counted then (GPUCAP_CAP_COVERS=process;
+                         * else 0) */
   uint64_t free_bytes;  /* free in the refusing pool (0 for pass-through) */
   uint64_t largest;     /* its largest free piece (0 for pass-through) */
   uint64_t others_idle; /* idle bytes in the device's other pools */

@@ -182,7 +182,11 @@ static CUresult refuse(int dev, uint64_t bytes, int lib, bool spill) {
   }
   atomic_fetch_add(&counters[dev].ooms, 1);
   /* The pools' idle regions were given back before the refusal (ctx_admit). */
-  oom_facts_t f = {.dev = dev, .bytes = bytes, .cap = cap_limit(dev, 0), .charged = cap_used(dev)};
+  oom_facts_t f = {.dev = dev,
+                   .bytes = bytes,
+                   .cap = cap_limit(dev, 0),
+                   .charged = cap_used(dev),
+                   .driver = cap_counted_overhead(dev)};
   if (spill) {
     f.spill_max = spill_budget(dev);
     f.spilled = spill_used(dev);

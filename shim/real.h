@@ -23,6 +23,7 @@ struct real_fns {
   X(cuCtxGetCurrent)                                                                               \
   X(cuCtxSynchronize)                                                                              \
   X(cuDeviceGetAttribute)                                                                          \
+  X(cuCtxGetLimit)                                                                                 \
   X(cuDeviceGetName)                                                                               \
   X(cuDeviceGetUuid_v2)                                                                            \
   X(cuDeviceGetPCIBusId)                                                                           \

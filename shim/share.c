@@ -28,6 +28,7 @@ static pid_t my_pid;
 static uint64_t my_start;
 static atomic_int bound[GPUCAP_MAX_DEVICES]; /* 1 + the budget's device entry; 0 unbound */
 static _Atomic uint64_t seen_asks[BUDGET_DEVICES];
+static _Atomic uint64_t published[GPUCAP_MAX_DEVICES]; /* driver memory the slot holds */
 
 bool share_active(void) {
   return settings_valid() && settings_get()->share[0] != '\0';
@@ -36,7 +37,7 @@ bool share_active(void) {
 /* The budget's settings as canonical text: what every process naming it must agree on. */
 static void settings_text(char *buf, size_t len) {
   static const cfg_opt_t fixed[] = {CFG_OPT_MEMORY_LIMIT, CFG_OPT_MEMORY_FRACTION,
-                                    CFG_OPT_SHARE_MIN};
+                                    CFG_OPT_SHARE_MIN, CFG_OPT_CAP_COVERS};
   size_t n = 0;
   buf[0] = '\0';
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && n < len; i++) {
@@ -286,6 +287,19 @@ void share_credit(int dev, uint64_t bytes) {
   }
 }
 
+void share_overhead(int dev, uint64_t old, uint64_t bytes) {
+  struct budget *l;
+  int d, s;
+  (void)old; /* the slot's own count decides: a device bound late catches up */
+  if (entry(dev, &l, &d, &s) && budget_lock(l) == 0) {
+    uint64_t *u = &l->slot[s].used[d];
+    uint64_t was = atomic_exchange(&published[dev], bytes);
+    *u = *u + bytes > was ? *u + bytes - was : 0;
+    l->slot[s].driver[d] = bytes;
+    budget_unlock(l);
+  }
+}
+
 bool share_view(int dev, uint64_t idle, uint64_t *headroom, uint64_t *cap) {
   struct budget *l;
   int d, s;
@@ -397,5 +411,8 @@ unsigned share_processes(const char *uuid, struct share_proc *out, unsigned cap)
 static void fork_child(void) {
   pthread_mutex_init(&join_lock, NULL);
   atomic_store(&slot, -1);
+  for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
+    atomic_store(&published[dev], 0);
+  }
 }
 FORK_CHILD(fork_child)

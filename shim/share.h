@@ -37,6 +37,11 @@ void share_add(int dev, uint64_t bytes);
 /* Returns a charge. */
 void share_credit(int dev, uint64_t bytes);
 
+/* The driver's own memory for this process on dev is now `bytes` (it was `old` by the caller's
+ * count): the slot holds it as charged, over the budget if it must (the driver took it), and
+ * shows it apart. What a device not bound yet missed is caught up at the next call. */
+void share_overhead(int dev, uint64_t old, uint64_t bytes);
+
 /* The budget's view for dev: what this process may still be charged (*headroom) and the
  * budget's cap (*cap). Also publishes `idle` (bytes this process's pools hold unused) for
  * `gpucap top`. Returns false (nothing written) without a budget or before dev is bound. */

@@ -6,8 +6,8 @@
 SHIM_SRCS := shim/array.c shim/async.c shim/budget.c shim/cap.c shim/capture.c shim/charges.c shim/check.c \
              shim/context.c shim/ctx.c shim/ctx_alloc.c shim/ctx_front.c shim/deepbind.c shim/dlsym.c shim/exec.c \
              shim/exit.c shim/finish.c shim/graph.c shim/hooks.c shim/init.c shim/ipc.c shim/ipcwire.c \
-             shim/ledger.c shim/log.c shim/managed.c shim/memory.c shim/nvml.c shim/oom.c \
-             shim/ordered.c shim/passthru.c \
+             shim/ledger.c shim/limit.c shim/log.c shim/managed.c shim/memory.c shim/module.c \
+             shim/nvml.c shim/nvmlq.c shim/oom.c shim/ordered.c shim/overhead.c shim/passthru.c \
              shim/pending.c shim/pool.c shim/procaddr.c shim/ptrquery.c shim/real.c shim/runinfo.c \
              shim/settings.c shim/share.c shim/signals.c shim/spill.c \
              shim/trace.c shim/vmm.c

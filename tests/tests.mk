@@ -59,7 +59,7 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest \
                   $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock \
                   $(BUILD)/tests/fronts $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered \
-                  $(BUILD)/tests/spilltest
+                  $(BUILD)/tests/spilltest $(BUILD)/tests/fill
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/unit/harness.sh \
                 tests/integ/routing.sh tests/integ/interpose.sh tests/integ/cap.sh \
@@ -69,7 +69,8 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/uni
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
                 tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
                 tests/integ/fronts.sh tests/integ/ctxswitch.sh tests/integ/arenas.sh \
-                tests/integ/ordered.sh tests/integ/oom.sh tests/integ/spill.sh
+                tests/integ/ordered.sh tests/integ/oom.sh tests/integ/spill.sh \
+                tests/integ/overhead.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh tests/integ/ipc.sh \
                 tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh \
                 tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh \
@@ -83,7 +84,8 @@ $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
 # Linked against the fake driver like a real program against libcuda.so.1 (-lcuda).
 $(BUILD)/tests/captest $(BUILD)/tests/linked $(BUILD)/tests/pooltest $(BUILD)/tests/fidelity \
 $(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer $(BUILD)/tests/arrays $(BUILD)/tests/graphs \
-$(BUILD)/tests/roomtest $(BUILD)/tests/oomtest $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered: \
+$(BUILD)/tests/roomtest $(BUILD)/tests/oomtest $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered \
+$(BUILD)/tests/fill: \
     $(BUILD)/tests/%: $(BUILD)/obj/tests/integ/%.o \
     $(FAKECUDA_LIB)
 	$(call say,LD,$@)

@@ -10,6 +10,9 @@
 # of a pair spilled beyond the cap to host memory (GPUCAP_OVERSUBSCRIBE, GPUCAP_SPILL) and of a
 # migrated managed page (LATENCY, MIGRATION). Prints markdown.
 set -eu
+# gpucap's own cost over a fixed fake: the driver's own memory (a 401 MiB context on small fake
+# devices) left out.
+export FAKECUDA_DRIVER_MEMORY=off
 
 BUILD=${BUILD:-build}
 RUNS=${RUNS:-11}

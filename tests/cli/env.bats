@@ -108,7 +108,9 @@ line() {
   run --separate-stderr env LD_LIBRARY_PATH="$FAKE_DIR" "$GPUCAP" env
   status_is 0
   has "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT='0=1G'  limit, held by the MPS server"
-  has "device 0 (0000:01:00.0, 16GiB): cap 768MiB from CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+  has "device 0 (0000:01:00.0, 16GiB): cap 1GiB from CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (the line"
+  run --separate-stderr env LD_LIBRARY_PATH="$FAKE_DIR" GPUCAP_CAP_COVERS=allocations "$GPUCAP" env
+  has "device 0 (0000:01:00.0, 16GiB): cap 768MiB from CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (1GiB less"
   run --separate-stderr "$GPUCAP" env
   has "(the devices are unknown here: no CUDA driver can be loaded)"
   export GPU_MEMORY_LIMIT=lots

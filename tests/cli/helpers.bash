@@ -19,6 +19,8 @@ setup() {
   for v in $(env | sed -n 's/^\(GPUCAP_[A-Z_]*\|FAKECUDA_[A-Z_]*\|TF_FORCE_GPU_ALLOW_GROWTH\|LD_PRELOAD\)=.*/\1/p'); do
     unset "$v"
   done
+  # The CLI's figures are of allocations alone (the driver's own memory: tests/integ/overhead.sh).
+  export FAKECUDA_DRIVER_MEMORY=off
   SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/gpucap-cli.XXXXXX")"
   cd "$SCRATCH" || return 1
 }

@@ -245,6 +245,17 @@ GPUCAP_TRACE=./t.csv" ]
   [ ! -e ran ]
 }
 
+@test "--cap-covers WHAT sets GPUCAP_CAP_COVERS; anything but process or allocations stops the run" {
+  run --separate-stderr grun --cap-covers allocations -- sh -c 'echo "$GPUCAP_CAP_COVERS"'
+  status_is 0
+  [ "$output" = "allocations" ]
+  run --separate-stderr grun --cap-covers driver -- touch ran
+  status_is 125
+  err_has "GPUCAP_CAP_COVERS='driver'"
+  err_has "GPUCAP_CAP_COVERS comes from --cap-covers WHAT"
+  [ ! -e ran ]
+}
+
 @test "a bad option value: the shim's message, where it came from, exit 125, nothing run" {
   run --separate-stderr grun --limit 1GB -- touch ran
   status_is 125

@@ -40,12 +40,12 @@ teardown() {
   status_is 0
   [ -z "$stderr" ]
   python3 -c 'import json, sys; d = json.loads(sys.argv[1]); b = d["budgets"][0]; v = b["devices"][0]
-assert d["version"] == 1 and b["name"] == sys.argv[2], d
+assert d["version"] == 2 and b["name"] == sys.argv[2], d
 assert v["cap"] == 1 << 30 and v["peak"] == 1 << 30 and v["refused"] == 0, v
 assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"), v' "$output" "$b"
   run "$GPUCAP" top --once --budget "$b"
   status_is 0
-  [[ "${lines[0]}" == BUDGET*DEVICE*PID*"IN USE"*"POOL IDLE"*CAP*PEAK*OOMS ]]
+  [[ "${lines[0]}" == BUDGET*DEVICE*PID*"IN USE"*"POOL IDLE"*DRIVER*WHOLE*CAP*PEAK*OOMS ]]
   [[ "${lines[1]}" == "$b "*" all "*"1.0 GiB"* ]]
 }
 
@@ -59,7 +59,7 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
 @test "no budget: an empty list, valid JSON" {
   run "$GPUCAP" top --once --json --budget "$(budget)"
   status_is 0
-  [ "$output" = '{"version": 1, "processes": [], "budgets": []}' ]
+  [ "$output" = '{"version": 2, "processes": [], "budgets": []}' ]
 }
 
 @test "a ledger that is not one is named in a warning and skipped" {
@@ -68,7 +68,7 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
   chmod 600 "$f"
   run --separate-stderr "$GPUCAP" top --once --json --budget "$(budget)"
   status_is 0
-  [ "$output" = '{"version": 1, "processes": [], "budgets": []}' ]
+  [ "$output" = '{"version": 2, "processes": [], "budgets": []}' ]
   [[ "$stderr" == *"gpucap: warning: budget ledger $f: not the size of a ledger"* ]]
 }
 

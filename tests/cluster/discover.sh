@@ -2,15 +2,18 @@
 # The caps the cluster set (GPUCAP_DISCOVER): each source set in a program's environment (or, for
 # dmem, in a cgroup tree named by GPUCAP_CGROUP_ROOT) and found in what the program sees
 # (cuMemGetInfo's total, how many blocks fit, the fake driver's peak) and in `gpucap env`; the
-# smallest wins, with gpucap's own settings too; a margin under every limit; a guarantee gives
-# idle pool memory back (the fake driver's count of what the process holds); a source that
-# cannot be parsed is a warning and ignored under LD_PRELOAD, an error (125) in gpucap run.
+# smallest wins, with gpucap's own settings too; a margin under every limit for a cap on
+# allocations alone, the line itself for a cap that covers the process (the driver's own memory
+# counted, measured: the fake's per-process figure within the line); a guarantee gives idle pool
+# memory back (the fake driver's count of what the process holds); a source that cannot be
+# parsed is a warning and ignored under LD_PRELOAD, an error (125) in gpucap run.
 . "$TOP/tests/integ/lib.sh"
 
 MiB=$((1 << 20))
 GiB=$((1 << 30))
 GPUCAP="$BUILD/gpucap"
 export GPUCAP_REPORT=off
+
 
 # margined LINE: the cap under a limit of LINE bytes (512 MiB under it, or a quarter).
 margined() {
@@ -53,6 +56,22 @@ check() {
   env=$(genv)
   like "$(device_line "$env" "$2")" "cap $cap_text from $1 \\(" "  gpucap env: device $2's cap from $1"
 }
+
+# Under GPUCAP_CAP_COVERS=process a line is the cap itself, the driver's memory inside it: the
+# process never holds more than the line (the fake's own per-process figure, a context and its
+# local memory included), and gpucap env says the line is the cap.
+export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G
+out=$(FAKECUDA_STATS="$WORK/whole.json" with_shim "$TESTBIN/captest" 0 $((64 * MiB)) 2>"$WORK/err")
+is "$(field "$out" before_total)" $GiB "cap covering the process: cuMemGetInfo's total is the line"
+peak_within "$WORK/whole.json" $GiB "  cap covering the process, 401 MiB of context inside: "
+is "$(device_line "$(genv)" 0)" \
+  "device 0 (0000:01:00.0, 16GiB): cap 1GiB from CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (the line; the driver's own memory counted in it)" \
+  "  gpucap env: the line is the cap"
+unset CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+
+# The rest: each source's parsing, matching and precedence, on a cap on allocations alone (the
+# margin under each line), on a device whose driver costs nothing beyond the allocations.
+export GPUCAP_CAP_COVERS=allocations FAKECUDA_DRIVER_MEMORY=off
 
 # ---- Each source.
 export FAKECUDA_DEVICES=2

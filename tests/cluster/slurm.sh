@@ -145,8 +145,9 @@ fi
 
 # ---- What every job inherits from here (srun and sbatch pass the environment on): the fake
 # driver, one machine of 8 GiB devices for every process, no exit reports.
+# The jobs' block counts are the caps' alone: contexts cost the fake device nothing here.
 export LD_LIBRARY_PATH="$FAKE_DIR" FAKECUDA_DEVICES=1 FAKECUDA_MEMORY=8GiB \
-  FAKECUDA_MACHINE="slurm$$" GPUCAP_REPORT=off
+  FAKECUDA_MACHINE="slurm$$" GPUCAP_REPORT=off FAKECUDA_DRIVER_MEMORY=off
 task="$TESTBIN/jobtask"
 field() {
   printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1

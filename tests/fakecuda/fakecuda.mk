@@ -9,7 +9,7 @@ FAKECUDA_SRCS := $(addprefix $(FAKECUDA_DIR)/,fk_core.c fk_env.c fk_gpa.c fk_ctx
                    fk_mem.c fk_pool.c fk_managed.c fk_vmm.c fk_copy.c fk_array.c fk_ipc.c \
                    fk_export.c fk_integrity.c fk_image.c fk_module.c fk_settings.c \
                    fk_errors.c fk_graph.c fk_gnode.c fk_line.c fk_machine.c fk_ipcevent.c \
-                   fk_tensormap.c fk_host.c)
+                   fk_tensormap.c fk_host.c fk_driver.c)
 FAKECUDA_OBJS := $(FAKECUDA_SRCS:%.c=$(BUILD)/obj/%.o)
 FAKECUDA_GEN := $(BUILD)/gen/fakecuda/fk_gen.c
 FAKECUDA_GEN_OBJ := $(BUILD)/obj/gen/fakecuda/fk_gen.o
@@ -76,6 +76,13 @@ $(BUILD)/tests/fakecuda_module_check: $(BUILD)/obj/$(FAKECUDA_DIR)/module_check.
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
 PROGRAMS += $(BUILD)/tests/fakecuda_module_check
 
+# The driver's own memory, run by test_driver.sh in each setting.
+$(BUILD)/tests/fakecuda_driver_check: $(BUILD)/obj/$(FAKECUDA_DIR)/driver_check.o $(FAKECUDA_LIB)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+PROGRAMS += $(BUILD)/tests/fakecuda_driver_check
+
 # The handshake's MD2 on its own, against RFC 1319's suite.
 $(BUILD)/tests/test_fakecuda_md2: $(BUILD)/obj/$(FAKECUDA_DIR)/test_md2.o \
                                   $(BUILD)/obj/$(FAKECUDA_DIR)/fk_integrity.o
@@ -115,7 +122,8 @@ PROGRAMS += $(FAKECUDA_MACHINE_WORKER)
 PROGRAMS += $(FAKECUDA_PROBE)
 TEST_PROGRAMS += $(FAKECUDA_TESTS)
 TEST_SCRIPTS += $(FAKECUDA_DIR)/test_exports.sh $(FAKECUDA_DIR)/test_env.sh \
-                $(FAKECUDA_DIR)/test_module.sh $(FAKECUDA_DIR)/test_machine.sh
+                $(FAKECUDA_DIR)/test_module.sh $(FAKECUDA_DIR)/test_machine.sh \
+                $(FAKECUDA_DIR)/test_driver.sh
 THREAD_TESTS += $(BUILD)/tests/test_fakecuda_threads $(BUILD)/tests/test_fakecuda_machine \
                 $(BUILD)/tests/test_fakecuda_graph \
                 $(FAKECUDA_DIR)/test_machine.sh

@@ -13,9 +13,7 @@
 extern "C" {
 #endif
 
-typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
-typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
@@ -47,40 +45,6 @@ typedef enum CUevent_wait_flags_enum {
   CU_EVENT_WAIT_EXTERNAL = 0x1
 } CUevent_wait_flags;
 
-typedef enum CUexecAffinityType_enum {
-  CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0,
-  CU_EXEC_AFFINITY_TYPE_MAX
-} CUexecAffinityType;
-
-typedef struct CUexecAffinitySmCount_st {
-  unsigned int val;
-} CUexecAffinitySmCount_v1;
-typedef CUexecAffinitySmCount_v1 CUexecAffinitySmCount;
-
-typedef struct CUexecAffinityParam_st {
-  CUexecAffinityType type;
-  union {
-    CUexecAffinitySmCount smCount;
-  } param;
-} CUexecAffinityParam_v1;
-typedef CUexecAffinityParam_v1 CUexecAffinityParam;
-
-typedef enum CUcigDataType_enum {
-  CIG_DATA_TYPE_D3D12_COMMAND_QUEUE = 0x1,
-  CIG_DATA_TYPE_NV_BLOB = 0x2
-} CUcigDataType;
-
-typedef struct CUctxCigParam_st {
-  CUcigDataType sharedDataType;
-  void *sharedData;
-} CUctxCigParam;
-
-typedef struct CUctxCreateParams_st {
-  CUexecAffinityParam *execAffinityParams;
-  int numExecAffinityParams;
-  CUctxCigParam *cigParams;
-} CUctxCreateParams;
-
 /* Devices. */
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev); /* PFN_..._v2000 ABI */
@@ -92,10 +56,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
-                                unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
-                                unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
 CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId);
@@ -281,16 +241,6 @@ typedef enum CUmoduleLoadingMode_enum {
   CU_MODULE_LAZY_LOADING = 0x2
 } CUmoduleLoadingMode;
 
-typedef enum CUjit_option_enum {
-  CU_JIT_MAX_REGISTERS = 0,
-  CU_JIT_THREADS_PER_BLOCK = 1,
-  CU_JIT_WALL_TIME = 2,
-  CU_JIT_INFO_LOG_BUFFER = 3,
-  CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
-  CU_JIT_ERROR_LOG_BUFFER = 5,
-  CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
-} CUjit_option;
-
 typedef enum CUjitInputType_enum {
   CU_JIT_INPUT_CUBIN = 0,
   CU_JIT_INPUT_PTX = 1,
@@ -298,11 +248,6 @@ typedef enum CUjitInputType_enum {
   CU_JIT_INPUT_OBJECT = 3,
   CU_JIT_INPUT_LIBRARY = 4
 } CUjitInputType;
-
-typedef enum CUlibraryOption_enum {
-  CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
-  CU_LIBRARY_BINARY_IS_PRESERVED = 1
-} CUlibraryOption;
 
 typedef enum CUfunction_attribute_enum {
   CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
@@ -342,19 +287,6 @@ typedef enum CUfunctionLoadingState_enum {
   CU_FUNCTION_LOADING_STATE_LOADED = 1,
   CU_FUNCTION_LOADING_STATE_MAX
 } CUfunctionLoadingState;
-
-typedef enum CUlimit_enum {
-  CU_LIMIT_STACK_SIZE = 0x00,
-  CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
-  CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
-  CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
-  CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
-  CU_LIMIT_MAX_L2_FETCH_GRANULARITY = 0x05,
-  CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06,
-  CU_LIMIT_SHMEM_SIZE = 0x07,
-  CU_LIMIT_CIG_ENABLED = 0x08,
-  CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED = 0x09
-} CUlimit;
 
 typedef enum CUlaunchAttributeID_enum {
   CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
@@ -410,27 +342,12 @@ typedef void(CUDA_CB *CUstreamCallback)(CUstream hStream, CUresult status, void 
 typedef size_t(CUDA_CB *CUoccupancyB2DSize)(int blockSize);
 
 CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
-CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname);
-CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image);
-CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-                                    CUjit_option *options, void **optionValues);
-CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
-CUresult CUDAAPI cuModuleUnload(CUmodule hmod);
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
                                       const char *name);
 CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod);
 CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
                                             CUmodule mod);
-CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                                   void **jitOptionsValues, unsigned int numJitOptions,
-                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                                   unsigned int numLibraryOptions);
-CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
-                                       CUjit_option *jitOptions, void **jitOptionsValues,
-                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions,
-                                       void **libraryOptionValues, unsigned int numLibraryOptions);
-CUresult CUDAAPI cuLibraryUnload(CUlibrary library);
 CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
 CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
 CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels,
@@ -516,8 +433,6 @@ typedef enum CUdevice_P2PAttribute_enum {
   CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED = 0x05
 } CUdevice_P2PAttribute;
 
-CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit);
-CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig);
 CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config);
 /* ---- Host functions and event timing (stream capture and graphs: shim/cudadefs.h). ---- */

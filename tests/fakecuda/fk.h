@@ -31,6 +31,8 @@
 #define FK_PITCH_ALIGN ((size_t)512)
 #define FK_GRANULARITY ((size_t)2 << 20)
 #define FK_DEFAULT_MEMORY ((size_t)16 << 30)
+#define FK_DEFAULT_CONTEXT_MEMORY ((size_t)128 << 20)
+#define FK_DEFAULT_PAGE ((size_t)2 << 20)
 #define FK_POLLS_TO_COMPLETE 2
 #define FK_TEXTURE_MAX 32768 /* every texture and surface extent limit (attributes 21..77) */
 #define FK_MACHINE_NAME_MAX 64
@@ -60,6 +62,11 @@ struct fk_config {
   unsigned long long latency_ns[FK_MAX_EXPORTS];
   int latency_charge_only;
   unsigned long long migration_ns; /* FAKECUDA_MIGRATION: per managed page migrated (0: none) */
+  /* The driver's own memory (fk_driver.c), FAKECUDA_DRIVER_MEMORY=off turning all of it off: */
+  int driver_memory;     /* modelled at all */
+  size_t context_memory; /* FAKECUDA_CONTEXT_MEMORY: each context's, at its creation */
+  unsigned module_pct;   /* FAKECUDA_MODULE_MEMORY: a loaded image's, in % of its code size */
+  size_t page;           /* FAKECUDA_PAGE_SIZE: cuMemAlloc memory is held in pages of this size */
 };
 
 /* Parses one size ("4096", "512KiB", "16GiB", "1T"; binary units only) into *out.
@@ -109,6 +116,16 @@ struct CUmemPoolHandle_st {
   uint64_t read, write; /* devices with read / read-write access */
 };
 
+/* What the driver holds on the device for one live context, bytes (all 0 with
+ * FAKECUDA_DRIVER_MEMORY=off): counted in the device's `driver` figure. */
+struct fk_ctx_memory {
+  size_t base;   /* the context itself (FAKECUDA_CONTEXT_MEMORY) */
+  size_t local;  /* local memory: CU_LIMIT_STACK_SIZE x the device's resident threads */
+  size_t fifo;   /* the printf FIFO (CU_LIMIT_PRINTF_FIFO_SIZE) */
+  size_t heap;   /* the device malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE) */
+  size_t images; /* the code of the modules loaded in it */
+};
+
 struct fk_cls {
   void *key, *value;
   void (*dtor)(struct CUctx_st *ctx, void *key, void *value);
@@ -128,10 +145,11 @@ struct CUctx_st {
   struct fk_cls *cls; /* context-local storage */
   size_t ncls, capcls;
   /* settings (fk_settings.c) */
-  size_t limits[10]; /* CU_LIMIT_* */
-  int cache_config;  /* CU_FUNC_CACHE_* */
-  int smem_config;   /* CU_SHARED_MEM_CONFIG_* */
-  uint64_t peers;    /* devices whose memory it may access (cuCtxEnablePeerAccess) */
+  size_t limits[10];        /* CU_LIMIT_* */
+  int cache_config;         /* CU_FUNC_CACHE_* */
+  int smem_config;          /* CU_SHARED_MEM_CONFIG_* */
+  uint64_t peers;           /* devices whose memory it may access (cuCtxEnablePeerAccess) */
+  struct fk_ctx_memory mem; /* the driver's own device memory for it (fk_driver.c) */
 };
 
 struct fk_capture;
@@ -162,9 +180,14 @@ struct CUevent_st {
 };
 
 struct fk_device {
-  size_t total, used, peak; /* device memory the program holds, bytes */
-  size_t driver;            /* device memory the driver holds for itself (module variables) */
-  uintptr_t va_base;        /* this device's cuMemAlloc region */
+  size_t total;
+  size_t used;       /* device memory of the program's allocations, bytes */
+  size_t driver;     /* device memory the driver holds for itself: contexts (their local memory,
+                      * FIFO and heap included), module images and variables */
+  size_t rounding;   /* what cuMemAlloc allocations hold beyond their bytes (whole pages) */
+  size_t peak;       /* the peak of used + driver + rounding (of used alone with
+                      * FAKECUDA_DRIVER_MEMORY=off) */
+  uintptr_t va_base; /* this device's cuMemAlloc region */
   size_t va_size;
   struct CUctx_st *primary;
   struct CUmemPoolHandle_st pool;     /* the default pool */
@@ -306,6 +329,36 @@ typedef void (*fk_cls_dtor)(CUcontext ctx, void *key, void *value);
 CUresult fk_cls_put(CUcontext ctx, void *key, void *value, fk_cls_dtor dtor);
 CUresult fk_cls_delete(CUcontext ctx, void *key);
 CUresult fk_cls_get(void **value, CUcontext ctx, void *key);
+
+/* ---- The driver's own device memory (fk_driver.c); none with FAKECUDA_DRIVER_MEMORY=off. ---- */
+
+/* A context being created or activated takes its memory (fk_ctx_memory: the context, local memory
+ * for its stack limit, the printf FIFO and heap by its limits). Fails with
+ * CUDA_ERROR_OUT_OF_MEMORY, taking nothing. */
+CUresult fk_driver_ctx_open(struct CUctx_st *c);
+
+/* A context destroyed or deactivated gives back all its memory but its module images (given back
+ * by its modules' unload, which comes first). */
+void fk_driver_ctx_close(struct CUctx_st *c);
+
+/* cuCtxSetLimit of CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE or _MALLOC_HEAP_SIZE to value (other
+ * limits: no memory): resizes that reservation of c. Fails with CUDA_ERROR_OUT_OF_MEMORY (the
+ * reservation and the limit stay as they were). */
+CUresult fk_driver_set_limit(struct CUctx_st *c, int limit, size_t value);
+
+/* A launch of a kernel whose threads need local_bytes of stack: the driver raises c's
+ * CU_LIMIT_STACK_SIZE to it (rounded up to 16) when it is larger, reserving the local memory
+ * for it; fails with CUDA_ERROR_OUT_OF_MEMORY when that does not fit (nothing changed). */
+CUresult fk_driver_launch(struct CUctx_st *c, size_t local_bytes);
+
+/* A module image of code_bytes loaded into c takes its code's memory (in proportion to its size,
+ * FAKECUDA_MODULE_MEMORY); *taken is what to give back at its unload. Fails with
+ * CUDA_ERROR_OUT_OF_MEMORY (*taken 0). */
+CUresult fk_driver_image(struct CUctx_st *c, size_t code_bytes, size_t *taken);
+void fk_driver_image_release(struct CUctx_st *c, size_t taken);
+
+/* The driver memory of device dev's live contexts, by part, summed (for the report). */
+void fk_driver_usage(int dev, struct fk_ctx_memory *sum);
 
 /* ---- Streams, events and the pending-work engine (fk_stream.c). ---- */
 
@@ -492,15 +545,22 @@ CUresult fk_mem_graph_memory(struct fk_alloc *a, int take);
  * and with FAKECUDA_MACHINE not by any live process of the machine (dead ones reclaimed first). */
 size_t fk_dev_free(int dev);
 
-/* The one accounting point of device memory: takes bytes of dev for the program (driver 0: used,
- * peak) or the driver itself (driver 1: module variables), iff they fit in what is free on the
- * device, across the machine's processes with FAKECUDA_MACHINE (admitted atomically there).
- * Fails with CUDA_ERROR_OUT_OF_MEMORY, changing nothing. Callers take after everything that can
- * fail for want of address space, so a refused allocation never reaches a peak. */
-CUresult fk_mem_take(int dev, size_t bytes, int driver);
+/* Whose device memory fk_mem_take counts: the program's allocations, the driver's own, or
+ * the page rounding of allocations. */
+enum { FK_MEM_PROGRAM = 0, FK_MEM_DRIVER = 1, FK_MEM_ROUNDING = 2 };
 
-/* Gives back bytes taken by fk_mem_take with the same driver flag. */
-void fk_mem_give(int dev, size_t bytes, int driver);
+/* The one accounting point of device memory: takes bytes of dev for `whose` (FK_MEM_*), iff they
+ * fit in what is free on the device, across the machine's processes with FAKECUDA_MACHINE
+ * (admitted atomically there); records the peak. Fails with CUDA_ERROR_OUT_OF_MEMORY, changing
+ * nothing. Callers take after everything that can fail for want of address space, so a refused
+ * allocation never reaches a peak. */
+CUresult fk_mem_take(int dev, size_t bytes, int whose);
+
+/* Gives back bytes taken by fk_mem_take for the same owner. */
+void fk_mem_give(int dev, size_t bytes, int whose);
+
+/* The device memory dev's process holds now: used + driver + rounding. */
+size_t fk_mem_held(int dev);
 
 /* FAKECUDA_MACHINE (cuInit, before anything is set up): maps the machine's ledger and gives this
  * process a slot in it. No effect without the setting. Fails, with a line on stderr, with
@@ -519,9 +579,10 @@ int fk_mem_machine_usage(int dev, struct fk_machine_usage *u);
  * cuInit that joined on its own). */
 void fk_mem_machine_leave(void);
 
-/* Allocates span = size rounded to 512 bytes of device memory on dev in context c: FK_K_DEVICE
- * counts as the program's (used, peak, alloc_calls), FK_K_MODULE as the driver's. Fails with
- * CUDA_ERROR_OUT_OF_MEMORY. */
+/* Allocates size bytes (rounded up to 512) of device memory on dev in context c: FK_K_DEVICE
+ * counts as the program's (used, peak, alloc_calls), FK_K_MODULE as the driver's. With the
+ * driver's memory modelled a FK_K_DEVICE allocation is held in whole pages (fk_mem_paged_*).
+ * Fails with CUDA_ERROR_OUT_OF_MEMORY. */
 CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out);
 

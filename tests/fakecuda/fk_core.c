@@ -228,7 +228,7 @@ FK_API unsigned long long fakecudaPeakBytes(int dev, int restart) {
   if (fk.initialized && dev >= 0 && dev < fk.ndev) {
     peak = fk.dev[dev].peak;
     if (restart) {
-      fk.dev[dev].peak = fk.dev[dev].used;
+      fk.dev[dev].peak = fk.cfg.driver_memory ? fk_mem_held(dev) : fk.dev[dev].used;
     }
   }
   pthread_mutex_unlock(&fk.lock);
@@ -259,7 +259,7 @@ static CUresult device_usage(int dev, size_t *used, int *contexts) {
   if (used == NULL || contexts == NULL) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  *used = fk.dev[dev].used + fk.dev[dev].driver; /* this process's, with or without a machine */
+  *used = fk_mem_held(dev); /* this process's, with or without a machine */
   *contexts = fk_ctx_live(dev);
   return CUDA_SUCCESS;
 }
@@ -360,8 +360,10 @@ static void write_stats(void) {
     for (size_t i = 0; i < fk_nallocs; i++) {
       const struct fk_alloc *a = fk_allocs[i];
       if ((a->kind == FK_K_DEVICE || a->kind == FK_K_ASYNC) && a->dev == d && !a->freeing) {
-        leaked++;
-        leaked_bytes += a->span;
+        leaked++; /* its bytes, not the pages that hold them (rounding_bytes) */
+        leaked_bytes += a->kind == FK_K_DEVICE
+                            ? (a->size + FK_ALLOC_ALIGN - 1) / FK_ALLOC_ALIGN * FK_ALLOC_ALIGN
+                            : a->span;
       }
     }
     fk_vmm_leaked(d, &leaked, &leaked_bytes);
@@ -373,15 +375,23 @@ static void write_stats(void) {
                      "\"machine_processes\": %u",
                      (unsigned long long)mu.used, (unsigned long long)mu.peak, mu.processes);
     }
+    struct fk_ctx_memory cm;
+    fk_driver_usage(d, &cm);
+    size_t variables = dv->driver - cm.base - cm.local - cm.fifo - cm.heap - cm.images;
     out_printf(&o,
                "%s\n  {\"ordinal\": %d, \"total_bytes\": %zu, \"alloc_calls\": %llu, "
                "\"free_calls\": %llu, \"live_bytes\": %zu, \"peak_bytes\": %zu, "
                "\"leaked_allocations\": %llu, \"leaked_bytes\": %zu, \"driver_bytes\": %zu, "
                "\"managed_bytes\": %zu, \"managed_peak_bytes\": %zu, "
-               "\"migrated_to_device_bytes\": %llu, \"migrated_to_host_bytes\": %llu%s}",
+               "\"migrated_to_device_bytes\": %llu, \"migrated_to_host_bytes\": %llu, ",
                d ? "," : "", d, dv->total, dv->alloc_calls, dv->free_calls, dv->used, dv->peak,
                leaked, leaked_bytes, dv->driver, dv->managed, dv->managed_peak, dv->migrated_in,
-               dv->migrated_out, machine);
+               dv->migrated_out);
+    out_printf(&o,
+               "\"held_bytes\": %zu, \"rounding_bytes\": %zu, \"context_bytes\": %zu, "
+               "\"local_bytes\": %zu, \"fifo_heap_bytes\": %zu, \"module_bytes\": %zu%s}",
+               fk_mem_held(d), dv->rounding, cm.base, cm.local, cm.fifo + cm.heap,
+               cm.images + variables, machine);
   }
   out_printf(&o, "\n],\n\"calls\": {");
   int first = 1;

@@ -119,6 +119,7 @@ static void deactivate(struct CUctx_st *c, int release) {
   fk_mem_free_ctx(c, c->primary);
   fk_array_free_ctx(c);
   fk_stream_kill_ctx(c);
+  fk_driver_ctx_close(c);
   set_active(c, 0);
 }
 
@@ -475,6 +476,14 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
   struct CUctx_st *c = fk.dev[dev].primary;
+  if (!c->active) {
+    /* Activation creates the context: the driver's memory for it, or "failed call to
+     * cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY" as a full device answers. */
+    CUresult rc = fk_driver_ctx_open(c);
+    if (rc != CUDA_SUCCESS) {
+      return rc;
+    }
+  }
   c->refs++;
   set_active(c, 1);
   *pctx = c;
@@ -597,6 +606,10 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct CUctx_st *c = ctx_new(dev, 0, flags);
+  CUresult rc = fk_driver_ctx_open(c);
+  if (rc != CUDA_SUCCESS) {
+    return rc; /* the object stays, never active: a handle nobody was given */
+  }
   set_active(c, 1);
   stack[depth++] = c;
   *pctx = c;

@@ -17,6 +17,10 @@
  *   FAKECUDA_MIGRATION TIME               per 4 KiB managed page migrated (as LATENCY's TIME)
  *   FAKECUDA_PCI_BUS  ORD:BUS,...          BUS = 1 or 2 hex digits, each device's distinct
  *                                          (default: device N on bus N + 1)
+ *   FAKECUDA_DRIVER_MEMORY  on | off | 1 | 0  (default on)
+ *   FAKECUDA_CONTEXT_MEMORY SIZE           0..1 TiB (default 128MiB)
+ *   FAKECUDA_MODULE_MEMORY  PERCENT[%]     0..10000 (default 100)
+ *   FAKECUDA_PAGE_SIZE      SIZE           a power of two, 512 B..1 GiB (default 2MiB)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -287,6 +291,46 @@ static int parse_latency(struct fk_config *cfg, const char *val, char *err, size
   }
 }
 
+/* The driver's own memory (fk_driver.c): whether it is modelled, and its figures. */
+static int parse_driver_memory(struct fk_config *cfg, const char *(*get)(const char *name),
+                               char *err, size_t errlen) {
+  const char *on = get("FAKECUDA_DRIVER_MEMORY"), *ctx = get("FAKECUDA_CONTEXT_MEMORY");
+  const char *module = get("FAKECUDA_MODULE_MEMORY"), *page = get("FAKECUDA_PAGE_SIZE");
+  cfg->driver_memory = 1;
+  cfg->context_memory = FK_DEFAULT_CONTEXT_MEMORY;
+  cfg->module_pct = 100;
+  cfg->page = FK_DEFAULT_PAGE;
+  if (on != NULL) {
+    int yes = strcmp(on, "on") == 0 || strcmp(on, "1") == 0;
+    if (!yes && strcmp(on, "off") != 0 && strcmp(on, "0") != 0) {
+      return fail_msg(err, errlen, "FAKECUDA_DRIVER_MEMORY", on, "must be on, off, 1 or 0");
+    }
+    cfg->driver_memory = yes;
+  }
+  if (ctx != NULL &&
+      (fk_env_size(ctx, &cfg->context_memory) != 0 || cfg->context_memory > MAX_DEVICE_MEMORY)) {
+    return fail_msg(err, errlen, "FAKECUDA_CONTEXT_MEMORY", ctx, "not a size up to 1TiB");
+  }
+  if (module != NULL) {
+    size_t len = strlen(module);
+    unsigned long long pct;
+    if (len > 0 && module[len - 1] == '%') {
+      len--;
+    }
+    if (parse_u64(module, len, &pct) != 0 || pct > 10000) {
+      return fail_msg(err, errlen, "FAKECUDA_MODULE_MEMORY", module,
+                      "must be a percentage 0..10000 (e.g. 100%)");
+    }
+    cfg->module_pct = (unsigned)pct;
+  }
+  if (page != NULL && (fk_env_size(page, &cfg->page) != 0 || cfg->page < FK_ALLOC_ALIGN ||
+                       cfg->page > ((size_t)1 << 30) || (cfg->page & (cfg->page - 1)) != 0)) {
+    return fail_msg(err, errlen, "FAKECUDA_PAGE_SIZE", page,
+                    "must be a power of two from 512 to 1GiB (e.g. 2MiB)");
+  }
+  return 0;
+}
+
 int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), char *err,
                  size_t errlen) {
   const char *devices = get("FAKECUDA_DEVICES"), *memory = get("FAKECUDA_MEMORY");
@@ -374,5 +418,5 @@ int fk_env_parse(struct fk_config *cfg, const char *(*get)(const char *name), ch
     return fail_msg(err, errlen, "FAKECUDA_MIGRATION", migration,
                     "TIME must be digits + ns, us or ms, at most 1 s");
   }
-  return 0;
+  return parse_driver_memory(cfg, get, err, errlen);
 }

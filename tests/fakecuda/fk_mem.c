@@ -14,9 +14,15 @@
  * allocations sorted by base address.
  *
  * Accounting: every path that holds device memory (allocations, pools, VMM, arrays, graph memory,
- * module variables) takes and gives it through fk_mem_take / fk_mem_give, the one point where it
- * is admitted: against this process's device, or with FAKECUDA_MACHINE against the device the
- * machine's processes share (fk_machine.c), where this process's slot mirrors used + driver.
+ * module variables, the driver's own memory for contexts and images) takes and gives it through
+ * fk_mem_take / fk_mem_give, the one point where it is admitted: against this process's device, or
+ * with FAKECUDA_MACHINE against the device the machine's processes share (fk_machine.c), where
+ * this process's slot mirrors used + driver + rounding.
+ *
+ * Pages (with the driver's memory modelled): a cuMemAlloc allocation of a page or more takes whole
+ * pages of its own, page-aligned; a smaller one is packed with the others into shared pages (it
+ * never straddles two), and a page is held while any of them lies in it. Their bytes count as the
+ * program's, the rest of the pages as rounding. small_pages keeps the held shared pages.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +44,15 @@ static void *reservation;
 static size_t reservation_size;
 static struct fk_machine machine; /* FAKECUDA_MACHINE: the ledger, once joined */
 
+struct small_page {
+  uintptr_t base;
+  size_t allocs; /* small allocations in it */
+};
+static struct small_page *small_pages; /* sorted by base */
+static size_t nsmall, capsmall;
+
+static void paged_release(const struct fk_alloc *a);
+
 static uintptr_t round_up(uintptr_t v, uintptr_t a) {
   return (v + a - 1) / a * a;
 }
@@ -46,10 +61,14 @@ static uintptr_t round_down(uintptr_t v, uintptr_t a) {
   return v / a * a;
 }
 
+size_t fk_mem_held(int dev) {
+  const struct fk_device *d = &fk.dev[dev];
+  return d->used + d->driver + d->rounding;
+}
+
 /* The device's memory this process does not hold. */
 static size_t own_free(int dev) {
-  const struct fk_device *d = &fk.dev[dev];
-  return d->total - d->used - d->driver;
+  return fk.dev[dev].total - fk_mem_held(dev);
 }
 
 CUresult fk_mem_init(void) {
@@ -228,8 +247,10 @@ void fk_mem_release(struct fk_alloc *a) {
   case FK_K_MODULE:
     if (a->kind == FK_K_ASYNC) {
       fk_pool_give_back(a);
+    } else if (a->kind == FK_K_DEVICE && fk.cfg.driver_memory) {
+      paged_release(a);
     } else {
-      fk_mem_give(a->dev, a->span, a->kind == FK_K_MODULE);
+      fk_mem_give(a->dev, a->span, a->kind == FK_K_MODULE ? FK_MEM_DRIVER : FK_MEM_PROGRAM);
     }
     if (fk.cfg.backing) {
       pages_release(a);
@@ -249,7 +270,7 @@ void fk_mem_release(struct fk_alloc *a) {
     break;
   case FK_K_GRAPH:
     if (a->graph_phys) {
-      fk_mem_give(a->dev, a->span, 0);
+      fk_mem_give(a->dev, a->span, FK_MEM_PROGRAM);
       fk.dev[a->dev].free_calls++;
       if (fk.cfg.backing) {
         pages_release(a);
@@ -298,14 +319,14 @@ CUresult fk_mem_graph_memory(struct fk_alloc *a, int take) {
         (fk.cfg.backing && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (fk_mem_take(a->dev, a->span, 0) != CUDA_SUCCESS) {
+    if (fk_mem_take(a->dev, a->span, FK_MEM_PROGRAM) != CUDA_SUCCESS) {
       graph_pages_release(a);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     d->alloc_calls++;
     a->graph_phys = 1;
   } else if (!take && a->graph_phys) {
-    fk_mem_give(a->dev, a->span, 0);
+    fk_mem_give(a->dev, a->span, FK_MEM_PROGRAM);
     d->free_calls++;
     a->graph_phys = 0;
     graph_pages_release(a);
@@ -322,7 +343,18 @@ size_t fk_dev_free(int dev) {
   return own_free(dev);
 }
 
-CUresult fk_mem_take(int dev, size_t bytes, int driver) {
+/* The figure of d the peak follows: everything with the driver's memory modelled, the
+ * program's allocations alone without. */
+static void note_peak(struct fk_device *d, int dev) {
+  size_t now = fk.cfg.driver_memory ? fk_mem_held(dev) : d->used;
+  d->peak = now > d->peak ? now : d->peak;
+}
+
+static size_t *figure(struct fk_device *d, int whose) {
+  return whose == FK_MEM_DRIVER ? &d->driver : whose == FK_MEM_ROUNDING ? &d->rounding : &d->used;
+}
+
+CUresult fk_mem_take(int dev, size_t bytes, int whose) {
   struct fk_device *d = &fk.dev[dev];
   fk_managed_make_room(dev, bytes);
   int fits = machine.l != NULL ? bytes == 0 || fk_machine_take(&machine, dev, bytes) == 0
@@ -330,25 +362,26 @@ CUresult fk_mem_take(int dev, size_t bytes, int driver) {
   if (!fits) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (driver) {
-    d->driver += bytes;
-  } else {
-    d->used += bytes;
-    d->peak = d->used > d->peak ? d->used : d->peak;
-  }
+  *figure(d, whose) += bytes;
+  note_peak(d, dev);
   return CUDA_SUCCESS;
 }
 
-void fk_mem_give(int dev, size_t bytes, int driver) {
+void fk_mem_give(int dev, size_t bytes, int whose) {
   struct fk_device *d = &fk.dev[dev];
   if (machine.l != NULL && bytes > 0) {
     fk_machine_give(&machine, dev, bytes);
   }
-  if (driver) {
-    d->driver -= bytes;
-  } else {
-    d->used -= bytes;
-  }
+  *figure(d, whose) -= bytes;
+}
+
+/* Counts bytes of held pages as the program's allocation (to_program) or back as rounding: the
+ * device holds the same memory either way. */
+static void shift(int dev, size_t bytes, int to_program) {
+  struct fk_device *d = &fk.dev[dev];
+  d->used = to_program ? d->used + bytes : d->used - bytes;
+  d->rounding = to_program ? d->rounding - bytes : d->rounding + bytes;
+  note_peak(d, dev);
 }
 
 CUresult fk_mem_machine_join(void) {
@@ -398,12 +431,8 @@ void fk_mem_machine_leave(void) {
   fk_machine_close(&machine);
 }
 
-struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
-  struct fk_device *d = &fk.dev[dev];
-  uintptr_t base = fk_mem_carve(d->va_base, d->va_base + d->va_size, span, FK_ALLOC_ALIGN);
-  if (base == 0) {
-    return NULL;
-  }
+/* Registers an allocation at base (made accessible with backing); NULL when that fails. */
+static struct fk_alloc *place_at(int kind, int dev, uintptr_t base, size_t size, size_t span) {
   if (fk.cfg.backing &&
       mprotect((void *)round_down(base, PAGE), round_up(base + span, PAGE) - round_down(base, PAGE),
                PROT_READ | PROT_WRITE) != 0) {
@@ -412,19 +441,148 @@ struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
   return fk_mem_new(kind, base, size, span, dev);
 }
 
+struct fk_alloc *fk_mem_place(int kind, int dev, size_t size, size_t span) {
+  struct fk_device *d = &fk.dev[dev];
+  uintptr_t base = fk_mem_carve(d->va_base, d->va_base + d->va_size, span, FK_ALLOC_ALIGN);
+  return base == 0 ? NULL : place_at(kind, dev, base, size, span);
+}
+
+/* ---- Pages (the file's comment). ---- */
+
+/* Index of the first held shared page whose base is >= b. */
+static size_t small_lower(uintptr_t b) {
+  size_t lo = 0, hi = nsmall;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (small_pages[mid].base < b) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+static struct small_page *small_find(uintptr_t b) {
+  size_t i = small_lower(b);
+  return i < nsmall && small_pages[i].base == b ? &small_pages[i] : NULL;
+}
+
+static void small_add(uintptr_t b) {
+  if (nsmall == capsmall) {
+    size_t ncap = capsmall ? capsmall * 2 : 64;
+    struct small_page *n = realloc(small_pages, ncap * sizeof *n);
+    if (n == NULL) {
+      fk_log("error: out of host memory");
+      abort();
+    }
+    small_pages = n;
+    capsmall = ncap;
+  }
+  size_t i = small_lower(b);
+  memmove(&small_pages[i + 1], &small_pages[i], (nsmall - i) * sizeof *small_pages);
+  small_pages[i] = (struct small_page){b, 1};
+  nsmall++;
+}
+
+/* Drops one allocation from the shared page at b; true when the page is left empty (dropped). */
+static int small_drop(uintptr_t b) {
+  size_t i = small_lower(b);
+  if (i == nsmall || small_pages[i].base != b || --small_pages[i].allocs > 0) {
+    return 0;
+  }
+  memmove(&small_pages[i], &small_pages[i + 1], (nsmall - 1 - i) * sizeof *small_pages);
+  nsmall--;
+  return 1;
+}
+
+/* Where a small allocation of span bytes goes on dev: in a shared page already held when one
+ * has room (packing), else the first place that does not straddle two pages; 0: none. */
+static uintptr_t small_place(int dev, size_t span) {
+  const struct fk_device *d = &fk.dev[dev];
+  size_t page = fk.cfg.page;
+  uintptr_t lo = d->va_base, hi = d->va_base + d->va_size;
+  for (size_t i = small_lower(lo); i < nsmall && small_pages[i].base < hi; i++) {
+    uintptr_t b =
+        fk_mem_carve(small_pages[i].base, small_pages[i].base + page, span, FK_ALLOC_ALIGN);
+    if (b != 0) {
+      return b;
+    }
+  }
+  for (;;) {
+    uintptr_t b = fk_mem_carve(lo, hi, span, FK_ALLOC_ALIGN);
+    if (b == 0 || round_down(b, page) == round_down(b + span - 1, page)) {
+      return b;
+    }
+    lo = round_down(b + span - 1, page);
+  }
+}
+
+/* A cuMemAlloc allocation of size (bytes: size rounded to 512) held in pages. */
+static CUresult paged_alloc(int dev, size_t size, size_t bytes, struct fk_alloc **out) {
+  size_t page = fk.cfg.page;
+  int small = bytes < page;
+  size_t span = small ? bytes : round_up(bytes, page);
+  const struct fk_device *d = &fk.dev[dev];
+  if (span < bytes) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  uintptr_t base = small ? small_place(dev, span)
+                         : fk_mem_carve(d->va_base, d->va_base + d->va_size, span, page);
+  struct small_page *sp = small && base != 0 ? small_find(round_down(base, page)) : NULL;
+  size_t need = !small ? span : sp != NULL ? 0 : page;
+  struct fk_alloc *a =
+      base != 0 && need <= own_free(dev) ? place_at(FK_K_DEVICE, dev, base, size, span) : NULL;
+  if (a == NULL) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (need > 0 && fk_mem_take(dev, need, FK_MEM_ROUNDING) != CUDA_SUCCESS) {
+    fk_mem_unplace(a);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (sp != NULL) {
+    sp->allocs++;
+  } else if (small) {
+    small_add(round_down(base, page));
+  }
+  shift(dev, bytes, 1);
+  *out = a;
+  return CUDA_SUCCESS;
+}
+
+/* Gives back a paged allocation's memory: its pages, or its share of a shared page. */
+static void paged_release(const struct fk_alloc *a) {
+  size_t page = fk.cfg.page, bytes = round_up(a->size, FK_ALLOC_ALIGN);
+  shift(a->dev, bytes, 0);
+  if (bytes >= page) {
+    fk_mem_give(a->dev, a->span, FK_MEM_ROUNDING);
+  } else if (small_drop(round_down(a->base, page))) {
+    fk_mem_give(a->dev, page, FK_MEM_ROUNDING);
+  }
+}
+
 CUresult fk_mem_device_alloc(int kind, int dev, size_t size, struct CUctx_st *c,
                              struct fk_alloc **out) {
   size_t span = round_up(size, FK_ALLOC_ALIGN);
   if (span < size || span > own_free(dev) + fk.dev[dev].managed) {
     return CUDA_ERROR_OUT_OF_MEMORY; /* cannot fit even without the other processes */
   }
-  struct fk_alloc *a = fk_mem_place(kind, dev, size, span);
-  if (a == NULL) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (fk_mem_take(dev, span, kind == FK_K_MODULE) != CUDA_SUCCESS) {
-    fk_mem_unplace(a);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  struct fk_alloc *a = NULL;
+  if (kind == FK_K_DEVICE && fk.cfg.driver_memory) {
+    CUresult rc = paged_alloc(dev, size, span, &a);
+    if (rc != CUDA_SUCCESS) {
+      return rc;
+    }
+  } else {
+    a = fk_mem_place(kind, dev, size, span);
+    if (a == NULL) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (fk_mem_take(dev, span, kind == FK_K_MODULE ? FK_MEM_DRIVER : FK_MEM_PROGRAM) !=
+        CUDA_SUCCESS) {
+      fk_mem_unplace(a);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
   }
   a->ctx = c;
   if (kind != FK_K_MODULE) {
@@ -925,6 +1083,9 @@ void fk_mem_teardown(void) {
   free(fk_allocs);
   fk_allocs = NULL;
   fk_nallocs = capallocs = 0;
+  free(small_pages);
+  small_pages = NULL;
+  nsmall = capsmall = 0;
   if (reservation != NULL) {
     munmap(reservation, reservation_size); /* VMM mappings inside it go too */
     reservation = NULL;

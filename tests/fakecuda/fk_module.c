@@ -39,6 +39,7 @@ struct CUmod_st {
   struct fk_image *img; /* &own, or the library's */
   int live;
   struct fk_alloc *data;    /* device memory of its variables, or NULL */
+  size_t image_bytes;       /* device memory of its code (fk_driver_image) */
   size_t *var_off;          /* offset of each variable in data */
   struct CUfunc_st **funcs; /* each kernel's function, made on first request */
   size_t nfuncs;
@@ -163,6 +164,14 @@ static CUresult module_new(struct CUctx_st *c, struct fk_image *img, struct CUli
     m->img = &m->own;
   }
   m->ctx = c;
+  CUresult irc = fk_driver_image(c, m->img->len, &m->image_bytes);
+  if (irc != CUDA_SUCCESS) {
+    if (lib == NULL) {
+      *img = m->own; /* the caller still owns it */
+    }
+    free(m);
+    return irc;
+  }
   size_t total = 0;
   m->var_off = xcalloc(m->img->nglobals, sizeof *m->var_off);
   for (size_t i = 0; i < m->img->nglobals; i++) {
@@ -173,6 +182,7 @@ static CUresult module_new(struct CUctx_st *c, struct fk_image *img, struct CUli
   if (total > 0) {
     CUresult rc = fk_mem_device_alloc(FK_K_MODULE, c->dev, total, c, &m->data);
     if (rc != CUDA_SUCCESS) {
+      fk_driver_image_release(c, m->image_bytes);
       free(m->var_off);
       if (lib == NULL) {
         *img = m->own; /* the caller still owns it */
@@ -201,6 +211,8 @@ static CUresult module_new(struct CUctx_st *c, struct fk_image *img, struct CUli
 
 static void module_unload(struct CUmod_st *m) {
   m->live = 0;
+  fk_driver_image_release(m->ctx, m->image_bytes);
+  m->image_bytes = 0;
   if (m->data != NULL) {
     fk_mem_release(m->data);
     m->data = NULL;
@@ -1433,6 +1445,12 @@ static CUresult launch(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsi
   size_t len;
   if (rc == CUDA_SUCCESS) {
     rc = gather_params(func_ksym(f), params, extra, &args, &len);
+  }
+  if (rc == CUDA_SUCCESS) {
+    rc = fk_driver_launch(c, (size_t)func_ksym(f)->local_bytes); /* a deeper stack, if needed */
+    if (rc != CUDA_SUCCESS) {
+      free(args);
+    }
   }
   if (rc != CUDA_SUCCESS) {
     return rc;

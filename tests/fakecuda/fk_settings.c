@@ -1,9 +1,10 @@
 /* Per-context settings: resource limits (cuCtxGetLimit/SetLimit), the preferred cache and
  * shared-memory bank configuration, peer access between devices, and the API version.
  *
- * They change no behaviour the fake models (nothing runs on a device), but their values and
- * error codes are the driver's, because the runtime and the CUDA libraries read them at start
- * (cuBLAS asks for the stack size; NCCL enables peer access). All run under fk.lock.
+ * Their values and error codes are the driver's, because the runtime and the CUDA libraries
+ * read them at start (cuBLAS asks for the stack size; NCCL enables peer access); the stack, printf
+ * FIFO and heap limits also size the driver's reservations of device memory (fk_driver.c), so
+ * raising one can fail with CUDA_ERROR_OUT_OF_MEMORY. All run under fk.lock.
  */
 #include "tests/fakecuda/fk.h"
 
@@ -80,8 +81,11 @@ static CUresult set_limit(int limit, size_t value) {
   default:
     break;
   }
-  c->limits[limit] = value;
-  return CUDA_SUCCESS;
+  rc = fk_driver_set_limit(c, limit, value); /* the reservation behind the limit, if any */
+  if (rc == CUDA_SUCCESS) {
+    c->limits[limit] = value;
+  }
+  return rc;
 }
 
 FK_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {

@@ -78,7 +78,10 @@ for setting in FAKECUDA_MEMORY=1GB FAKECUDA_MEMORY=0x40000000 FAKECUDA_MEMORY=-1
   FAKECUDA_LATENCY=:2us FAKECUDA_LATENCY=cuMemMap:-2us FAKECUDA_LATENCY_SLEEP=yes \
   FAKECUDA_MIGRATION=2 FAKECUDA_MIGRATION=2s \
   FAKECUDA_PCI_BUS=0:3g FAKECUDA_PCI_BUS=0:100 FAKECUDA_PCI_BUS=1:3b FAKECUDA_PCI_BUS=0: \
-  FAKECUDA_PCI_BUS=3b; do
+  FAKECUDA_PCI_BUS=3b \
+  FAKECUDA_DRIVER_MEMORY=no FAKECUDA_CONTEXT_MEMORY=lots FAKECUDA_CONTEXT_MEMORY=2TiB \
+  FAKECUDA_MODULE_MEMORY=10001% FAKECUDA_MODULE_MEMORY=1.5 FAKECUDA_PAGE_SIZE=3MiB \
+  FAKECUDA_PAGE_SIZE=256 FAKECUDA_PAGE_SIZE=2GiB; do
   out=$(p "$setting" "$probe" init version gpa:cuInit:2000)
   var=${setting%%=*}
   fails=$(printf '%s\n' "$out" | grep -c -e '^init 1$' -e '^version 1 ' -e '^gpa 1 ')
@@ -100,7 +103,8 @@ is "$(printf '%s\n' "$out" | tr '\n' ' ')" "init 100 init 0 ctx 0 alloc 0 alloc 
   "NAME:N:CODE, several entries"
 
 json=$tmp/stats.json
-p FAKECUDA_STATS="$json" "$probe" init ctx alloc:1000 alloc:4096 alloc:512 free:1 work:0 \
+# The report's figures exactly: without the driver's own memory (test_driver.sh has it).
+p FAKECUDA_DRIVER_MEMORY=off FAKECUDA_STATS="$json" "$probe" init ctx alloc:1000 alloc:4096 alloc:512 free:1 work:0 \
   claim:0 claim:2 sync gpa:cuMemAlloc:3020 gpa:cuNothing:1000 callergpa:cuMemFree:3020 >"$tmp/out"
 [ -s "$json" ]
 ok $? "FAKECUDA_STATS writes the report at exit"

@@ -21,6 +21,7 @@ ledger=/dev/shm/fakecuda.$uid.$name
 MiB=1048576
 trap 'rm -f /dev/shm/fakecuda.$uid.test-$$*; rm -rf "$WORK"' EXIT
 export FAKECUDA_MEMORY=1GiB
+export FAKECUDA_DRIVER_MEMORY=off # exact figures; test_driver.sh has the driver's own memory
 
 # free_of OUTPUT: the free figure of a probe's "info" line.
 free_of() {

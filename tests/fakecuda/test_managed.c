@@ -265,6 +265,7 @@ static void batches(void) {
 int main(void) {
   setenv("FAKECUDA_MEMORY", "64MiB", 1);
   setenv("FAKECUDA_DEVICES", "2", 1);
+  setenv("FAKECUDA_DRIVER_MEMORY", "off", 1); /* exact figures: test_driver.c has the driver's */
   CK(cuInit(0));
   CK(cuDevicePrimaryCtxRetain(&ctx[0], 0));
   CK(cuDevicePrimaryCtxRetain(&ctx[1], 1));

@@ -38,15 +38,15 @@ def mixed_pools():
     the stream-ordered pool, which must be served; then 70 % stream-ordered, freed (the driver's
     pool keeps it: MemoryAsyncPool sets the release threshold to the maximum), then 70 % from
     the default pool. EXPECT_OOM names the error of that last step ("None": served)."""
-    big = total // 10 * 7
+    big = free // 10 * 7
     x = cp.empty(big, dtype=cp.uint8)
     x = None
     pool.free_all_blocks()
     apool = cp.cuda.MemoryAsyncPool()
     with cp.cuda.using_allocator(apool.malloc):
-        y = cp.empty(total // 10 * 3, dtype=cp.uint8)
+        y = cp.empty(free // 10 * 3, dtype=cp.uint8)
         cp.cuda.Device(0).synchronize()
-        check.ok(y.size == total // 10 * 3, "30 % stream-ordered after the default pool's 70 % was freed")
+        check.ok(y.size == free // 10 * 3, "30 % stream-ordered after the default pool's 70 % was freed")
         y = None
         y = cp.empty(big, dtype=cp.uint8)
         y.fill(1)

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # PyTorch, CuPy, numba-cuda and cuda-python from PyPI over the fake driver (tests/frameworks/
 # rows.sh says how a row is judged), each workload without gpucap (a 4 GiB fake device) and
-# under gpucap (a cap of 256 MiB, 1 GiB for PyTorch; "none": gpucap without a cap): the
-# framework must see the device or the cap as its total, raise its own out-of-memory error for
-# an over-size request and go on (the workloads check that themselves,
-# tests/frameworks/*_workload.py). torch-ipc runs three processes on one fake machine, judged
-# on its own (torch_ipc_row). The frameworks are installed by `make frameworks` (make test runs
-# it); without them every row is skipped, and says why.
+# under gpucap (a cap of 1 GiB; "none": gpucap without a cap): the framework must see the device
+# or the cap as its total, raise its own out-of-memory error for an over-size request and go on
+# (the workloads check that themselves, tests/frameworks/*_workload.py). The fake's per-process
+# peak is what its NVML lists for the process, nvidia-smi's figure: allocations and the driver's
+# own memory, a context alone holding 401 MiB. torch-ipc runs three processes on one fake
+# machine, judged on its own (torch_ipc_row). The frameworks are installed by `make frameworks`
+# (make test runs it); without them every row is skipped, and says why.
 . "$TOP/tests/integ/lib.sh"
 . "$TOP/tests/frameworks/rows.sh"
 
-rows_venv "${FRAMEWORKS_VENV:-}" torch-caching torch-no-caching torch-async torch-expandable \
-  torch-graph torch-graph-uncapped torch-ipc cupy-pool cupy-async cupy-none cupy-managed \
+rows_venv "${FRAMEWORKS_VENV:-}" torch-caching torch-allocations torch-no-caching torch-async \
+  torch-expandable torch-graph torch-graph-uncapped torch-ipc cupy-pool cupy-async cupy-none cupy-managed \
   cupy-managed-spill cupy-mixed-uncapped cupy-mixed numba cuda-python
 
 row torch-caching $((1 << 30)) torch_workload.py EXPECT_OOM=OutOfMemoryError LIBRARY=libc10_cuda
+# The cap on allocations alone (the rule before the cap covered the process): the process's
+# peak, its driver memory included, passes the cap.
+row torch-allocations $((1 << 30)) torch_workload.py EXPECT_OOM=OutOfMemoryError \
+  GPUCAP_CAP_COVERS=allocations
 # Without its cache PyTorch raises the runtime's error as torch.AcceleratorError: its own rule.
 row torch-no-caching $((1 << 30)) torch_workload.py EXPECT_OOM=AcceleratorError \
   PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -39,20 +44,20 @@ case "${SAN_PRELOAD:-}" in
   done
   ;;
 *)
-  row cupy-pool $((256 << 20)) cupy_workload.py CUPY_MODE=pool \
+  row cupy-pool $((1 << 30)) cupy_workload.py CUPY_MODE=pool \
     LIBRARY=cupy_backends.cuda.api.runtime
-  row cupy-async $((256 << 20)) cupy_workload.py CUPY_MODE=async
-  row cupy-none $((256 << 20)) cupy_workload.py CUPY_MODE=none
+  row cupy-async $((1 << 30)) cupy_workload.py CUPY_MODE=async
+  row cupy-none $((1 << 30)) cupy_workload.py CUPY_MODE=none
   # Managed memory is charged to the cap (docs/compatibility.md): refused beyond it under
   # gpucap, oversubscribed without (the driver pages it: both arrays are filled by kernels, and
   # the fake's device evicts pages to hold 6 GiB in 4).
-  row cupy-managed $((256 << 20)) cupy_workload.py CUPY_MODE=managed \
+  row cupy-managed $((1 << 30)) cupy_workload.py CUPY_MODE=managed \
     "EXPECT_OOM=None|OutOfMemoryError" DRIVER_CALL=cuMemAllocManaged
   # With a spill budget (GPUCAP_OVERSUBSCRIBE) the second array is served beyond the cap, kept in
   # host memory: both are filled, and the device's peak, managed pages included, stays within
   # the cap.
-  row cupy-managed-spill $((256 << 20)) cupy_workload.py CUPY_MODE=managed EXPECT_OOM=None \
-    GPUCAP_OVERSUBSCRIBE=512MiB DRIVER_CALL=cuMemAllocManaged
+  row cupy-managed-spill $((1 << 30)) cupy_workload.py CUPY_MODE=managed EXPECT_OOM=None \
+    GPUCAP_OVERSUBSCRIBE=2GiB DRIVER_CALL=cuMemAllocManaged
   # The default pool and the stream-ordered pool in turn (cupy_workload.py's mixed_pools):
   # with no cap, what one freed serves the other (the driver's refusal makes gpucap give its
   # idle memory back); under the cap, what the stream-ordered pool keeps is charged and trimmed
@@ -60,11 +65,11 @@ case "${SAN_PRELOAD:-}" in
   # pool's memory and refuses the last step.
   row cupy-mixed-uncapped none cupy_workload.py CUPY_MODE=mixed \
     "EXPECT_OOM=OutOfMemoryError|None"
-  row cupy-mixed $((256 << 20)) cupy_workload.py CUPY_MODE=mixed "EXPECT_OOM=OutOfMemoryError|None"
+  row cupy-mixed $((1 << 30)) cupy_workload.py CUPY_MODE=mixed "EXPECT_OOM=OutOfMemoryError|None"
   ;;
 esac
-row numba $((256 << 20)) numba_workload.py FAKECUDA_BACKING=1
-row cuda-python $((256 << 20)) cudapy_workload.py
+row numba $((1 << 30)) numba_workload.py FAKECUDA_BACKING=1
+row cuda-python $((1 << 30)) cudapy_workload.py
 rows_run
 if [ -f "$WORK/cupy-managed-spill.with.report.json" ]; then
   spilled=$(json_num "$WORK/cupy-managed-spill.with.report.json" peak_spilled_bytes)
@@ -88,7 +93,7 @@ sum_calls() {
 ipc_workload() {
   (
     export EXPECT_TOTAL=$1 FAKECUDA_MEMORY=4GiB FAKECUDA_BACKING=1 FAKECUDA_MACHINE=$2 \
-      FAKECUDA_STATS=$3
+      FAKECUDA_STATS=$3 FAKECUDA_DRIVER_MEMORY=off # the subject is IPC: contexts cost nothing
     shift 3
     without_shim "$@" "$py" "$TOP/tests/frameworks/torch_ipc_workload.py"
   )

@@ -10,6 +10,9 @@
 
 rows_venv "${JAX_VENV:-}" jax-default jax-no-prealloc jax-fraction jax-platform
 export JAX_PLATFORMS=cuda # no quiet fall-back to the CPU
+# These rows are about JAX's own limits and fills, figured on a device that costs nothing but
+# the program's allocations; the driver's own memory is the PyTorch rows' and overhead.sh's.
+export FAKECUDA_DRIVER_MEMORY=off
 GiB=$((1 << 30))
 case "${SAN_PRELOAD:-}" in
 *libasan*)

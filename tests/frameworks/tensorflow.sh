@@ -14,12 +14,15 @@
 . "$TOP/tests/frameworks/rows.sh"
 
 rows_venv "${TENSORFLOW_VENV:-}" tf-default tf-growth-env tf-set-growth tf-memory-limit \
-  tf-two-logical tf-fraction-0.5 tf-fraction-1.5 tf-fraction-1.5-spill tf-async tf-cuda-malloc tf-two-devices tf-keras \
-  tf-memory-info tf-reserve
+  tf-two-logical tf-fraction-0.5 tf-fraction-1.5 tf-fraction-1.5-spill tf-async tf-cuda-malloc \
+  tf-two-devices tf-keras tf-memory-info tf-reserve
 # TensorFlow loads the CUDA 12 libraries of its wheels by name.
 LD_LIBRARY_PATH=$(printf '%s:' "$TENSORFLOW_VENV"/lib/python3*/site-packages/nvidia/*/lib)
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
 ROWS_JOBS=4 # TensorFlow waits 10 s before it reports an allocation it cannot serve
+# These rows are about TensorFlow's own limits and fills, figured on a device that costs nothing
+# but the program's allocations; the driver's own memory is the PyTorch rows' and overhead.sh's.
+export FAKECUDA_DRIVER_MEMORY=off
 GiB=$((1 << 30))
 case "${SAN_PRELOAD:-}" in
 *libasan*)

@@ -48,6 +48,7 @@ static void setup(void) {
   /* Read by the fake and by gpucap at their first call, which comes after this. */
   setenv("FAKECUDA_DEVICES", "2", 1);
   setenv("FAKECUDA_MEMORY", "256MiB", 1);
+  setenv("FAKECUDA_DRIVER_MEMORY", "off", 1); /* caps of a few MiB: allocations alone */
   setenv("GPUCAP_MEMORY_LIMIT", "0:24MiB,1:16MiB", 1);
   setenv("GPUCAP_REPORT", "off", 1);
   setenv("GPUCAP_POOL", getenv("GPUCAP_POOL") ? getenv("GPUCAP_POOL") : "on", 1);

@@ -488,7 +488,7 @@ static void fuzz_path(const char *s, size_t n, bool dest) {
 
 /* The variables in the order of the input's bitmap of those set (bits 0-8 first, as the
  * committed corpus has them; the shared budget's three came later, bits 9-11, then 12 to 14;
- * the top bit of the second byte sets the last five, 15 to 19, together). */
+ * the top bit of the second byte sets the last six, 15 to 20, together). */
 static const char *const names[] = {
     "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_ALLOW_GROWTH",
     "GPUCAP_POOL",          "GPUCAP_REPORT",          "GPUCAP_REPORT_JSON",
@@ -496,7 +496,7 @@ static const char *const names[] = {
     "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",       "GPUCAP_SHARE_MAX",
     "GPUCAP_RELEASE_AFTER", "GPUCAP_FRONTS",          "GPUCAP_ARENAS",
     "GPUCAP_OOM_DUMP",      "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",
-    "GPUCAP_DISCOVER",      "GPUCAP_CGROUP_ROOT"};
+    "GPUCAP_DISCOVER",      "GPUCAP_CGROUP_ROOT",     "GPUCAP_CAP_COVERS"};
 enum {
   NVARS = sizeof names / sizeof names[0],
   TF = 8,
@@ -504,12 +504,13 @@ enum {
   OVERSUBSCRIBE = 16,
   SPILL = 17,
   DISCOVER = 18,
-  CGROUP_ROOT = 19
+  CGROUP_ROOT = 19,
+  CAP_COVERS = 20
 };
 
 /* names[] index of each option of options.def, in its order (cfg_load's). */
-static const int name_of_opt[] = {0,  1,  9, 10, 11, 16, 17, 18, 2, 3,
-                                  13, 14, 4, 15, 5,  6,  7,  19, 12};
+static const int name_of_opt[] = {0,  1,  9, 10, 11, 16, 17, 18, 20, 2,
+                                  3, 13, 14, 4, 15, 5,  6,  7,  19, 12};
 _Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
                "name_of_opt follows config/options.def");
 
@@ -586,6 +587,8 @@ static bool var_ok(int i, const char *v) {
     return ref_bool(s, &b);
   case 14:
     return ref_uint(s, 1, 16, &u);
+  case CAP_COVERS:
+    return same_word(strip(s), "process") || same_word(strip(s), "allocations");
   default:
     return ref_uint(s, 0, 3, &u);
   }
@@ -619,7 +622,7 @@ static void fuzz_load(const uint8_t *data, size_t size) {
   static char buf[MAXTEXT + NVARS];
   env_t env = {{0}, 0};
   unsigned set = size > 0 ? data[0] | (size > 1 ? (unsigned)(data[1] & 0x7f) << 8 : 0) : 0;
-  set |= size > 1 && (data[1] & 0x80) ? 0x1fu << 15 : 0;
+  set |= size > 1 && (data[1] & 0x80) ? 0x3fu << 15 : 0;
   size_t skip = size > 1 ? 2 : size;
   memcpy(buf, data + skip, size - skip);
   buf[size - skip] = '\0';
@@ -779,11 +782,15 @@ static void fuzz_discover(const char *s, size_t n, unsigned which) {
     require(l->bytes > 0 || name[0] == 'd' || strcmp(name, "NVIDIA_GPU_MEMORY_REQUEST") == 0,
             "%s: a zero line", name);
     cfg_devcap_t d;
-    cfg_discover_device(&f, l->device >= 0 ? l->device : 0, &l->pci, &d);
+    cfg_devcap_t whole;
+    cfg_discover_device(&f, l->device >= 0 ? l->device : 0, &l->pci, true, &d);
+    cfg_discover_device(&f, l->device >= 0 ? l->device : 0, &l->pci, false, &whole);
     if (src->kind == CFG_LINE_LIMIT) {
       require(d.limit_src == 0 && d.cap <= l->bytes - cfg_discover_margin(l->bytes),
               "cap %llu above line %llu less the margin", (unsigned long long)d.cap,
               (unsigned long long)l->bytes);
+      require(whole.limit_src == 0 && whole.cap <= l->bytes, "cap %llu above line %llu",
+              (unsigned long long)whole.cap, (unsigned long long)l->bytes);
     } else {
       require(d.cap == UINT64_MAX && (d.soft <= l->bytes || l->bytes == 0), "guarantee");
     }

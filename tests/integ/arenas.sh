@@ -8,6 +8,8 @@
 # arena that holds it, whichever thread frees it; a preallocating pool keeps one arena. The
 # programs are the fronts' (tests/integ/fronts.c). Also run under TSan by `make test`.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 export GPUCAP_ARENAS=4 GPUCAP_FRONTS=false
 
 for pool in vmm regions; do

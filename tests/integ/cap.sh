@@ -2,6 +2,8 @@
 # The cap, seen from a real program over the fake driver: absolute limits, fractions, per-device
 # lists, the smaller of two, get-info and total-mem reporting it, and fail-closed settings.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 MiB=$((1 << 20))
 GiB=$((1 << 30))
@@ -30,7 +32,7 @@ is "$(grep -c '^gpucap: out of memory on device 0 (pid [0-9]*): ' "$WORK/err")" 
   "one out-of-memory report for the first of three refusals, not one per call"
 is "$(grep -c '^gpucap: warning: device 0: out of memory: [0-9.]* [KMGT]*i*B ([0-9]* bytes) refused: cap_full; raise the cap' \
   "$WORK/err")" 2 "  then one line each for the other two, with the verdict and the action"
-like "$(cat "$WORK/err")" '  evidence   cap 1.0 GiB, pool 1.0 GiB, in use 1.0 GiB; free under the cap 0 B' \
+like "$(cat "$WORK/err")" '  evidence   cap 1.0 GiB, pool 1.0 GiB, in use 1.0 GiB; free under cap 0 B' \
   "  it shows the evidence, in the exit report's names"
 is "$(grep -c '^gpucap: error' "$WORK/err")" 0 "a valid setting prints no error"
 

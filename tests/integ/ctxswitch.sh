@@ -5,6 +5,8 @@
 # oracle is the fake driver's: the device that holds each block, and each device's peak under
 # a cap of 64 MiB on device 0 and 32 MiB on device 1 (tests/integ/ctxswitch.c).
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 export FAKECUDA_DEVICES=2 GPUCAP_REPORT=off
 tap_program "bare driver: each block on the current context's device" \

@@ -6,6 +6,8 @@
 # gpucap's pool under the cap (one driver allocation of a pool region, the cap seen by
 # cudaMemGetInfo). Skipped without a toolkit.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 cuda=${CUDA_HOME:-}
 if [ -z "$cuda" ] && command -v nvcc >/dev/null; then

@@ -7,6 +7,8 @@
 # the fake driver's peak must stay at the cap, and the dlopen must find exactly what it finds
 # without gpucap (an interposed dlopen must keep the caller's search path).
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 MiB=$((1 << 20))
 if [ -n "${SAN_PRELOAD:-}" ]; then

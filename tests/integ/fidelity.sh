@@ -3,6 +3,8 @@
 # pointer queries that describe the program's blocks, context teardown, several devices with
 # their own caps, and fork (IPC: ipc.sh).
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 export GPUCAP_MEMORY_LIMIT=64MiB
 for mode in async managed vmm pointers contexts fork; do

@@ -6,6 +6,8 @@
 # back to the pool; a fork child never answers from the parent's fronts. Also run under TSan by
 # `make test`.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 export GPUCAP_FRONTS=true # off by default
 
 for pool in vmm regions; do

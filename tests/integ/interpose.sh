@@ -2,6 +2,8 @@
 # Programs that reach the driver without cuGetProcAddress: linked with -lcuda, and through
 # another preloaded interposer that uses dlsym(RTLD_NEXT, ...), in both preload orders.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 stats="$WORK/linked.json"
 GPUCAP_POOL=regions GPUCAP_MEMORY_LIMIT=64MiB FAKECUDA_STATS="$stats" tap_program \

@@ -5,6 +5,8 @@
 # --quiet silences it; the right size, used as the cap, lets the run finish, and clearly less
 # does not.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 MiB=$((1 << 20))
 
@@ -44,7 +46,7 @@ is "$(usage "$WORK/full.json" "u['refusals']")" \
   "{'cap_full': 2, 'fragmentation': 0, 'device_full': 0, 'other_pools': 0, 'capture': 0, 'spill_full': 0}" \
   "a full cap (filled, then one more): verdict cap_full, twice"
 is "$(grep -A 1 '^  verdict ' "$WORK/err")" '  verdict    cap_full: the cap is full of live allocations
-  evidence   cap 64.0 MiB, pool 64.0 MiB, in use 64.0 MiB; free under the cap 0 B' \
+  evidence   cap 64.0 MiB, pool 64.0 MiB, in use 64.0 MiB; free under cap 0 B' \
   "  it says so, with its evidence"
 like "$(cat "$WORK/err")" '  helps      raise the cap \(--limit, GPUCAP_MEMORY_LIMIT\) or free memory' \
   "  and the action"

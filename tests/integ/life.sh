@@ -4,6 +4,8 @@
 # what happened. tests/integ/life.c is the program; see docs/design.md ("Process exit, fork,
 # signals") for what each check stands for.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 LIFE="$TESTBIN/life"
 LINKED="$TESTBIN/lifelinked"

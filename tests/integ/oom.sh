@@ -18,7 +18,7 @@ err="$WORK/err"
 block=$(sed -n '/^gpucap: out of memory on device 0 /,/^  full dump /p' "$err")
 is "$(sed 's/(pid [0-9]*)/(pid N)/' <<<"$block")" "gpucap: out of memory on device 0 (pid N): 1.0 GiB (1073741824 bytes) refused
   verdict    cap_full: the cap is full of live allocations
-  evidence   cap 2.0 GiB, pool 1.5 GiB, in use 1.5 GiB; free under the cap 512.0 MiB
+  evidence   cap 2.0 GiB, pool 1.5 GiB, driver 401.0 MiB, in use 1.5 GiB; free under cap 111.0 MiB
   in use by  workload (program) 1.5 GiB
   helps      raise the cap (--limit, GPUCAP_MEMORY_LIMIT) or free memory
   full dump  GPUCAP_OOM_DUMP=stderr or =FILE writes the pool's bins and occupancy map" \
@@ -51,7 +51,11 @@ def size(n):  # the exit table's format (report_format_size)
     if tenths == 10:
         whole, tenths = whole + 1, 0
     return f"{whole}.{tenths} {units[u]}"
-ev = re.search(r"evidence   cap (\S+ \S+), pool (\S+ \S+), in use (\S+ \S+);", err).groups()
+ev = re.search(r"evidence   cap (\S+ \S+), pool (\S+ \S+), driver (\S+ \S+), in use (\S+ \S+);",
+               err).groups()
+ev = (ev[0], ev[1], ev[3], ev[2])  # cap, pool, in use, driver
+drv = re.search(r"\n    driver's own memory \(nvml\) +(\S+ \S+)", err).group(1)
+same("the driver's memory the cap counts", ev[3], drv)
 asked = re.search(r"on device 0 \(pid \d+\): (\S+ \S+) \((\d+) bytes\) refused", err).groups()
 table = re.search(r"\n +0 +(\S+ \S+) +(\S+ \S+) +(\S+ \S+) +(\S+ \S+) +(\S+ \S+) +(\S+ \S+)\n", err).groups()
 acts = re.search(r"\n +0 +\S+ +\S+ \S+ +\S+ +(\d+) +(\d+) +(\d+) +(\d+)\n", err).groups()
@@ -111,7 +115,8 @@ is "$(grep -A 1 '^  verdict ' "$err")" \
 like "$(cat "$err")" '  helps      the program needs more than the device has' "  and what helps"
 is "$(grep -c 'other processes' "$err")" 0 "  other processes are not blamed"
 
-# Another process (on the same fake machine) holds 12 GiB: then it is the others.
+# Another process (on the same fake machine) holds 12 GiB: then it is the others. The evidence
+# adds the driver's own memory: two contexts of 401 MiB (the fake's model), 12.8 GiB in all.
 mkfifo "$WORK/hold"
 FAKECUDA_MACHINE="$machine" without_shim "$TESTBIN/fakecuda_probe" init ctx alloc:$((12 * GiB)) hold \
   <"$WORK/hold" >"$WORK/holder.out" 2>&1 &
@@ -122,7 +127,7 @@ FAKECUDA_MACHINE="$machine" with_shim "$workload" >/dev/null 2>"$err"
 exec 3>&-
 wait "$holder"
 is "$(grep -A 1 '^  verdict ' "$err")" "  verdict    device_full: device 0 itself is full
-  evidence   cap none, pool 2.5 GiB, in use 2.5 GiB; other processes and the driver hold 12.0 GiB" \
+  evidence   cap none, pool 2.5 GiB, in use 2.5 GiB; other processes and the driver hold 12.8 GiB" \
   "a device other processes fill: what they hold is the evidence"
 like "$(cat "$err")" '  helps      run where the device has room' "  and what helps"
 done_testing

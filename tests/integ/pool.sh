@@ -3,6 +3,8 @@
 # premature reuse of memory the device may still touch, the driver's pitch, preallocation,
 # driver error codes for bad frees, pass-through with GPUCAP_POOL=off, and the RMM trace.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 tap_program "10000 mixed allocations" with_shim "$TESTBIN/pooltest" many 10000
 out=$(GPUCAP_POOL=off with_shim "$TESTBIN/pooltest" many 2000 2>&1)

@@ -3,6 +3,8 @@
 # (GPUCAP_REPORT, GPUCAP_REPORT_JSON), that it appears only for processes that allocated, and
 # that its numbers are the driver's.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 json="$WORK/report.json"
 stats="$WORK/stats.json"

@@ -8,6 +8,8 @@
 # TEST_POOLS: the pool settings to run over (GPUCAP_POOL values, default "on regions": on is
 # the VMM-backed pool over the fake, regions the region pool).
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 MiB=$((1 << 20))
 GiB=$((1 << 30))

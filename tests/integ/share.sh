@@ -8,6 +8,8 @@
 # the fake driver: the device memory each process held never passed its cap (64 MiB), and the
 # importer's peak is its own memory only.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 export FAKECUDA_BACKING=1 FAKECUDA_MEMORY=256MiB GPUCAP_REPORT=off
 MiB=$((1 << 20))

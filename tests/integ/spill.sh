@@ -10,7 +10,8 @@
 
 MiB=$((1 << 20))
 cap=$((64 * MiB))
-export FAKECUDA_BACKING=1 FAKECUDA_MEMORY=256MiB
+# The driver's own memory is off: the device's peak is then what the allocations alone made it.
+export FAKECUDA_BACKING=1 FAKECUDA_MEMORY=256MiB FAKECUDA_DRIVER_MEMORY=off
 
 # spilltest with|without VAR=VALUE... -- ARGS...: the program with those settings, with the
 # shim or without.

@@ -4,6 +4,8 @@
 # nothing leaked. The region pool's exports are the regions' driver handles, the VMM-backed
 # pool's the units' file descriptors. Also run under TSan by `make test`.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 
 stats="$WORK/pooled.json"
 GPUCAP_POOL=regions GPUCAP_MEMORY_LIMIT=256MiB FAKECUDA_STATS="$stats" tap_program \

@@ -13,6 +13,8 @@
 #    must equal the driver's own (run without gpucap), with the pool on and off; under a cap,
 #    only over-cap allocations may differ, and only by CUDA_ERROR_OUT_OF_MEMORY.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 . "$TOP/tests/reliability/rlib.sh"
 
 MiB=$((1 << 20))

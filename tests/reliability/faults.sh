@@ -14,6 +14,8 @@
 # GPUCAP_POOL=on is the VMM-backed pool over the fake (its cuMemCreate, cuMemMap,
 # cuMemSetAccess, cuMemRelease and cuMemUnmap fail in turn), regions the region pool.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 . "$TOP/tests/reliability/rlib.sh"
 
 SHIM="$TESTBIN/reliability/libgpucap-checked.so"

@@ -8,6 +8,8 @@
 # overlapping blocks) must fail those checks, so they are known to be able to fail.
 # INTEGRITY_SECONDS=N runs each workload for N seconds instead (make soak).
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 . "$TOP/tests/reliability/rlib.sh"
 
 PROG="$TESTBIN/reliability/integrity"

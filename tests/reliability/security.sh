@@ -13,6 +13,8 @@
 #    TMPDIR, and (under strace, when available) no file opened for writing, created, renamed
 #    or removed anywhere else but its own entry for gpucap top in /dev/shm.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 . "$TOP/tests/reliability/rlib.sh"
 
 MiB=$((1 << 20))

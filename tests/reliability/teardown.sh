@@ -5,6 +5,8 @@
 # free. One process per scenario, with the pool and with GPUCAP_POOL=off. The trace must end with
 # nothing in use: every block the teardown freed has its `free` row.
 . "$TOP/tests/integ/lib.sh"
+# Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
+export FAKECUDA_DRIVER_MEMORY=off
 . "$TOP/tests/reliability/rlib.sh"
 
 export GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off

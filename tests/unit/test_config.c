@@ -708,9 +708,10 @@ static void test_defaults(void) {
   TAP_EQ(cfg_device_cap(&cfg, 0, 16 * GiB) == UINT64_MAX, 1, "no variable: no cap");
   tap_ok(cfg.pool == CFG_POOL_ON && cfg.release_after == 2000 && cfg.allow_growth &&
              cfg.report.kind == CFG_DEST_STDERR && cfg.report_json[0] == '\0' &&
-             cfg.trace[0] == '\0' && cfg.verbose == 0 && cfg.arenas == 1,
+             cfg.trace[0] == '\0' && cfg.verbose == 0 && cfg.arenas == 1 &&
+             cfg.cap_covers == CFG_COVERS_PROCESS,
          "defaults: pool on, release after 2000 ms, growth true, report stderr, no JSON, no "
-         "trace, verbose 0, one arena");
+         "trace, verbose 0, one arena, the cap covers the process");
   bool all_default = true;
   for (int i = 0; i < CFG_OPT_COUNT; i++) {
     all_default = all_default && cfg_option_source(&cfg, (cfg_opt_t)i) == CFG_SRC_DEFAULT;
@@ -834,6 +835,8 @@ static void test_fail_closed(void) {
       {"GPUCAP_MEMORY_FRACTION", "nan"},
       {"GPUCAP_ALLOW_GROWTH", "maybe"},
       {"GPUCAP_POOL", "of"},
+      {"GPUCAP_CAP_COVERS", "allocation"},
+      {"GPUCAP_CAP_COVERS", "all"},
       {"GPUCAP_REPORT", "stdout"},
       {"GPUCAP_REPORT_JSON", "stderr"},
       {"GPUCAP_TRACE", "1"},
@@ -977,6 +980,17 @@ static void test_environment(void) {
   tap_ok(cfg.valid && cfg.release_after == 0, "GPUCAP_RELEASE_AFTER=0 (never) is read");
   load(&cfg, msg, "GPUCAP_ARENAS", "4", NULL);
   tap_ok(cfg.valid && cfg.arenas == 4, "GPUCAP_ARENAS=4 is read");
+  char covers[32];
+  load(&cfg, msg, "GPUCAP_CAP_COVERS", " Allocations ", NULL);
+  cfg_option_value(&cfg, CFG_OPT_CAP_COVERS, covers, sizeof covers);
+  tap_ok(cfg.valid && cfg.cap_covers == CFG_COVERS_ALLOCATIONS &&
+             strcmp(covers, "allocations") == 0,
+         "GPUCAP_CAP_COVERS=allocations is read, any case, and shown canonically");
+  load(&cfg, msg, "GPUCAP_CAP_COVERS", "PROCESS", NULL);
+  tap_ok(cfg.valid && cfg.cap_covers == CFG_COVERS_PROCESS, "GPUCAP_CAP_COVERS=process is read");
+  TAP_EQ(load(&cfg, msg, "GPUCAP_CAP_COVERS", "driver", NULL), -EINVAL,
+         "GPUCAP_CAP_COVERS=driver is refused");
+  tap_ok(strstr(msg, "process or allocations") != NULL, "... saying what is accepted: %s", msg);
   TAP_EQ(load(&cfg, msg, "GPUCAP_ARENAS", "0", NULL), -EINVAL, "GPUCAP_ARENAS=0 is refused");
   tap_ok(strstr(msg, "from 1 to 16") != NULL, "... saying what is accepted: %s", msg);
   TAP_EQ(load(&cfg, msg, "GPUCAP_ARENAS", "17", NULL), -EINVAL, "GPUCAP_ARENAS=17 is refused");
@@ -1118,11 +1132,11 @@ static void test_table(void) {
   static const char *const names[] = {
       "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",
       "GPUCAP_SHARE_MIN",     "GPUCAP_SHARE_MAX",       "GPUCAP_OVERSUBSCRIBE",
-      "GPUCAP_SPILL",         "GPUCAP_DISCOVER",        "GPUCAP_ALLOW_GROWTH",
-      "GPUCAP_POOL",          "GPUCAP_FRONTS",          "GPUCAP_ARENAS",
-      "GPUCAP_REPORT",        "GPUCAP_OOM_DUMP",        "GPUCAP_REPORT_JSON",
-      "GPUCAP_TRACE",         "GPUCAP_VERBOSE",         "GPUCAP_CGROUP_ROOT",
-      "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_SPILL",         "GPUCAP_DISCOVER",        "GPUCAP_CAP_COVERS",
+      "GPUCAP_ALLOW_GROWTH",  "GPUCAP_POOL",            "GPUCAP_FRONTS",
+      "GPUCAP_ARENAS",        "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",
+      "GPUCAP_REPORT_JSON",   "GPUCAP_TRACE",           "GPUCAP_VERBOSE",
+      "GPUCAP_CGROUP_ROOT",   "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1136,7 +1150,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 10 && CFG_OPT_VERBOSE == 16,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 11 && CFG_OPT_VERBOSE == 17,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");

@@ -38,7 +38,7 @@ static int one(const char *name, const char *text) {
 static cfg_devcap_t dev(int ordinal, int bus) {
   cfg_pci_t pci = {0, (uint32_t)bus, 0, 0};
   cfg_devcap_t c;
-  cfg_discover_device(&found, ordinal, bus >= 0 ? &pci : NULL, &c);
+  cfg_discover_device(&found, ordinal, bus >= 0 ? &pci : NULL, true, &c);
   return c;
 }
 
@@ -221,6 +221,12 @@ static void test_device(void) {
   TAP_EQ(cfg_discover_margin(16 * GiB), 512 * MiB, "the margin under a large line: 512 MiB");
   TAP_EQ(cfg_discover_margin(GiB), 256 * MiB, "under a 1 GiB line: a quarter");
   TAP_EQ(cfg_discover_margin(0), 0, "under nothing: nothing");
+  one("CUDA_DEVICE_MEMORY_LIMIT", "4g");
+  cfg_devcap_t whole;
+  cfg_discover_device(&found, 0, NULL, false, &whole);
+  tap_ok(whole.cap == 4 * GiB && whole.line == 4 * GiB && dev(0, -1).cap == 4 * GiB - 512 * MiB,
+         "a cap that covers the process is the line itself; one on allocations, the line less "
+         "the margin");
   cfg_found_clear(&found);
   cfg_discover_add(&found, "CUDA_DEVICE_MEMORY_LIMIT", NULL, "4g", msg, sizeof msg);
   cfg_discover_add(&found, "GPU_MEMORY_LIMIT", NULL, "4294967296", msg, sizeof msg);

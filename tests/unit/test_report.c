@@ -922,13 +922,13 @@ static void test_spill(void) {
   r.usage[1] = (report_usage_t){.device = 1, .peak = 4 << 20, .right_size = 4 << 20};
   report_format_text(rows, 1, &r, text, sizeof text);
   tap_ok(strstr(text, "  device 0 spilled to host: 1.0 MiB now, 16.0 MiB at peak, 3 allocations "
-                      "(budget 1.0 GiB)\n  device 0 right-size: 80.0 MiB (peak pool + spilled + "
-                      "driver, rounded up: a cap that would not spill)\n") != NULL,
+                      "(budget 1.0 GiB)\n  device 0 right-size: 80.0 MiB (peak pool + spilled, rounded "
+                      "up: a cap that would not spill)\n") != NULL,
          "spill: the table says what spilled, and the right size is a cap that would not spill");
   tap_ok(strstr(text, "device 0 refusals: 1 (spill_full 1)") != NULL,
          "spill: a refusal of the spill budget has its verdict");
   tap_ok(strstr(text, "device 1 spilled") == NULL &&
-             strstr(text, "device 1 right-size: 4.0 MiB (peak pool + driver, rounded up)") != NULL,
+             strstr(text, "device 1 right-size: 4.0 MiB (peak pool, rounded up)") != NULL,
          "spill: a device without a budget has no spill line");
   size_t n = report_format_json(rows, 1, &r, json, sizeof json);
   tap_ok(n < REPORT_JSON_MAX(1) && json_parse(json), "spill: JSON valid");
@@ -939,6 +939,59 @@ static void test_spill(void) {
              strcmp(jget("usage.0.refusals.spill_full"), "1") == 0 &&
              strcmp(jget("usage.1.spilled_allocations"), "0") == 0,
          "spill: the JSON's usage has the spill figures and the spill_full refusals");
+}
+
+/* The device's use split into allocations, pool slack and the driver's own memory. */
+static void test_usage(void) {
+  static report_run_t u;
+  u.nusage = 1;
+  u.usage[0] = (report_usage_t){.device = 0,
+                                .current = 0,
+                                .peak = 900 * MiB,
+                                .driver = 467 * MiB,
+                                .driver_peak = 467 * MiB,
+                                .driver_cause_peak = {401 * MiB, 52 * MiB, 0, 14 * MiB},
+                                .measured_by = 1,
+                                .covers_process = 1,
+                                .whole_peak = 1409 * MiB,
+                                .at_peak_allocations = 900 * MiB,
+                                .at_peak_slack = 42 * MiB,
+                                .at_peak_driver = 467 * MiB,
+                                .right_size = 1410 * MiB};
+  size_t n = report_format_text(rows, NROWS, &u, text, sizeof text);
+  tap_ok(n < REPORT_TEXT_MAX(NROWS) &&
+             strstr(text,
+                    "    driver's own memory (nvml)               467.0 MiB     467.0 MiB\n"
+                    "      grown at context creation                      -     401.0 MiB\n"
+                    "      grown at module loads                          -      52.0 MiB\n"
+                    "      grown elsewhere (pages, launches)              -      14.0 MiB\n"
+                    "  device 0 at peak: 1.4 GiB = 900.0 MiB allocated + 42.0 MiB pool slack"
+                    " + 467.0 MiB driver\n"
+                    "  device 0 right-size: 1.4 GiB (the peak of the whole, rounded up)\n") != NULL,
+         "usage text: the driver's memory, where it grew (nothing at limits: no line), the whole "
+         "at its peak and the right size from it");
+  n = report_format_json(rows, NROWS, &u, json, sizeof json);
+  tap_ok(n < REPORT_JSON_MAX(NROWS) && json_parse(json), "usage: JSON valid, within bounds");
+  tap_ok(strcmp(jget("usage.0.driver_measured_by"), "\"nvml\"") == 0 &&
+             strcmp(jget("usage.0.cap_covers"), "\"process\"") == 0 &&
+             strcmp(jget("usage.0.peak_driver_bytes"), "489684992") == 0 &&
+             strcmp(jget("usage.0.driver_peak_by_cause.modules"), "54525952") == 0 &&
+             strcmp(jget("usage.0.peak_whole_bytes"), "1477443584") == 0 &&
+             strcmp(jget("usage.0.at_peak.pool_slack_bytes"), "44040192") == 0,
+         "usage JSON: how it was measured, what the cap covers, the peaks and the split");
+  u.usage[0].measured_by = 0;
+  u.usage[0].covers_process = 0;
+  u.usage[0].driver = u.usage[0].driver_peak = REPORT_UNKNOWN;
+  report_format_json(rows, NROWS, &u, json, sizeof json);
+  tap_ok(json_parse(json) && strcmp(jget("usage.0.driver_measured_by"), "null") == 0 &&
+             strcmp(jget("usage.0.driver_bytes"), "null") == 0 &&
+             strcmp(jget("usage.0.cap_covers"), "\"allocations\"") == 0,
+         "usage JSON: never measured is null; the cap on allocations");
+  report_format_text(rows, NROWS, &u, text, sizeof text);
+  tap_ok(strstr(text, "driver's own memory (not measured)               ?             ?\n") !=
+                 NULL &&
+             strstr(text, "(peak pool, rounded up)") != NULL,
+         "usage text: never measured, and the right size of a cap on allocations");
 }
 
 /* ---- Buffers, errno, bounds ---- */
@@ -1063,6 +1116,7 @@ int main(void) {
   test_time();
   test_run();
   test_spill();
+  test_usage();
   test_truncation("text", report_format_text);
   test_truncation("json", report_format_json);
   test_errno();

@@ -8,8 +8,8 @@
  * this one: what the fake CUDA driver loaded here holds (its fakecudaDeviceUsage hook) is the
  * device's used memory, and this process is the one compute process while it holds memory or a
  * context there. Either way used + free is total and free never underflows. Reserved memory is
- * 0, as the fake driver's contexts cost no device memory, so NVML's free equals cuMemGetInfo's
- * free at every moment.
+ * 0: the driver's own memory for each process (contexts, module code) is in its used figure, so
+ * NVML's free equals cuMemGetInfo's free at every moment.
  *
  * Locking: the driver look-ups go through the loader (dlopen/dlsym), so they run before
  * nv_enter, without nv.lock; everything else runs under it.
