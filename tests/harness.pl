@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # Runs TAP tests as `prove --exec '' --timer --merge -jJOBS` does (each file executed itself,
-# its result printed as it ends, prove's closing summary), then says how many checks were
+# its result printed as it ends, prove's closing summary; one file alone as prove -v), then says how many checks were
 # skipped and why, so a green run cannot hide what it did not check. The skips are also written
 # to SKIPFILE ("FILE<TAB>REASON" per skipped check) for `make test`'s closing summary.
 #
@@ -14,7 +14,9 @@ my ($jobs, $skipfile, @tests) = @ARGV;
 die "usage: tests/harness.pl JOBS SKIPFILE TEST...\n" unless defined $skipfile;
 
 my @skips;    # [file, reason], in the order they were seen
-my $harness = TAP::Harness->new({jobs => $jobs, merge => 1, timer => 1, exec => []});
+# One file (make check T=FILE) prints every line, its failures' got and want among them.
+my $harness = TAP::Harness->new(
+  {jobs => $jobs, merge => 1, timer => 1, exec => [], verbosity => (@tests == 1 ? 1 : 0)});
 $harness->callback(
   made_parser => sub {
     my ($parser, $job) = @_;

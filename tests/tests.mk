@@ -8,11 +8,11 @@
 # SAN_PRELOAD names the sanitizer runtime that must precede the shim in LD_PRELOAD.
 #
 #   make quick   the fast loop: every test but the framework rows, JOBS at a time
-#   make check   every test of this build's configuration, JOBS at a time
+#   make check   every test of this build's configuration, JOBS at a time (T=FILE: that one)
 #   make test    frameworks installed if needed, then check: plain, ASan+UBSan, TSan (threads)
 # JOBS defaults to the number of processors; each file's result prints as it ends.
 
-.PHONY: check check-threads quick
+.PHONY: check check-files check-threads quick
 
 
 SAN_RUNTIME :=
@@ -32,8 +32,21 @@ PROVE := perl tests/harness.pl $(JOBS) $(BUILD)/skipped.txt
 QUICK_SKIP := tests/frameworks/frameworks.sh tests/frameworks/readme.sh \
               tests/frameworks/tensorflow.sh tests/frameworks/jax.sh
 
-check: all
-	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(TEST_SCRIPTS)
+# make check T=FILE runs one test file of any kind: a script (tests/integ/cap.sh, tests/cli/run.bats)
+# or a C test by its source (tests/unit/test_bfc.c, tests/fakecuda/test_ctx.c) or its program.
+T_NAME = $(basename $(notdir $(T)))
+T_DIR = $(notdir $(patsubst %/,%,$(dir $(T))))
+T_FILES = $(filter $(T),$(TEST_SCRIPTS) $(THREAD_TESTS)) \
+          $(filter $(T) %/$(T_NAME) %/$(subst test_,test_$(T_DIR)_,$(T_NAME)) \
+                   %/$(subst test_,test_fake,$(T_NAME)),$(TEST_PROGRAMS))
+CHECK_FILES = $(if $(T),$(or $(sort $(T_FILES)),$(error T=$(T): no test file of that name (tests/README.md lists them))),$(TEST_PROGRAMS) $(TEST_SCRIPTS))
+
+check: check-files all
+	$(Q)env $(TEST_ENV) $(PROVE) $(CHECK_FILES)
+
+# Names the files before anything is built: a T that names no test stops at once.
+check-files:
+	@: $(CHECK_FILES)
 
 quick: all
 	$(Q)env $(TEST_ENV) $(PROVE) $(TEST_PROGRAMS) $(filter-out $(QUICK_SKIP),$(TEST_SCRIPTS))
