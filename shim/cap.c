@@ -166,14 +166,30 @@ static void note_peak(struct device_cap *c, uint64_t used) {
   }
 }
 
+/* The charges dev's cap admits: its limit, less the driver's own memory when the cap counts it. */
+static uint64_t admit_limit(int dev) {
+  uint64_t limit = cap_limit(dev, 0);
+  if (limit != CAP_NONE && cap_covers_process()) {
+    uint64_t over = atomic_load_explicit(&devices[dev].overhead, memory_order_relaxed);
+    limit = over < limit ? limit - over : 0;
+  }
+  return limit;
+}
+
+uint64_t cap_room(int dev) {
+  CHECK_DEVICE(dev);
+  uint64_t limit = admit_limit(dev);
+  if (limit == CAP_NONE) {
+    return UINT64_MAX;
+  }
+  uint64_t used = atomic_load_explicit(&devices[dev].used, memory_order_relaxed);
+  return limit > used ? limit - used : 0;
+}
+
 bool cap_charge(int dev, uint64_t bytes) {
   CHECK_DEVICE(dev);
-  uint64_t limit = cap_limit(dev, 0);
+  uint64_t limit = admit_limit(dev);
   struct device_cap *c = &devices[dev];
-  if (limit != CAP_NONE && cap_covers_process()) {
-    uint64_t over = atomic_load_explicit(&c->overhead, memory_order_relaxed);
-    limit = over < limit ? limit - over : 0; /* the room the driver's own memory leaves */
-  }
   uint64_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
   do {
     if (bytes > limit || used > limit - bytes) {

@@ -46,6 +46,10 @@ bool cap_covers_process(void);
  * covers the process); returns true iff charged. */
 bool cap_charge(int dev, uint64_t bytes);
 
+/* What cap_charge would admit on dev now (the cap less the charges and the overhead it counts;
+ * UINT64_MAX without a cap); a shared budget may admit less. */
+uint64_t cap_room(int dev);
+
 /* Charges `bytes` the driver has already taken for the program, over the cap if it must (the
  * charge follows the driver: graph memory mapped beyond what was admitted, by rounding). */
 void cap_add(int dev, uint64_t bytes);

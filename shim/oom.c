@@ -31,7 +31,7 @@ static uint64_t sum(uint64_t a, uint64_t b) {
 }
 
 /* What the cap left unclaimed: the cap less the charges and the driver's memory it counts. */
-static uint64_t cap_room(const oom_facts_t *f) {
+static uint64_t unclaimed(const oom_facts_t *f) {
   uint64_t held = sum(f->charged, f->driver);
   return f->cap != CAP_NONE && f->cap > held ? f->cap - held : 0;
 }
@@ -40,7 +40,7 @@ enum oom_verdict oom_judge(const oom_facts_t *f) {
   if (f->spill_max > 0) {
     return OOM_SPILL_FULL; /* the cap was passed already: the spill budget refused */
   }
-  uint64_t headroom = cap_room(f);
+  uint64_t headroom = unclaimed(f);
   uint64_t here = sum(f->free_bytes, headroom);
   if (f->in_capture > 0 && sum(here, f->in_capture) >= f->bytes) {
     return OOM_CAPTURE;
@@ -174,7 +174,7 @@ static void put_verdict(strbuf_t *o, const oom_facts_t *f, enum oom_verdict v, u
       [OOM_CAPTURE] = "only memory freed during a graph capture could serve; the device may use it",
       [OOM_SPILL_FULL] = "the request fits neither under the cap nor in the spill budget beyond it",
   };
-  uint64_t headroom = cap_room(f);
+  uint64_t headroom = unclaimed(f);
   label(o, "verdict");
   strbuf_printf(o, "%s: ", oom_verdict_name(v));
   if (v == OOM_CAP_FULL && budget_full(f)) {

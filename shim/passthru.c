@@ -213,17 +213,19 @@ static CUresult free_spilled(uint64_t ptr, void *arg) {
 }
 
 /* The part of `bytes` that the cap still holds on dev, in whole 2 MiB (the GPU's large page:
- * the spilled part then starts on one), charged; 0 when none. */
+ * the spilled part then starts on one), charged; 0 when none. A charge refused after the room
+ * was read (another thread charged first, or a shared budget is fuller than the cap) is tried
+ * again with the room read again, a few times; then all of it spills. */
 static uint64_t charge_under_cap(int dev, uint64_t bytes) {
   const uint64_t step = UINT64_C(2) << 20;
-  for (;;) {
-    uint64_t limit = cap_limit(dev, 0), used = cap_used(dev);
-    uint64_t room = limit > used ? limit - used : 0;
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t room = cap_room(dev);
     uint64_t part = (room < bytes ? room : bytes) / step * step;
     if (part == 0 || cap_charge(dev, part)) {
       return part;
     }
   }
+  return 0;
 }
 
 CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned flags, int lib,

@@ -24,7 +24,7 @@ spilltest() {
       shift
     done
     shift
-    "${shim}_shim" "$TESTBIN/spilltest" "$@"
+    "${shim}_shim" timeout 300 "$TESTBIN/spilltest" "$@" # a bound for hangs, not a timing
   )
 }
 
@@ -113,6 +113,17 @@ run spill-tf GPUCAP_MEMORY_LIMIT=$cap GPUCAP_OVERSUBSCRIBE=64MiB GPUCAP_REPORT=o
 below "fraction 1.5 under --oversubscribe: the device's peak stays within the cap" \
   "$(fake spill-tf peak_bytes)" $cap
 is "$(report spill-tf peak_spilled_bytes)" $((32 * MiB)) "  the half beyond the cap spilled"
+
+# 3b. The same with the driver's own memory (401 MiB a context on the fake) in a 1 GiB cap that
+# counts it (GPUCAP_CAP_COVERS=process, the default): what stays on the device is the cap less
+# that memory, the rest spills, and the device never holds more than the cap for the process.
+GiB=$((1 << 30))
+run spill-driver FAKECUDA_DRIVER_MEMORY=on FAKECUDA_MEMORY=4GiB GPUCAP_MEMORY_LIMIT=1GiB \
+  GPUCAP_OVERSUBSCRIBE=2GiB GPUCAP_REPORT=off -- managed $GiB ok
+below "driver memory on: the device's peak for the process stays within the cap" \
+  "$(fake spill-driver peak_bytes)" $GiB
+ok "$([ "$(report spill-driver peak_spilled_bytes)" -gt $((GiB / 2 + 256 * MiB)) ]; echo $?)" \
+  "  more than the half beyond the cap spilled: the driver's share of the cap too ($(report spill-driver peak_spilled_bytes))"
 
 # 4. A spill budget too small: refused, and the verdict says the budget was the limit.
 run small GPUCAP_MEMORY_LIMIT=$cap GPUCAP_OVERSUBSCRIBE=8MiB GPUCAP_SPILL=on -- \
