@@ -28,7 +28,7 @@ struct device_cap {
   _Atomic uint64_t limit;     /* valid once `ready` */
   _Atomic uint64_t guarantee; /* valid once `ready` */
   atomic_bool ready;
-  atomic_bool warned; /* the cap above the device's memory was said */
+  atomic_bool warned;        /* the cap above the device's memory was said */
   _Atomic uint64_t overhead; /* the driver's own memory for the process (cap_set_overhead) */
   _Atomic uint64_t charges;  /* successful charges so far */
   _Atomic uint64_t peak;     /* the peak of used + overhead, and at it: */
