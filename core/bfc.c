@@ -1,4 +1,5 @@
-/* bfc: best-fit-with-coalescing pool (contracts in bfc.h; design in docs/benchmarks.md).
+/* bfc: best-fit-with-coalescing pool (contracts in bfc.h; design in docs/design.md, "Inside
+ * the pool").
  *
  * Invariants: chunks tile each region in address order; no two adjacent chunks are free; every
  * free chunk is in the treap of its size class (ordered by size, then address) or is the one
@@ -622,7 +623,7 @@ static void double_next_region(bfc_pool_t *p) {
  * region of exactly its own size. TensorFlow jumps to the next power of two instead, which
  * strands up to half of it: a 300 MiB block took a 512 MiB region, so three of them did not
  * fit under 1 GiB. Taking a request-sized region near the limit, instead of the headroom, was
- * measured too and needs looser caps (docs/benchmarks.md). */
+ * measured too and needs looser caps (docs/design.md, "Regions never strand"). */
 static uint64_t region_bytes(const bfc_pool_t *p, uint64_t rounded, uint64_t avail) {
   uint64_t bytes = p->growth && rounded > p->next_region ? rounded : p->next_region;
   return bytes < avail ? bytes : avail;
