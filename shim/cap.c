@@ -31,6 +31,7 @@ struct device_cap {
   atomic_bool warned;        /* the cap above the device's memory was said */
   _Atomic uint64_t overhead; /* the driver's own memory for the process (cap_set_overhead) */
   _Atomic uint64_t charges;  /* successful charges so far */
+  _Atomic uint64_t managed;  /* of `used`, managed memory's (cap_managed) */
   _Atomic uint64_t peak;     /* the peak of used + overhead, and at it: */
   _Atomic uint64_t peak_charged, peak_overhead;
 };
@@ -239,6 +240,21 @@ uint64_t cap_overhead(int dev) {
   return atomic_load_explicit(&devices[dev].overhead, memory_order_relaxed);
 }
 
+void cap_managed_add(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
+  atomic_fetch_add_explicit(&devices[dev].managed, bytes, memory_order_relaxed);
+}
+
+void cap_managed_sub(int dev, uint64_t bytes) {
+  CHECK_DEVICE(dev);
+  atomic_fetch_sub_explicit(&devices[dev].managed, bytes, memory_order_relaxed);
+}
+
+uint64_t cap_managed(int dev) {
+  CHECK_DEVICE(dev);
+  return atomic_load_explicit(&devices[dev].managed, memory_order_relaxed);
+}
+
 uint64_t cap_counted_overhead(int dev) {
   return cap_covers_process() ? cap_overhead(dev) : 0;
 }
@@ -297,6 +313,7 @@ static void fork_child(void) {
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {
     atomic_store_explicit(&devices[dev].used, 0, memory_order_relaxed);
     atomic_store_explicit(&devices[dev].overhead, 0, memory_order_relaxed);
+    atomic_store_explicit(&devices[dev].managed, 0, memory_order_relaxed);
   }
 }
 FORK_CHILD(fork_child)

@@ -69,6 +69,13 @@ uint64_t cap_charges(int dev);
 uint64_t cap_overhead(int dev);
 uint64_t cap_set_overhead(int dev, uint64_t bytes);
 
+/* Of dev's charges, those of managed memory (passthru_settle_managed, passthru_spill's part under
+ * the cap): the driver places its pages on demand, so the device may hold less than them, and a
+ * measurement of the driver's own memory cannot take the charges as all held (shim/overhead.c). */
+void cap_managed_add(int dev, uint64_t bytes);
+void cap_managed_sub(int dev, uint64_t bytes);
+uint64_t cap_managed(int dev);
+
 /* The overhead the cap counts: cap_overhead(dev) when the cap covers the process, else 0. */
 uint64_t cap_counted_overhead(int dev);
 

@@ -32,8 +32,9 @@ typedef struct charge {
   uint64_t aux;   /* the owner's: a VMM mapping's handle, a spilled block's range */
   CUcontext ctx;
   int dev;
-  int kind; /* the owner's */
-  int lib;  /* the library charged in the ledger (shim/ledger.h) */
+  int kind;     /* the owner's */
+  int lib;      /* the library charged in the ledger (shim/ledger.h) */
+  bool managed; /* managed memory: on the device only where touched (cap_managed) */
 } charge_t;
 
 /* An entry held across a driver call (opaque). */

@@ -74,7 +74,11 @@ const char *overhead_cause_name(enum overhead_cause c) {
 }
 
 /* NVML's figure for this process on dev less the charges (less `reserved`, charged for a call
- * under way), in *out; *quiet: no charge moved meanwhile. False when NVML does not answer. */
+ * under way), in *out; *quiet: no charge moved meanwhile. False when NVML does not answer.
+ * Managed memory is charged whole but held by the device only where touched: the figure then
+ * lies between NVML's less all the charges and NVML's less those that are not managed, and
+ * *out is the counted overhead kept within those bounds (raised to the first, lowered to the
+ * second), so untouched managed pages never pass for room the driver gave back. */
 static bool by_nvml(int dev, uint64_t reserved, uint64_t *out, bool *quiet) {
   if (atomic_load_explicit(&nvml_gone, memory_order_relaxed)) {
     return false;
@@ -97,7 +101,10 @@ static bool by_nvml(int dev, uint64_t reserved, uint64_t *out, bool *quiet) {
   atomic_store_explicit(&s->listed, true, memory_order_relaxed);
   uint64_t charged = before < after ? before : after;
   charged = charged > reserved ? charged - reserved : 0;
-  *out = whole > charged ? whole - charged : 0;
+  uint64_t managed = cap_managed(dev), held = charged > managed ? charged - managed : 0;
+  uint64_t low = whole > charged ? whole - charged : 0, high = whole > held ? whole - held : 0;
+  uint64_t now = cap_overhead(dev);
+  *out = low > now ? low : high < now ? high : now;
   *quiet = before == after;
   return true;
 }

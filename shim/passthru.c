@@ -44,6 +44,9 @@ static void count_alloc(int dev, uint64_t bytes) {
  * is returned separately). */
 static void forget_block(uint64_t ptr, const charge_t *e, uint64_t ticket) {
   CHECK_DEVICE(e->dev);
+  if (e->managed) {
+    cap_managed_sub(e->dev, e->bytes - e->spill);
+  }
   atomic_fetch_sub(&counters[e->dev].in_use, e->bytes);
   atomic_fetch_add(&counters[e->dev].frees, 1);
   ledger_sub(e->dev, e->lib, e->bytes);
@@ -78,17 +81,19 @@ static void credit_array(uint64_t handle, const charge_t *e) {
 }
 
 /* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block; a spilled block's range in
- * shim/spill.h), the bytes of the charge that are the spill budget's, and the library to charge
- * in the ledger. */
+ * shim/spill.h), the bytes of the charge that are the spill budget's, the library to charge in
+ * the ledger, and whether the block is managed memory. */
 static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind, uint64_t aux,
-                      uint64_t spill, int lib, passthru_free_fn driver_free, void *arg) {
+                      uint64_t spill, int lib, bool managed, passthru_free_fn driver_free,
+                      void *arg) {
   charge_t e = {.bytes = bytes,
                 .spill = spill,
                 .aux = aux,
                 .ctx = NULL,
                 .dev = dev,
                 .kind = (int)kind,
-                .lib = lib},
+                .lib = lib,
+                .managed = managed},
            old;
   if (kind == PASSTHRU_CONTEXT) {
     real.cuCtxGetCurrent(&e.ctx); /* the context whose teardown frees the block */
@@ -103,6 +108,9 @@ static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind 
   if (put > 0) {
     credit_block(ptr, &old); /* freed in a way gpucap did not see */
   }
+  if (managed) {
+    cap_managed_add(dev, bytes - spill);
+  }
   count_alloc(dev, bytes);
   ledger_add(dev, e.lib, bytes);
   trace_spilled(spill);
@@ -114,13 +122,13 @@ static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind 
 
 CUresult passthru_track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind,
                         passthru_free_fn driver_free, void *arg) {
-  return track(ptr, dev, bytes, kind, 0, 0, ledger_caller(), driver_free, arg);
+  return track(ptr, dev, bytes, kind, 0, 0, ledger_caller(), false, driver_free, arg);
 }
 
 CUresult passthru_track_in_pool(uint64_t ptr, int dev, uint64_t bytes, CUmemoryPool pool,
                                 passthru_free_fn driver_free, void *arg) {
   return track(ptr, dev, bytes, PASSTHRU_IN_POOL, (uint64_t)(uintptr_t)pool, 0, ledger_caller(),
-               driver_free, arg);
+               false, driver_free, arg);
 }
 
 /* A block of a destroyed pool takes its own charge (passthru_pool_gone). */
@@ -266,7 +274,7 @@ CUresult passthru_spill(CUdeviceptr *dptr, int dev, uint64_t bytes, unsigned fla
   }
   log_msg(LOG_DEBUG, "device %d: %llu bytes beyond the cap spilled to host memory (%llu under it)",
           dev, (unsigned long long)spill, (unsigned long long)kept);
-  rc = track(p, dev, bytes, PASSTHRU_CONTEXT, range, spill, lib, free_spilled, NULL);
+  rc = track(p, dev, bytes, PASSTHRU_CONTEXT, range, spill, lib, true, free_spilled, NULL);
   if (rc == CUDA_SUCCESS) {
     *dptr = p;
   }
@@ -291,6 +299,15 @@ CUresult passthru_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
     return rc;
   }
   return passthru_track(ptr, dev, bytes, kind, driver_free, arg);
+}
+
+CUresult passthru_settle_managed(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
+                                 passthru_free_fn driver_free) {
+  if (rc != CUDA_SUCCESS) {
+    cap_credit(dev, bytes);
+    return rc;
+  }
+  return track(ptr, dev, bytes, PASSTHRU_CONTEXT, 0, 0, ledger_caller(), true, driver_free, NULL);
 }
 
 CUresult passthru_untrack_free(uint64_t ptr, passthru_free_fn driver_free, void *arg,

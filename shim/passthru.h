@@ -46,6 +46,11 @@ enum passthru_kind { PASSTHRU_CONTEXT = 0, PASSTHRU_ORDERED = 1, PASSTHRU_IN_POO
 CUresult passthru_settle(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
                          enum passthru_kind kind, passthru_free_fn driver_free, void *arg);
 
+/* passthru_settle of a managed block of the current context (cuMemAllocManaged), counted in
+ * cap_managed while it lives. */
+CUresult passthru_settle_managed(CUresult rc, uint64_t ptr, int dev, uint64_t bytes,
+                                 passthru_free_fn driver_free);
+
 /* Counts a refusal and returns CUDA_ERROR_OUT_OF_MEMORY (logged at debug level); the trace's
  * row names the library that called the hook (ledger_caller). */
 CUresult passthru_refuse(int dev, uint64_t bytes);

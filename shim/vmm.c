@@ -84,8 +84,7 @@ GPUCAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
   if (ctx_retry(dev, rc)) {
     rc = real.cuMemAllocManaged(dptr, bytesize, flags);
   }
-  return passthru_settle(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, PASSTHRU_CONTEXT,
-                         free_managed, NULL);
+  return passthru_settle_managed(rc, rc == CUDA_SUCCESS ? *dptr : 0, dev, bytesize, free_managed);
 }
 
 /* Makes room for one more entry in map (created on first use); false when host memory ran out.

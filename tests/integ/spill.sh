@@ -124,6 +124,12 @@ below "driver memory on: the device's peak for the process stays within the cap"
   "$(fake spill-driver peak_bytes)" $GiB
 ok "$([ "$(report spill-driver peak_spilled_bytes)" -gt $((GiB / 2 + 256 * MiB)) ]; echo $?)" \
   "  more than the half beyond the cap spilled: the driver's share of the cap too ($(report spill-driver peak_spilled_bytes))"
+# CuPy's managed pool: the second block asked for before a kernel touched the first, whose pages
+# are then not yet on the device; NVML's figure must not make the driver's memory look smaller.
+run pair-driver FAKECUDA_DRIVER_MEMORY=on FAKECUDA_MEMORY=4GiB GPUCAP_MEMORY_LIMIT=1GiB \
+  GPUCAP_OVERSUBSCRIBE=2GiB GPUCAP_REPORT=off -- pair $GiB
+below "two managed blocks, untouched at the second: the device's peak stays within the cap" \
+  "$(fake pair-driver peak_bytes)" $GiB
 
 # 4. A spill budget too small: refused, and the verdict says the budget was the limit.
 run small GPUCAP_MEMORY_LIMIT=$cap GPUCAP_OVERSUBSCRIBE=8MiB GPUCAP_SPILL=on -- \

@@ -16,6 +16,9 @@
  *   spilltest managed CAP WANT    TensorFlow's per_process_gpu_memory_fraction=1.5: one
  *                                 cuMemAllocManaged of 1.5 x CAP, used by kernels; WANT is ok
  *                                 or refuse
+ *   spilltest pair CAP            CuPy's managed pool: two cuMemAllocManaged of 3/4 x CAP, the
+ *                                 second made before a kernel touched the first; then kernels
+ *                                 all over both
  *   spilltest threads CAP N BYTES N threads, each in a context of its own, allocate BYTES
  *                                 blocks until refused, write and read each back, free them
  *   spilltest fork CAP            spills a block, then forks: the child writes no report
@@ -182,6 +185,28 @@ static int managed_mode(size_t cap, const char *want) {
   return 0;
 }
 
+static int pair_mode(size_t cap) {
+  CUdeviceptr m[2] = {0, 0};
+  size_t bytes = cap / 4 * 3;
+  for (int i = 0; i < 2; i++) {
+    TAP_EQ(cuMemAllocManaged(&m[i], bytes, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS,
+           "managed block %d of 3/4 x the cap, before any kernel", i);
+  }
+  for (int i = 0; i < 2 && m[0] && m[1]; i++) {
+    for (size_t off = 0; off < bytes; off += 2 * MiB) {
+      CK(fakecudaEnqueueWork(NULL, m[i] + off, 1));
+    }
+    CK(cuCtxSynchronize());
+    tap_ok(round_trip(m[i], 4 * MiB, (unsigned char)i), "block %d written and read back", i);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (m[i]) {
+      CK(cuMemFree_v2(m[i]));
+    }
+  }
+  return 0;
+}
+
 struct worker {
   size_t bytes;
   int served, refused, intact, errors;
@@ -274,6 +299,8 @@ int main(int argc, char **argv) {
     split_mode(cap);
   } else if (strcmp(argv[1], "managed") == 0 && argc == 4) {
     managed_mode(cap, argv[3]);
+  } else if (strcmp(argv[1], "pair") == 0) {
+    pair_mode(cap);
   } else if (strcmp(argv[1], "threads") == 0 && argc == 5) {
     threads_mode(atoi(argv[3]), parse(argv[4]));
   } else if (strcmp(argv[1], "fork") == 0) {
