@@ -465,8 +465,8 @@ __attribute__((destructor)) static void fk_unload(void) {
   if (idle) {
     fk_graph_teardown();
     fk_logs_teardown();
+    fk_module_teardown(); /* before the contexts go: a module gives its image back to one */
     fk_stream_teardown();
-    fk_module_teardown();
     fk_vmm_teardown();
     fk_mem_teardown();
     fk_array_teardown();
