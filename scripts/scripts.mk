@@ -12,7 +12,7 @@ CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts
             scripts/found.c scripts/cdi.c
 # gpucap top reads the shared budgets' ledgers and the processes' entries through the shim's own
 # (self-contained) modules.
-CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/budget.o $(BUILD)/obj/shim/roster.o
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/accounting/budget.o $(BUILD)/obj/shim/accounting/roster.o
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)
 

@@ -15,8 +15,8 @@
 #include "config/cfg.h"
 #include "core/report.h"
 #include "scripts/cli.h"
-#include "shim/budget.h"
-#include "shim/roster.h"
+#include "shim/accounting/budget.h"
+#include "shim/accounting/roster.h"
 
 #include <dirent.h>
 #include <errno.h>

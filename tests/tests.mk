@@ -124,7 +124,7 @@ $(BUILD)/tests/smi: $(BUILD)/obj/tests/integ/smi.o
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl
 
 # budgetlock holds a shared budget's ledger lock until killed: the shim's ledger module alone.
-$(BUILD)/tests/budgetlock: $(BUILD)/obj/tests/integ/budgetlock.o $(BUILD)/obj/shim/budget.o
+$(BUILD)/tests/budgetlock: $(BUILD)/obj/tests/integ/budgetlock.o $(BUILD)/obj/shim/accounting/budget.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread

@@ -15,7 +15,7 @@
 #include "config/parse.h"
 #include "scripts/preload.h"
 #include "scripts/slurm/jobcap.h"
-#include "shim/budget.h"
+#include "shim/accounting/budget.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -19,8 +19,8 @@
 #include "core/bfc.h"
 #include "core/front.h"
 #include "scripts/tracecsv.h"
-#include "shim/cudadefs.h"
-#include "shim/gate.h"
+#include "shim/base/cudadefs.h"
+#include "shim/context/gate.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
 #ifndef GPUCAP_TESTS_FAKECUDA_FAKEDEFS_H
 #define GPUCAP_TESTS_FAKECUDA_FAKEDEFS_H
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -509,8 +509,8 @@ enum {
 };
 
 /* names[] index of each option of options.def, in its order (cfg_load's). */
-static const int name_of_opt[] = {0,  1,  9, 10, 11, 16, 17, 18, 20, 2,
-                                  3, 13, 14, 4, 15, 5,  6,  7,  19, 12};
+static const int name_of_opt[] = {0, 1,  9,  10, 11, 16, 17, 18, 20, 2,
+                                  3, 13, 14, 4,  15, 5,  6,  7,  19, 12};
 _Static_assert(sizeof name_of_opt / sizeof name_of_opt[0] == CFG_OPT_COUNT,
                "name_of_opt follows config/options.def");
 

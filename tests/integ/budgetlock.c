@@ -8,7 +8,7 @@
  *                          between its release's store and the wake that follows leaves when
  *                          another process takes and releases the lock in between
  */
-#include "shim/budget.h"
+#include "shim/accounting/budget.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * where gpucap answers for the block by design (docs/design.md, pointer identity); the script
  * checks those separately. usage: badargs
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <dlfcn.h>
 #include <limits.h>

@@ -6,7 +6,7 @@
  */
 #include "tests/reliability/capops.h"
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 

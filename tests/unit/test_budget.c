@@ -3,7 +3,7 @@
  * reclaiming of dead processes' slots (a pid that is gone, a reused pid, the process itself
  * before an exec). Liveness is real: this process and a child that has exited.
  */
-#include "shim/budget.h"
+#include "shim/accounting/budget.h"
 #include "tests/tap.h"
 
 #include <string.h>

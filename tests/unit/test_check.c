@@ -3,7 +3,7 @@
  * line; valid calls pass. Each failing case runs in a child process, judged from outside by its
  * exit status and its stderr. */
 #define GPUCAP_CHECKED 1
-#include "shim/check.h"
+#include "shim/base/check.h"
 
 #include "tests/tap.h"
 

@@ -1130,13 +1130,11 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT",  "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",
-      "GPUCAP_SHARE_MIN",     "GPUCAP_SHARE_MAX",       "GPUCAP_OVERSUBSCRIBE",
-      "GPUCAP_SPILL",         "GPUCAP_DISCOVER",        "GPUCAP_CAP_COVERS",
-      "GPUCAP_ALLOW_GROWTH",  "GPUCAP_POOL",            "GPUCAP_FRONTS",
-      "GPUCAP_ARENAS",        "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",
-      "GPUCAP_REPORT_JSON",   "GPUCAP_TRACE",           "GPUCAP_VERBOSE",
-      "GPUCAP_CGROUP_ROOT",   "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",       "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",       "GPUCAP_DISCOVER",
+      "GPUCAP_CAP_COVERS",   "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",        "GPUCAP_FRONTS",
+      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",    "GPUCAP_REPORT_JSON",
+      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "GPUCAP_CGROUP_ROOT", "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];

@@ -921,9 +921,10 @@ static void test_spill(void) {
   r.usage[0].refusals[5] = 1;
   r.usage[1] = (report_usage_t){.device = 1, .peak = 4 << 20, .right_size = 4 << 20};
   report_format_text(rows, 1, &r, text, sizeof text);
-  tap_ok(strstr(text, "  device 0 spilled to host: 1.0 MiB now, 16.0 MiB at peak, 3 allocations "
-                      "(budget 1.0 GiB)\n  device 0 right-size: 80.0 MiB (peak pool + spilled, rounded "
-                      "up: a cap that would not spill)\n") != NULL,
+  tap_ok(strstr(text,
+                "  device 0 spilled to host: 1.0 MiB now, 16.0 MiB at peak, 3 allocations "
+                "(budget 1.0 GiB)\n  device 0 right-size: 80.0 MiB (peak pool + spilled, rounded "
+                "up: a cap that would not spill)\n") != NULL,
          "spill: the table says what spilled, and the right size is a cap that would not spill");
   tap_ok(strstr(text, "device 0 refusals: 1 (spill_full 1)") != NULL,
          "spill: a refusal of the spill budget has its verdict");

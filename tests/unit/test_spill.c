@@ -5,11 +5,11 @@
  * log and driver table. Prints TAP.
  */
 #include "config/cfg.h"
-#include "shim/check.h"
-#include "shim/log.h"
-#include "shim/real.h"
-#include "shim/settings.h"
-#include "shim/spill.h"
+#include "shim/base/check.h"
+#include "shim/base/log.h"
+#include "shim/base/real.h"
+#include "shim/base/settings.h"
+#include "shim/accounting/spill.h"
 #include "tests/tap.h"
 
 #include <stdarg.h>
