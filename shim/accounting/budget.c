@@ -1,6 +1,6 @@
-/* The shared budget's ledger file (contract and layout in budget.h). Creation is race-free: the
- * first process writes a complete ledger into an unnamed file (O_TMPFILE in /dev/shm) and links
- * it in place; whoever loses the race opens the winner's, so nobody ever maps half a ledger.
+/* The shared budget's file (contract and layout in budget.h). Creation is race-free: the
+ * first process writes a whole budget into an unnamed file (O_TMPFILE in /dev/shm) and links
+ * it in place; whoever loses the race opens the winner's, so nobody ever maps half a budget.
  * Liveness is the pid and its start time together, read from /proc/PID/stat: a pid that is gone,
  * a zombie (its device memory is already freed) or a pid reused by a later process is dead.
  */
@@ -227,7 +227,7 @@ __attribute__((format(printf, 4, 5))) static int fail(int rc, char *err, size_t 
 
 static int os_error(const char *path, const char *what, char *err, size_t errlen) {
   int e = errno;
-  return fail(-e, err, errlen, "budget ledger %s: %s: %s", path, what, strerror(e));
+  return fail(-e, err, errlen, "budget file %s: %s: %s", path, what, strerror(e));
 }
 
 static int check(const char *path, int fd, struct budget **out, char *err, size_t errlen) {
@@ -243,17 +243,17 @@ static int check(const char *path, int fd, struct budget **out, char *err, size_
   } else if ((st.st_mode & 07777) != 0600) {
     why = "not mode 0600";
   } else if (st.st_size != (off_t)sizeof(struct budget)) {
-    why = "not the size of a ledger of this gpucap version";
+    why = "not the size of a budget file of this gpucap version";
   }
   if (why) {
-    return fail(-EPROTO, err, errlen, "budget ledger %s: %s", path, why);
+    return fail(-EPROTO, err, errlen, "budget file %s: %s", path, why);
   }
   struct budget *l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (l == MAP_FAILED) {
     return os_error(path, "mmap", err, errlen);
   }
   if (memcmp(l->magic, BUDGET_MAGIC, sizeof l->magic) != 0) {
-    why = "not a gpucap budget ledger (bad magic)";
+    why = "not a gpucap budget file (bad magic)";
   } else if (l->version != BUDGET_VERSION || l->size != sizeof *l || l->nslots != BUDGET_SLOTS ||
              l->ndevices != BUDGET_DEVICES) {
     why = "made by another gpucap version (layout differs)";
@@ -262,7 +262,7 @@ static int check(const char *path, int fd, struct budget **out, char *err, size_
   }
   if (why) {
     munmap(l, sizeof *l);
-    return fail(-EPROTO, err, errlen, "budget ledger %s: %s", path, why);
+    return fail(-EPROTO, err, errlen, "budget file %s: %s", path, why);
   }
   *out = l;
   return 0;
@@ -285,7 +285,7 @@ int budget_unnamed(size_t size, void **map) {
   return fd;
 }
 
-/* Writes a complete ledger into an unnamed file and links it at path. Returns 0 (created and
+/* Writes a whole budget into an unnamed file and links it at path. Returns 0 (created and
  * mapped), 1 (another process linked one first: open that), or a negative errno. */
 static int create(const char *path, const char *name, const char *settings, struct budget **out,
                   char *err, size_t errlen) {
@@ -335,17 +335,17 @@ int budget_open(const char *name, bool make, const char *settings, struct budget
       rc = check(path, fd, out, err, errlen);
       close(fd);
     } else if (errno == ELOOP) {
-      rc = fail(-EPROTO, err, errlen, "budget ledger %s: a symbolic link", path);
+      rc = fail(-EPROTO, err, errlen, "budget file %s: a symbolic link", path);
     } else if (errno != ENOENT) {
       rc = os_error(path, "cannot open it", err, errlen);
     } else if (!make) {
-      rc = fail(-ENOENT, err, errlen, "budget ledger %s: no such budget", path);
+      rc = fail(-ENOENT, err, errlen, "budget file %s: no such budget", path);
     } else {
       rc = create(path, name, settings, out, err, errlen); /* 1: lost the race, open it */
     }
   }
   if (rc == 1) {
-    rc = fail(-EAGAIN, err, errlen, "budget ledger %s: appears and disappears", path);
+    rc = fail(-EAGAIN, err, errlen, "budget file %s: appears and disappears", path);
   }
   errno = saved;
   return rc;

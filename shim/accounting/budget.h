@@ -1,11 +1,11 @@
-/* The shared budget's ledger: one small POSIX shared-memory file per budget and user,
+/* The shared budget's file: one small POSIX shared-memory file per budget and user,
  * /dev/shm/gpucap-budget.UID.NAME (owner-only, 0600), which every process naming the budget maps.
  * It holds the budget's settings (fixed by its creator), per device (by UUID) the cap, the
  * guarantee and the peak, and per live process its pid, start time and charged bytes.
  *
  * Invariants: a process's bytes are counted in its own slot only, so the budget's use is always
  * the sum over the occupied slots (never a separate counter a dead process could leave wrong);
- * every figure is read or changed under the ledger's lock, a process-shared robust mutex (a
+ * every figure is read or changed under the file's lock, a process-shared robust mutex (a
  * holder killed inside it leaves at most its own slot half-written, and that slot is reclaimed).
  * A slot is occupied while its pid is non-zero; it is claimed by filling it before the pid is
  * set and freed by clearing the pid. Whoever looks reclaims the slots of processes that are gone
@@ -13,7 +13,7 @@
  *
  * Self-contained (libc only, no other shim module, no message printed: errors come back as
  * text), so the gpucap command links it too (`gpucap top`). Not thread-safe by itself: the
- * callers serialise their own threads around a mapping; the ledger's lock is innermost.
+ * callers serialise their own threads around a mapping; the file's lock is innermost.
  */
 #ifndef GPUCAP_SHIM_BUDGET_H
 #define GPUCAP_SHIM_BUDGET_H
@@ -77,28 +77,28 @@ struct budget {
   struct budget_slot slot[BUDGET_SLOTS];
 };
 
-/* The ledger's path for budget `name` of effective user uid into buf. */
+/* The file's path for budget `name` of effective user uid into buf. */
 void budget_path(const char *name, unsigned uid, char *buf, size_t len);
 
-/* Maps budget `name`'s ledger (read-write) into *out. With `create`, a missing ledger is made
+/* Maps budget `name`'s file (read-write) into *out. With `create`, a missing file is made
  * (race-free: written in full under no name, then linked in place) with `settings` as its
  * settings; without, a missing one fails -ENOENT. The file is checked: a regular file owned by
- * this user, mode 0600, of the ledger's size, magic, version and layout. Returns 0; -EPROTO
- * when the file is not such a ledger (reason in err, naming the path); -ENOENT; another
- * negative errno when a system call failed (reason in err). errno unchanged. */
+ * this user, mode 0600, of the file's size, magic, version and layout. Returns 0; -EPROTO
+ * when the file is not a budget file of this version (reason in err, naming the path); -ENOENT;
+ * another negative errno when a system call failed (reason in err). errno unchanged. */
 int budget_open(const char *name, bool create, const char *settings, struct budget **out, char *err,
                 size_t errlen);
 
 /* An unnamed file of `size` bytes in BUDGET_DIR (O_TMPFILE, owner-only), mapped shared into
- * *map, for a file that is written whole before it is linked in place (a ledger, and the
+ * *map, for a file that is written whole before it is linked in place (a budget file, and the
  * entries of shim/roster.h), so that no reader ever sees half of one. Returns its descriptor
  * (close-on-exec), or -1 with errno set. */
 int budget_unnamed(size_t size, void **map);
 
-/* Unmaps a ledger from budget_open. */
+/* Unmaps a file from budget_open. */
 void budget_close(struct budget *l);
 
-/* Takes the ledger's lock. A holder that died leaves it to the caller, who counts a recovery
+/* Takes the file's lock. A holder that died leaves it to the caller, who counts a recovery
  * and makes it consistent; a wake lost to a holder's death costs a waiter at most 50 ms.
  * Returns 0, or -ENOTRECOVERABLE. */
 int budget_lock(struct budget *l);

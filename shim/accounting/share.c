@@ -1,6 +1,6 @@
 /* This process's part in a shared budget (see share.h). The mapping, the slot and the binding of
  * each CUDA ordinal to the budget's device entry are set once under `join_lock` and published
- * with release stores; charges then take only the ledger's own (robust, process-shared) lock.
+ * with release stores; charges then take only the file's own (robust, process-shared) lock.
  * A refusal is sticky: once the process is refused it stays refused (cap 0), never uncapped.
  */
 #include "shim/accounting/share.h"
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 static pthread_mutex_t join_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct budget *_Atomic ledger; /* mapped once, kept across fork (MAP_SHARED) */
+static struct budget *_Atomic shared; /* mapped once, kept across fork (MAP_SHARED) */
 static _Atomic int slot = -1;         /* this process's slot; -1 before it joins */
 static atomic_bool refused;
 static pid_t my_pid;
@@ -57,7 +57,7 @@ static void refuse(const char *fmt, const char *a, const char *b) {
   }
 }
 
-/* Starts the budget afresh: no live process is left, so what the ledger says is a previous
+/* Starts the budget afresh: no live process is left, so what the file says is a previous
  * run's (its processes gone); the joining process's settings become the budget's. Locked. */
 static void restart(struct budget *l, const char *text) {
   memset(l->dev, 0, sizeof l->dev);
@@ -75,7 +75,7 @@ static void join(void) {
   }
   char text[BUDGET_SETTINGS_MAX], err[512];
   settings_text(text, sizeof text);
-  struct budget *l = atomic_load(&ledger);
+  struct budget *l = atomic_load(&shared);
   for (int tries = 0;; tries++) {
     if (!l) {
       int rc = budget_open(settings_get()->share, true, text, &l, err, sizeof err);
@@ -84,10 +84,10 @@ static void join(void) {
                rc == -EPROTO ? " (remove the file if no process of the budget is running)" : "");
         return;
       }
-      atomic_store(&ledger, l);
+      atomic_store(&shared, l);
     }
     if (budget_lock(l) != 0) {
-      refuse("%s%s", "its ledger's lock is unrecoverable", "");
+      refuse("%s%s", "its file's lock is unrecoverable", "");
       return;
     }
     if (!l->removed || tries == 3) {
@@ -97,12 +97,12 @@ static void join(void) {
      * it would split the budget from the processes that open it by name from now on. */
     budget_unlock(l);
     budget_close(l);
-    atomic_store(&ledger, NULL);
+    atomic_store(&shared, NULL);
     l = NULL;
   }
   if (l->removed) {
     budget_unlock(l);
-    refuse("%s%s", "its ledger keeps being removed (gpucap top --clean)", "");
+    refuse("%s%s", "its file keeps being removed (gpucap top --clean)", "");
     return;
   }
   my_pid = getpid();
@@ -150,7 +150,7 @@ static void join(void) {
 /* Binds CUDA ordinal dev to the budget's entry for its UUID, creating it with this process's
  * cap and guarantee, or refusing the process when the entry says otherwise. join_lock held. */
 static void bind_device(int dev, uint64_t cap, uint64_t min) {
-  struct budget *l = atomic_load(&ledger);
+  struct budget *l = atomic_load(&shared);
   CUuuid u;
   char uuid[BUDGET_UUID_MAX];
   if (!real.cuDeviceGetUuid_v2 || real.cuDeviceGetUuid_v2(&u, (CUdevice)dev) != CUDA_SUCCESS) {
@@ -159,7 +159,7 @@ static void bind_device(int dev, uint64_t cap, uint64_t min) {
   }
   runinfo_format_uuid(&u, uuid, sizeof uuid);
   if (budget_lock(l) != 0) {
-    refuse("%s%s", "its ledger's lock is unrecoverable", "");
+    refuse("%s%s", "its file's lock is unrecoverable", "");
     return;
   }
   int d = budget_find(l, uuid);
@@ -232,7 +232,7 @@ static bool entry(int dev, struct budget **l, int *d, int *s) {
     join();
     pthread_mutex_unlock(&join_lock);
   }
-  *l = atomic_load(&ledger);
+  *l = atomic_load(&shared);
   *d = b - 1;
   *s = atomic_load(&slot);
   return *s >= 0 && !atomic_load(&refused);
@@ -314,7 +314,7 @@ bool share_view(int dev, uint64_t idle, uint64_t *headroom, uint64_t *cap) {
 }
 
 uint64_t share_asked(void) {
-  struct budget *l = atomic_load_explicit(&ledger, memory_order_acquire);
+  struct budget *l = atomic_load_explicit(&shared, memory_order_acquire);
   uint64_t mask = 0;
   if (!l || atomic_load_explicit(&slot, memory_order_relaxed) < 0) {
     return 0;
@@ -331,7 +331,7 @@ uint64_t share_asked(void) {
 
 void share_answered(int dev) {
   log_msg(LOG_DEBUG, "device %d: giving idle pool memory back to the shared budget", dev);
-  struct budget *l = atomic_load(&ledger);
+  struct budget *l = atomic_load(&shared);
   int b = dev >= 0 && dev < GPUCAP_MAX_DEVICES ? atomic_load(&bound[dev]) : 0;
   if (l && b > 0) {
     atomic_store_explicit(&seen_asks[b - 1], __atomic_load_n(&l->dev[b - 1].asks, __ATOMIC_RELAXED),
@@ -341,22 +341,22 @@ void share_answered(int dev) {
 
 /* The mapping, opened (never created) for a process that has not joined: an NVML tool. */
 static struct budget *mapped(void) {
-  struct budget *l = atomic_load(&ledger);
+  struct budget *l = atomic_load(&shared);
   char err[512];
   if (l || !share_active()) {
     return l;
   }
   pthread_mutex_lock(&join_lock);
-  l = atomic_load(&ledger);
+  l = atomic_load(&shared);
   if (!l && budget_open(settings_get()->share, false, "", &l, err, sizeof err) == 0) {
-    atomic_store(&ledger, l);
+    atomic_store(&shared, l);
   }
   pthread_mutex_unlock(&join_lock);
   return l;
 }
 
 int share_ordinal(const char *uuid) {
-  struct budget *l = atomic_load(&ledger);
+  struct budget *l = atomic_load(&shared);
   if (!l || budget_lock(l) != 0) {
     return -1;
   }

@@ -69,7 +69,7 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
   run --separate-stderr "$GPUCAP" top --once --json --budget "$(budget)"
   status_is 0
   [ "$output" = '{"version": 2, "processes": [], "budgets": []}' ]
-  [[ "$stderr" == *"gpucap: warning: budget ledger $f: not the size of a ledger"* ]]
+  [[ "$stderr" == *"gpucap: warning: budget file $f: not the size of a budget file"* ]]
 }
 
 # ---- Every process running with gpucap, shared budget or not ----

@@ -53,7 +53,7 @@ is "$(free_of "$out")" $((10 * MiB)) \
   "a second process of the budget sees 300 - 200 MiB free, then 10 after taking 90"
 like "$out" "alloc 2" "... and is refused 150 MiB (CUDA_ERROR_OUT_OF_MEMORY) though the device has 824 free"
 ledger=/dev/shm/gpucap-budget.$uid.$name-a
-is "$(stat -c %a "$ledger")" 600 "the budget's ledger is owner-only (0600)"
+is "$(stat -c %a "$ledger")" 600 "the budget's file is owner-only (0600)"
 smi=$(with_shim "$nvml" child smi 2>&1)
 like "$smi" "used $((200 * MiB)) free $((100 * MiB)) total $((300 * MiB))" \
   "an NVML tool under the budget (like nvidia-smi under gpucap run): total = the cap, used = the budget's"
@@ -153,7 +153,7 @@ await "$WORK/a.out" holding
 "$TESTBIN/budgetlock" "$name-wedge" >"$WORK/lock.out" 2>&1 &
 locker=$!
 await "$WORK/lock.out" locked
-like "$(cat "$WORK/lock.out")" "^locked" "a process takes the budget's ledger lock and stays"
+like "$(cat "$WORK/lock.out")" "^locked" "a process takes the budget's file lock and stays"
 kill -9 "$locker"
 wait "$locker" 2>/dev/null
 # timeout: a bound for a wedged lock (a hang fails the test), not a timing.
@@ -171,7 +171,7 @@ is $? 0 "A went on past the dead holder and exited normally"
 # releasing the lock in between, leaves the waiters asleep on a free lock; budgetlock's "lose"
 # mode leaves that state directly.)
 export GPUCAP_SHARE=$name-lost
-with_shim "$probe" init ctx info >/dev/null 2>&1 # makes the budget's ledger
+with_shim "$probe" init ctx info >/dev/null 2>&1 # makes the budget's file
 mkfifo "$WORK/fl"
 rm -f "$WORK/lock.out"
 "$TESTBIN/budgetlock" "$name-lost" lose <"$WORK/fl" >"$WORK/lock.out" 2>&1 &
@@ -206,12 +206,12 @@ export GPUCAP_SHARE=$name-bad
 printf 'garbage' >"$bad"
 chmod 600 "$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
-like "$out" "gpucap: error: shared budget '$name-bad': budget ledger $bad: not the size of a ledger of this gpucap version \\(remove the file if no process of the budget is running\\); every allocation is refused" \
+like "$out" "gpucap: error: shared budget '$name-bad': budget file $bad: not the size of a budget file of this gpucap version \\(remove the file if no process of the budget is running\\); every allocation is refused" \
   "a ledger of the wrong size: refused with the path and the reason"
 like "$out" "alloc 2" "... and allocations refused"
 head -c "$(stat -c %s "$ledger")" /dev/zero >"$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
-like "$out" "$bad: not a gpucap budget ledger \\(bad magic\\)" "a ledger of the right size but no magic: refused"
+like "$out" "$bad: not a gpucap budget file \\(bad magic\\)" "a ledger of the right size but no magic: refused"
 chmod 644 "$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
 like "$out" "$bad: not mode 0600" "a ledger others may read or write: refused"
@@ -225,7 +225,7 @@ err=$("$BUILD/gpucap" top --once 2>&1 >/dev/null | grep -F "gpucap-budget.$uid.$
 is "$err" "" "gpucap top: nothing to say about good ledgers"
 printf 'garbage' >"$bad"
 chmod 600 "$bad"
-like "$("$BUILD/gpucap" top --once 2>&1 >/dev/null)" "gpucap: warning: budget ledger $bad: not the size" \
+like "$("$BUILD/gpucap" top --once 2>&1 >/dev/null)" "gpucap: warning: budget file $bad: not the size" \
   "... a warning naming a bad one"
 rm -f "$bad"
 

@@ -1,4 +1,4 @@
-/* budgetlock: takes a shared budget's ledger lock and keeps it until killed, for
+/* budgetlock: takes a shared budget's file lock and keeps it until killed, for
  * tests/integ/budget.sh (the process a test kills with kill -9 inside the lock). Links the
  * shim's ledger module (shim/budget.c) and nothing else. Not a TAP test itself.
  *
