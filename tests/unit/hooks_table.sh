@@ -11,5 +11,5 @@ want=$(for b in $bases; do
   sed -n "s/^GPA_ENTRY(\"$b\", *\([0-9]*\), *\([A-Z_]*\), *\"\([A-Za-z0-9_]*\)\").*/$b \1 \2 \3/p" \
     "$TOP/tests/fakecuda/gpa_table.inc"
 done | sort)
-is "$ours" "$want" "base/hooks.def lists every ABI variant of the $(echo $bases | wc -w) hooked names"
+is "$ours" "$want" "hooks.def lists every ABI variant of the $(echo $bases | wc -w) hooked names"
 done_testing
