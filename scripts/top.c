@@ -1,12 +1,13 @@
 /* gpucap top: the processes of this user running with gpucap on this machine (their roster
- * entries, shim/roster.h) and its shared budgets (their ledgers, shim/budget.h), read from those
- * files and nothing else (no CUDA): per process and device its cap, pool, peak and refusals; per
- * budget and device the cap, what its processes hold (the whole: their allocations, their pools'
- * idle part and the driver's own memory for them), the peak and the refusals, then each
- * process. Like top(1) it refreshes until `q` (or an interrupt); with stdout not a terminal it
- * prints a snapshot per interval, and --once prints one. --json writes the
- * snapshot as one JSON document (the schema is docs/report.md's "gpucap top --json"). Looking is
- * also reclaiming: the slots of dead processes are freed, as any process of the budget would.
+ * entries, shim/accounting/roster.h) and its shared budgets (their ledgers,
+ * shim/accounting/budget.h), read from those files and nothing else (no CUDA): per process and
+ * device its cap, pool, peak and refusals; per budget and device the cap, what its processes hold
+ * (the whole: their allocations, their pools' idle part and the driver's own memory for them), the
+ * peak and the refusals, then each process. Like top(1) it refreshes until `q` (or an interrupt);
+ * with stdout not a terminal it prints a snapshot per interval, and --once prints one. --json
+ * writes the snapshot as one JSON document (the schema is docs/report.md's "gpucap top --json").
+ * Looking is also reclaiming: the slots of dead processes are freed, as any process of the budget
+ * would.
  * --clean removes what no live process owns: the entries of processes that ended without
  * removing theirs (SIGKILL, a crash) and the budgets none of whose processes runs.
  */
@@ -385,8 +386,8 @@ static void clean_entry(void *arg, const char *path) {
 }
 
 /* Removes budget `name`'s ledger when none of its processes runs: under its lock, marked
- * removed first, so a process that mapped it meanwhile opens the budget afresh (shim/share.c).
- * Returns 1 when removed. */
+ * removed first, so a process that mapped it meanwhile opens the budget afresh
+ * (shim/accounting/share.c). Returns 1 when removed. */
 static int clean_budget(const char *name) {
   struct budget *l;
   char err[512], path[256];

@@ -53,7 +53,7 @@ $(BUILD)/tests/test_check: $(BUILD)/obj/tests/unit/test_check.o $(BUILD)/obj/shi
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
 TEST_PROGRAMS += $(BUILD)/tests/test_check
 
-# ---- The shared budget's ledger arithmetic (shim/accounting/budget.c), on a ledger in ordinary memory. ----
+# ---- The shared budget's file arithmetic (shim/accounting/budget.c), on a ledger in ordinary memory. ----
 $(BUILD)/tests/test_budget: $(BUILD)/obj/tests/unit/test_budget.o $(BUILD)/obj/shim/accounting/budget.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)

@@ -91,8 +91,8 @@ int budget_open(const char *name, bool create, const char *settings, struct budg
 
 /* An unnamed file of `size` bytes in BUDGET_DIR (O_TMPFILE, owner-only), mapped shared into
  * *map, for a file that is written whole before it is linked in place (a budget file, and the
- * entries of shim/roster.h), so that no reader ever sees half of one. Returns its descriptor
- * (close-on-exec), or -1 with errno set. */
+ * entries of shim/accounting/roster.h), so that no reader ever sees half of one. Returns its
+ * descriptor (close-on-exec), or -1 with errno set. */
 int budget_unnamed(size_t size, void **map);
 
 /* Unmaps a file from budget_open. */

@@ -3,9 +3,9 @@
  * cluster set (its PCI bus id asked of the driver) and the device's real total memory, then
  * published with a release store. Charges are CAS loops on one atomic counter per device, so
  * concurrent allocations never overshoot the cap; under GPUCAP_CAP_COVERS=process the loop
- * admits within the cap less the overhead (the driver's own memory, set by shim/overhead.c).
- * The peak of charges + overhead is kept with a CAS; its split is stored beside it without a
- * lock (figures for the exit report).
+ * admits within the cap less the overhead (the driver's own memory, set by
+ * shim/accounting/overhead.c). The peak of charges + overhead is kept with a CAS; its split is
+ * stored beside it without a lock (figures for the exit report).
  */
 #include "shim/accounting/cap.h"
 
@@ -151,7 +151,7 @@ uint64_t cap_guarantee(int dev) {
   return atomic_load_explicit(&c->guarantee, memory_order_relaxed);
 }
 
-/* What the process now holds on dev, for `gpucap top` (shim/roster.h). */
+/* What the process now holds on dev, for `gpucap top` (shim/accounting/roster.h). */
 static void publish(int dev, uint64_t used) {
   cap_bind(dev, 0); /* a charge or credit is a use of the device */
   roster_note(dev, cap_limit(dev), used, settings_valid() ? settings_get()->share : "");

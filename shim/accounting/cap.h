@@ -1,10 +1,10 @@
 /* The per-process cap: settings loaded once from config/, each device's limit, and the bytes
  * charged against it. "Charged" means bytes gpucap obtained from the driver for the program.
  * Under GPUCAP_CAP_COVERS=process (the default) the cap also covers the driver's own memory for
- * the process (its "overhead", measured by shim/overhead.c and set here): admission is then
- * within the cap less the overhead, and what the program sees counts it as used.
- * Devices are CUDA ordinals as the process sees them (the CUdevice of the current context).
- * All functions are thread-safe; charges are lock-free atomics.
+ * the process (its "overhead", measured by shim/accounting/overhead.c and set here): admission is
+ * then within the cap less the overhead, and what the program sees counts it as used. Devices are
+ * CUDA ordinals as the process sees them (the CUdevice of the current context). All functions are
+ * thread-safe; charges are lock-free atomics.
  */
 #ifndef GPUCAP_SHIM_CAP_H
 #define GPUCAP_SHIM_CAP_H
@@ -67,8 +67,8 @@ uint64_t cap_used(int dev);
  * anything was charged since it last looked. */
 uint64_t cap_charges(int dev);
 
-/* The driver's own memory for this process on dev as last measured (shim/overhead.h sets it):
- * the cap's admission and view count it when the cap covers the process, and a shared budget's
+/* The driver's own memory for this process on dev as last measured (shim/accounting/overhead.h sets
+ * it): the cap's admission and view count it when the cap covers the process, and a shared budget's
  * slot holds it beside the charges either way. cap_set_overhead returns the previous figure. */
 uint64_t cap_overhead(int dev);
 uint64_t cap_set_overhead(int dev, uint64_t bytes);
@@ -93,7 +93,7 @@ void cap_peak(int dev, struct cap_peak *out);
 void cap_view(int dev, uint64_t idle, uint64_t physical, uint64_t *free_bytes,
               uint64_t *total_bytes);
 
-/* The arithmetic of cap_view, shared with NVML's figures (shim/nvml.c) so CUDA and NVML can
+/* The arithmetic of cap_view, shared with NVML's figures (shim/entry/nvml.c) so CUDA and NVML can
  * never disagree: `limit` the cap (CAP_NONE: none), `held` bytes the program holds under it,
  * `idle` bytes held for it unused, `room` what a shared budget still admits for this process
  * (UINT64_MAX: no budget); *free_bytes and *total_bytes the device's figures in, the program's

@@ -1,4 +1,4 @@
-/* The per-library ledger (see shim/ledger.h).
+/* The per-library ledger (see shim/accounting/ledger.h).
  *
  * Call sites: a direct-mapped table of LEDGER_SITES atomic words, each (return address << 16 |
  * generation << 8 | library index), so a lookup is one relaxed load and a compare. A miss runs

@@ -1,7 +1,7 @@
 /* NVML as gpucap itself asks it: what NVML says this process holds on a device (the figure
  * nvidia-smi shows for it), the measure of the driver's own memory behind GPUCAP_CAP_COVERS
- * (shim/overhead.h). Also NVML's types, declared here as shim/cudadefs.h declares CUDA's
- * (layouts of nvml.h), for the NVML hooks too (shim/nvml.h).
+ * (shim/accounting/overhead.h). Also NVML's types, declared here as shim/base/cudadefs.h declares
+ * CUDA's (layouts of nvml.h), for the NVML hooks too (shim/entry/nvml.h).
  *
  * NVML is the program's when it has loaded it, else gpucap loads libnvidia-ml.so.1 itself (and
  * calls nvmlInit_v2 once, never nvmlShutdown) the first time a figure is asked for, which happens

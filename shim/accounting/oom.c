@@ -1,5 +1,5 @@
-/* The out-of-memory verdict and messages (see shim/oom.h). The first refusal's report is built
- * in a stack buffer and written with one write(2), so that another thread's lines cannot fall
+/* The out-of-memory verdict and messages (see shim/accounting/oom.h). The first refusal's report is
+ * built in a stack buffer and written with one write(2), so that another thread's lines cannot fall
  * inside it; its figures carry the exit report's names (cap, pool, in use, largest free). */
 #include "shim/accounting/oom.h"
 

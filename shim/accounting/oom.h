@@ -44,9 +44,9 @@ typedef struct oom_facts {
                          * memory was less than the region */
   uint64_t others_hold; /* then: what other processes and the driver held, when known; else 0 */
   uint64_t in_capture;  /* bytes the refusing pool held deferred while a capture kept gpucap from
-                         * synchronising (shim/capture.h); else 0 */
-  uint64_t spill_max;   /* the spill budget (shim/spill.h) that also refused the request, which
-                         * was beyond the cap; else 0 */
+                         * synchronising (shim/context/capture.h); else 0 */
+  uint64_t spill_max;   /* the spill budget (shim/accounting/spill.h) that also refused the request,
+                         * which   was beyond the cap; else 0 */
   uint64_t spilled;     /* then: what that budget held */
 } oom_facts_t;
 

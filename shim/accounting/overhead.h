@@ -1,23 +1,22 @@
 /* The driver's own memory for this process on each device (its "overhead"): what the device holds
  * for the process beyond gpucap's charges — its contexts with their local memory, printf FIFO and
  * heap, the code of its modules, its allocations' rounding to the driver's pages. Measured where
- * the driver says it, and set in shim/cap.h, whose admission and view count it when the cap covers
- * the process (GPUCAP_CAP_COVERS=process, the default).
+ * the driver says it, and set in shim/accounting/cap.h, whose admission and view count it when the
+ * cap covers the process (GPUCAP_CAP_COVERS=process, the default).
  *
  * Measured, per device, by the first method that answers:
- *   nvml    NVML's figure for this process (what nvidia-smi lists for it, shim/nvmlq.h) less the
- *           charges: everything, exactly, whatever made it;
- *   deltas  the fall in cuMemGetInfo's free memory across each call gpucap sees change the
- *           driver's memory (contexts made and destroyed, modules and libraries loaded and
- *           unloaded, cuCtxSetLimit), less the charges made meanwhile; a process's first context,
- *           made with none current, is measured as what the device shows in use beyond the
- *           charges right after it (exact alone on the device, more beside other processes).
- * When: a device's first allocation; after each of those calls; at every get-info (cuMemGetInfo,
- * NVML's memory queries); before a refusal; and, near the cap (charges + overhead within its last
- * eighth, at least 64 MiB), before each allocation once anything was charged since the last
- * measurement. What the driver takes without a call gpucap sees (a launch that loads code lazily
- * or needs a deeper stack) is counted from the next measurement on.
- * Thread-safe: per-device atomics; measurements run with no gpucap lock held.
+ *   nvml    NVML's figure for this process (what nvidia-smi lists for it, shim/accounting/nvmlq.h)
+ * less the charges: everything, exactly, whatever made it; deltas  the fall in cuMemGetInfo's free
+ * memory across each call gpucap sees change the driver's memory (contexts made and destroyed,
+ * modules and libraries loaded and unloaded, cuCtxSetLimit), less the charges made meanwhile; a
+ * process's first context, made with none current, is measured as what the device shows in use
+ * beyond the charges right after it (exact alone on the device, more beside other processes). When:
+ * a device's first allocation; after each of those calls; at every get-info (cuMemGetInfo, NVML's
+ * memory queries); before a refusal; and, near the cap (charges + overhead within its last eighth,
+ * at least 64 MiB), before each allocation once anything was charged since the last measurement.
+ * What the driver takes without a call gpucap sees (a launch that loads code lazily or needs a
+ * deeper stack) is counted from the next measurement on. Thread-safe: per-device atomics;
+ * measurements run with no gpucap lock held.
  */
 #ifndef GPUCAP_SHIM_OVERHEAD_H
 #define GPUCAP_SHIM_OVERHEAD_H
@@ -65,7 +64,7 @@ bool overhead_recheck(int dev);
  * to `cause`; when it brings the process over its cap one warning names `call` (gpucap cannot
  * refuse what the driver takes for itself: allocations are refused until the process is back
  * under its cap). dev < 0: nothing is done. `reserved` bytes that the caller charged for the call
- * (a prediction, shim/limit.c) are left out of the charges while measuring. */
+ * (a prediction, shim/entry/limit.c) are left out of the charges while measuring. */
 struct overhead_call {
   int dev;
   bool teardown; /* the call can only give memory back (a destroy, an unload) */

@@ -11,10 +11,10 @@
 
 #include <stddef.h>
 
-/* At a device's first use (shim/cap.c, when its cap is computed): learns the device's name and
- * UUID from the driver, and at the first call of all the job identifiers (config/job.h), and
- * arms gpucap's handlers of terminating signals (signals_arm). Thread-safe; idempotent; a driver
- * error leaves the name or UUID unknown. */
+/* At a device's first use (shim/accounting/cap.c, when its cap is computed): learns the device's
+ * name and UUID from the driver, and at the first call of all the job identifiers (config/job.h),
+ * and arms gpucap's handlers of terminating signals (signals_arm). Thread-safe; idempotent; a
+ * driver error leaves the name or UUID unknown. */
 void runinfo_learn(int dev);
 
 /* Writes "GPU-" and the UUID u in nvidia-smi's form (41 bytes with the NUL) into out[cap]. */

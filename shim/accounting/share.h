@@ -1,13 +1,13 @@
 /* This process's part in a shared budget (GPUCAP_SHARE): several processes under one cap per
- * device, kept in the budget's file (shim/budget.h). Without GPUCAP_SHARE every function here
- * does nothing and answers "no budget", so the per-process cap alone applies.
+ * device, kept in the budget's file (shim/accounting/budget.h). Without GPUCAP_SHARE every function
+ * here does nothing and answers "no budget", so the per-process cap alone applies.
  *
  * The process joins at its first use of a device (share_limit, from cap_bind): it takes a slot,
  * and each CUDA ordinal it uses is bound to the budget's entry for that device's UUID. A process
  * whose settings differ from the budget's (or that cannot use the file) is refused: its cap is 0
  * on every device, one error line says why. Charges go to the file under its lock after the
- * per-process cap admitted them (shim/cap.c). Thread-safe; a fork child starts with no slot and
- * joins at its first charge.
+ * per-process cap admitted them (shim/accounting/cap.c). Thread-safe; a fork child starts with no
+ * slot and joins at its first charge.
  */
 #ifndef GPUCAP_SHIM_SHARE_H
 #define GPUCAP_SHIM_SHARE_H

@@ -1,7 +1,7 @@
-/* The spill budgets and the spilled ranges (see shim/spill.h). Charges are CAS loops like the
- * cap's (shim/cap.c); the ranges are one array sorted by address under a mutex that is never
- * held across a driver call, with an atomic count so that a process that never spilled takes no
- * lock in the prefetch and advice hooks.
+/* The spill budgets and the spilled ranges (see shim/accounting/spill.h). Charges are CAS loops
+ * like the cap's (shim/accounting/cap.c); the ranges are one array sorted by address under a mutex
+ * that is never held across a driver call, with an atomic count so that a process that never
+ * spilled takes no lock in the prefetch and advice hooks.
  */
 #include "shim/accounting/spill.h"
 

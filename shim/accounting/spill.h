@@ -2,7 +2,7 @@
  * each device's spill budget, host memory that managed memory (and, with GPUCAP_SPILL, device
  * allocations the cap refuses) may take beyond the cap, kept on the host by advice. This module
  * keeps the budgets' charges, the address ranges spilled (so that the program's own prefetches
- * and advice cannot bring them to a device: shim/managed.c) and the exit report's figures.
+ * and advice cannot bring them to a device: shim/entry/managed.c) and the exit report's figures.
  * Thread-safe: charges are CAS loops on atomics, as the cap's; the ranges are a sorted array
  * under one mutex, never held across a driver call, read without it while none exists. A fork
  * child starts with nothing spilled.

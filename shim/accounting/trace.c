@@ -1,5 +1,5 @@
 /* The allocation trace. Each event takes a ticket from one atomic counter where its outcome is
- * decided (shim/pool.c takes it under the pool's lock), so the tickets are in the order of the
+ * decided (shim/pool/pool.c takes it under the pool's lock), so the tickets are in the order of the
  * operations. The event is stored, unformatted, in the ring slot of its ticket; whoever flushes
  * formats the slots in ticket order, stopping at the first slot not yet filled, into a 64 KiB
  * buffer that is appended to the file when full. A writer whose slot is still held by a row
@@ -7,7 +7,7 @@
  * Recording an event costs a counter increment and a few stores: no lock, no formatting, no
  * I/O; trace_poll, called with no lock held, does the formatting and writing once a quarter of
  * the ring is waiting.
- * The file is created at the first poll after the first event (shim/log.c's checks: no
+ * The file is created at the first poll after the first event (shim/base/log.c's checks: no
  * symlink, no other user's file, no file another output setting writes), with the user's umask;
  * a failure to create it is reported once and tracing stops. The file only ever holds whole
  * lines: a write that fails (a full disk, a file size limit) is cut back to the last whole
@@ -52,7 +52,7 @@ struct slot {
   _Atomic uint64_t ticket; /* the ticket whose event this slot holds, once it is stored */
   int64_t ns;              /* CLOCK_REALTIME */
   uint64_t ptr, size, held, stream;
-  uint64_t spilled;    /* of held, the bytes spilled to host memory (shim/spill.h) */
+  uint64_t spilled;    /* of held, the bytes spilled to host memory (shim/accounting/spill.h) */
   const char *verdict; /* a refusal's (static text), or NULL */
   int32_t tid;
   int16_t dev;

@@ -37,16 +37,16 @@ uint64_t trace_ticket(void);
 /* Records one event at `ticket` (nothing when ticket is 0; no row for TRACE_NONE): its device
  * (-1 when not known), the block's or region's address (0 for a refusal), the bytes asked for
  * (for a free, those the block was asked with; for a region, its size), the bytes it holds
- * (chunk size; 0 for a refusal), and the ledger's library of the block (shim/ledger.h; -1 for
- * a region, which is gpucap's pool's). The stream is the one trace_stream set for this thread.
- * Writes no file; waits only when the ring is full of rows not yet written (then it writes
+ * (chunk size; 0 for a refusal), and the ledger's library of the block (shim/accounting/ledger.h;
+ * -1 for a region, which is gpucap's pool's). The stream is the one trace_stream set for this
+ * thread. Writes no file; waits only when the ring is full of rows not yet written (then it writes
  * them itself). May be called under a pool lock. */
 void trace_fill(uint64_t ticket, enum trace_action action, int dev, uint64_t ptr, uint64_t size,
                 uint64_t held, int lib);
 
-/* The trace's state (shim/trace.c), which the inline calls below test first: TRACE_STATE_OFF
- * once GPUCAP_TRACE was found unset, so that a program not tracing pays one load per event;
- * > 0 while events are recorded. */
+/* The trace's state (shim/accounting/trace.c), which the inline calls below test first:
+ * TRACE_STATE_OFF once GPUCAP_TRACE was found unset, so that a program not tracing pays one load
+ * per event; > 0 while events are recorded. */
 #define TRACE_STATE_OFF (-1)
 extern atomic_int trace_state;
 
@@ -80,7 +80,7 @@ static inline void trace_poll(void) {
   }
 }
 
-/* Writes out whatever is recorded, taking the lock with exit_lock (shim/exit.h). Returns false
+/* Writes out whatever is recorded, taking the lock with exit_lock (shim/base/exit.h). Returns false
  * iff the lock stayed busy (the rows are then left as they are). Async-signal-safe. */
 bool trace_flush(void);
 

@@ -1,4 +1,4 @@
-/* The checked build's failure path (see shim/check.h); built always, called only there. */
+/* The checked build's failure path (see shim/base/check.h); built always, called only there. */
 #include "shim/base/check.h"
 
 #include "shim/base/log.h"

@@ -1,4 +1,4 @@
-/* The exit path's bounded waits and its notes (see shim/exit.h). */
+/* The exit path's bounded waits and its notes (see shim/base/exit.h). */
 #include "shim/base/exit.h"
 
 #include "shim/base/fork.h"

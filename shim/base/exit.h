@@ -1,8 +1,8 @@
 /* Waiting at the end of the process. At exit (or before an exec) another thread may hold any
  * lock, or the exiting thread itself may (a signal handler that calls exit() interrupted it): the
- * exit path (shim/finish.c) never blocks on a lock. It takes each one with exit_lock, which gives
- * up after a bounded wait, and says what it skipped (exit_note) instead of writing nothing. Any
- * module may use these on its own exit work; they call nothing else in the shim.
+ * exit path (shim/entry/shutdown.c) never blocks on a lock. It takes each one with exit_lock, which
+ * gives up after a bounded wait, and says what it skipped (exit_note) instead of writing nothing.
+ * Any module may use these on its own exit work; they call nothing else in the shim.
  */
 #ifndef GPUCAP_SHIM_EXIT_H
 #define GPUCAP_SHIM_EXIT_H

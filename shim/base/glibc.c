@@ -27,7 +27,7 @@
 #if defined(__x86_64__)
 #define GLIBC_BASE "GLIBC_2.2.5"
 #define GLIBC_DLINFO "GLIBC_2.3.3" /* dlinfo and dladdr1 appeared later on x86-64 */
-#define GLIBC_ROBUST "GLIBC_2.12"  /* robust mutexes (shim/budget.c) */
+#define GLIBC_ROBUST "GLIBC_2.12"  /* robust mutexes (shim/accounting/budget.c) */
 #elif defined(__aarch64__)
 #define GLIBC_BASE "GLIBC_2.17"
 #define GLIBC_DLINFO "GLIBC_2.17"
@@ -59,7 +59,7 @@ int stat(const char *restrict path, struct stat *restrict st) {
 #if __GLIBC_PREREQ(2, 34)
 
 /* OLDV(version, ret, name, params, args): `name` calling name@version through the alias
- * old_name. dlopen is not among them: the library exports its own (shim/deepbind.c), which
+ * old_name. dlopen is not among them: the library exports its own (shim/entry/deepbind.c), which
  * reaches glibc's through dlvsym. */
 #define OLDV(version, ret, name, params, args)                                                     \
   ret old_##name params;                                                                           \
@@ -109,7 +109,7 @@ OLD(int, pthread_mutexattr_setpshared, (pthread_mutexattr_t * a, int shared), (a
 OLDV(GLIBC_ROBUST, int, pthread_mutexattr_setrobust, (pthread_mutexattr_t * a, int robust),
      (a, robust))
 OLDV(GLIBC_ROBUST, int, pthread_mutex_consistent, (pthread_mutex_t * m), (m))
-/* The IPC server thread (shim/ipc.c), started with every signal blocked (pthread_sigmask also
+/* The IPC server thread (shim/entry/ipc.c), started with every signal blocked (pthread_sigmask also
  * gained a version in 2.32). */
 OLD(int, pthread_create,
     (pthread_t *restrict t, const pthread_attr_t *restrict a, void *(*fn)(void *),

@@ -1,4 +1,4 @@
-/* Loading the settings (see shim/settings.h): cfg_load and cfg_discover once under
+/* Loading the settings (see shim/base/settings.h): cfg_load and cfg_discover once under
  * pthread_once, their messages and the warning about unknown GPUCAP_ variables printed as
  * config/ wrote them.
  */

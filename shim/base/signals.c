@@ -1,5 +1,5 @@
 /* gpucap's handler of SIGTERM and SIGINT, and the interposed ways to set a signal's action
- * (see shim/signals.h). Which of the two signals gpucap holds is one atomic flag each; changes
+ * (see shim/base/signals.h). Which of the two signals gpucap holds is one atomic flag each; changes
  * to their actions, the program's and gpucap's, are serialised by a bounded spin flag (never a
  * mutex: sigaction is async-signal-safe, so a program may call it from a handler that
  * interrupted one of these). The wrappers run before sanitizer runtimes have initialised (they
@@ -83,7 +83,8 @@ void signals_die(int sig) {
   raise(sig); /* blocked inside the handler: delivered, by default, as it returns */
 }
 
-/* The exit path's entry for a terminating signal (shim/finish.h), set once from a constructor. */
+/* The exit path's entry for a terminating signal (shim/entry/shutdown.h), set once from a
+ * constructor. */
 static bool (*_Atomic on_end)(int sig, const char *name);
 
 void signals_on_end(bool (*fn)(int sig, const char *name)) {

@@ -11,15 +11,15 @@
 
 #include <stdbool.h>
 
-/* At the first use of CUDA that reaches gpucap (shim/runinfo.c): installs gpucap's handler for
- * SIGTERM and for SIGINT if, and only if, the signal's disposition is the default then. The
- * handler runs the exit path (the function signals_on_end set), restores the default and
+/* At the first use of CUDA that reaches gpucap (shim/accounting/runinfo.c): installs gpucap's
+ * handler for SIGTERM and for SIGINT if, and only if, the signal's disposition is the default then.
+ * The handler runs the exit path (the function signals_on_end set), restores the default and
  * re-raises the signal. Idempotent; thread-safe. */
 void signals_arm(void);
 
 /* Sets what the handler runs first: fn(sig, its name) returns true when the caller should end
  * the process now (false: someone else will). Called once, from the exit path's constructor
- * (shim/finish.c), so that this file calls nothing above it. Async-signal-safe to read. */
+ * (shim/entry/shutdown.c), so that this file calls nothing above it. Async-signal-safe to read. */
 void signals_on_end(bool (*fn)(int sig, const char *name));
 
 /* Ends the process by `sig` as its default action would: restores the default disposition and

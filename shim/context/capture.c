@@ -1,4 +1,4 @@
-/* Stream capture (see shim/capture.h): the capture status of a stream, and a count of the
+/* Stream capture (see shim/context/capture.h): the capture status of a stream, and a count of the
  * captures begun and not ended, kept by the hooks on cuStreamBeginCapture (every ABI),
  * cuStreamBeginCaptureToGraph and cuStreamEndCapture (shim/entry/stream.c). A capture counts
  * from just before its begin (dropped again if the begin fails) to an end that ends it (success,

@@ -1,7 +1,7 @@
 /* Stream capture as gpucap must respect it. While a stream is being captured, work issued to
  * it becomes graph nodes, and waiting for it (a stream or context synchronisation) fails and
  * invalidates the capture, in whatever thread the wait is made. So gpucap passes captured
- * stream-ordered calls through (shim/graph.h charges graph memory at launch), and never
+ * stream-ordered calls through (shim/entry/graph.h charges graph memory at launch), and never
  * synchronises a context itself while a capture may be going on: it counts the captures that
  * the program began and has not ended (the hooks are shim/entry/stream.c).
  */

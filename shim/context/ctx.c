@@ -1,6 +1,6 @@
-/* The table of context objects and their lifecycle (see shim/ctx.h): look-up and creation on
- * first use, dying and dropping when the driver destroys a context, the fork child's fresh
- * start and the exit listing. The allocation path is shim/ctx_alloc.c.
+/* The table of context objects and their lifecycle (see shim/context/ctx.h): look-up and creation
+ * on first use, dying and dropping when the driver destroys a context, the fork child's fresh start
+ * and the exit listing. The allocation path is shim/context/ctx_alloc.c.
  */
 #include "shim/context/ctx_impl.h"
 
@@ -272,7 +272,7 @@ void ctx_dying(CUcontext handle, bool dying) {
   }
 }
 
-/* The ledger's share of a block still held when its pool goes (shim/ledger.h). */
+/* The ledger's share of a block still held when its pool goes (shim/accounting/ledger.h). */
 static int unledger(void *arg, const bfc_chunk_info_t *k) {
   if (k->state == BFC_IN_USE) {
     ledger_sub(*(const int *)arg, (int)k->tag, k->size);

@@ -1,6 +1,6 @@
 /* The context object: one per CUDA context gpucap served (and the device it is on), holding
- * its lock, its pool (shim/pool.h) and its out-of-memory streak; the pass-through blocks and
- * arrays made in it are recorded with its handle (shim/passthru.h) and go with it.
+ * its lock, its pool (shim/pool/pool.h) and its out-of-memory streak; the pass-through blocks and
+ * arrays made in it are recorded with its handle (shim/pool/passthru.h) and go with it.
  *
  * Lifecycle: created on the first pooled allocation in the context (ctx_alloc), marked dying
  * while the driver destroys it (ctx_dying), dropped when the driver did (ctx_destroyed: on
@@ -62,7 +62,7 @@ bool ctx_admit(int dev, uint64_t bytes);
 /* Gives back device dev's idle memory of every kind gpucap can reach: the wholly free regions
  * (or units) of every pool on dev, their deferred frees settled first; the charges of
  * stream-ordered frees the streams have reached (waited for); what the driver's stream-ordered
- * pools hold unused (shim/ordered.h). The caller holds no context's lock. */
+ * pools hold unused (shim/pool/ordered.h). The caller holds no context's lock. */
 void ctx_relieve(int dev);
 
 /* After the driver answered rc to an allocation on device dev: true iff rc is
@@ -114,8 +114,8 @@ bool ctx_pool_of(uint64_t addr, CUcontext *owner, uint64_t *unit);
 uint64_t ctx_idle_bytes(int dev);
 
 /* Retires the deferred frees of every pool that has some, synchronising its context once
- * (skipped while a capture is counted: shim/capture.h). Called just before a capture begins,
- * the last moment a synchronisation is allowed, so that the capture's allocations can reuse
+ * (skipped while a capture is counted: shim/context/capture.h). Called just before a capture
+ * begins, the last moment a synchronisation is allowed, so that the capture's allocations can reuse
  * what the program freed before it. Takes each object's lock in turn; the caller holds none. */
 void ctx_settle_all(void);
 
@@ -132,7 +132,7 @@ void ctx_dying(CUcontext handle, bool dying);
 /* The driver destroyed the context `handle` and freed its memory: drops its object (its pool's
  * figures kept for the exit report) and returns the charges of everything made in it: the
  * pool's regions, its pass-through blocks and arrays; its streams' pending frees are credited.
- * Stream-ordered memory belongs to no context and stays; graph memory is shim/graph.c's. No
+ * Stream-ordered memory belongs to no context and stays; graph memory is shim/entry/graph.c's. No
  * driver call. */
 void ctx_destroyed(CUcontext handle);
 

@@ -1,9 +1,9 @@
-/* A context's allocation path (see shim/ctx.h): serves a request from the context's pool, and
- * when the pool cannot, tries in order: retiring the deferred frees the device has finished
+/* A context's allocation path (see shim/context/ctx.h): serves a request from the context's pool,
+ * and when the pool cannot, tries in order: retiring the deferred frees the device has finished
  * (one context synchronize retires a whole batch instead of one per cudaFree), the fully free
  * regions of the device's other contexts, and the device's pending stream-ordered frees; only
- * then refuses, with one report per burst of failures (shim/oom.h). The context's lock is
- * dropped across every synchronize and every wait. Also the admission of memory the pools do not
+ * then refuses, with one report per burst of failures (shim/accounting/oom.h). The context's lock
+ * is dropped across every synchronize and every wait. Also the admission of memory the pools do not
  * serve (ctx_admit), which gives the pools' wholly free regions back before refusing.
  */
 #include "shim/context/ctx_impl.h"
@@ -34,7 +34,7 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   bfc_usage(o->pool.bfc, &in_use, &deferred, &free_b, &reserved);
   CUcontext handle = atomic_load_explicit(&o->handle, memory_order_acquire);
   if (deferred == 0 || !handle || !capture_sync_enter()) {
-    return; /* a synchronisation would invalidate a capture going on (shim/capture.h) */
+    return; /* a synchronisation would invalidate a capture going on (shim/context/capture.h) */
   }
   uint64_t mark = bfc_defer_mark(o->pool.bfc), ticket = ctx_sync_begin(o);
   pthread_mutex_unlock(&o->lock);
@@ -324,7 +324,7 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
      * (docs/benchmarks.md measures both policies). A VMM-backed pool also retires before it
      * grows (the request is more than its free memory): units mapped around a deferred block
      * would keep part of a unit mapped for a fragment once it is freed. */
-    bool can_sync = !capture_any(); /* shim/capture.h */
+    bool can_sync = !capture_any(); /* shim/context/capture.h */
     bool due = can_sync && tries == 0 && deferred > 0 &&
                (deferred >= free_b / 4 || (c->pool.vmm && free_b < bytes));
     if (!due) {

@@ -90,7 +90,8 @@ void ctx_sync_end(struct ctx *c, uint64_t ticket) {
   }
 }
 
-/* ---- the way in (shim/gate.h): visitors are serialised by the registry lock --------------- */
+/* ---- the way in (shim/context/gate.h): visitors are serialised by the registry lock
+ * --------------- */
 
 static void enter(struct tfront *t) {
   gate_enter(&t->gate);
@@ -518,7 +519,7 @@ void ctx_fronts_unbind(struct ctx *c) {
 }
 
 /* A fork child has one thread and no context: the fronts (the parent's threads', and this
- * thread's) are abandoned unread, as the contexts are (shim/fork.h); kept reachable. */
+ * thread's) are abandoned unread, as the contexts are (shim/base/fork.h); kept reachable. */
 static struct tfront *volatile inherited;
 
 static void fork_child(void) {

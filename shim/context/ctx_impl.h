@@ -1,6 +1,6 @@
-/* The context object's insides, shared by the two files of the module: shim/ctx.c (the table
- * of objects and their lifecycle) and shim/ctx_alloc.c (the allocation path). Nothing outside
- * the module includes this header.
+/* The context object's insides, shared by the two files of the module: shim/context/ctx.c (the
+ * table of objects and their lifecycle) and shim/context/ctx_alloc.c (the allocation path). Nothing
+ * outside the module includes this header.
  */
 #ifndef GPUCAP_SHIM_CTX_IMPL_H
 #define GPUCAP_SHIM_CTX_IMPL_H
@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* Laid out for the fronts' fast paths (shim/ctx_front.c), which read handle, dev, dying,
+/* Laid out for the fronts' fast paths (shim/context/ctx_front.c), which read handle, dev, dying,
  * pressure, epoch and the sync counters on every call from every thread but write none of
  * them: those share a cache line that stays in every core's cache, while the lock, written by
  * every call through the pool, has a line of its own. */
@@ -26,8 +26,8 @@ struct ctx {
    * out again before gpucap learns the outcome, so other threads leave this object alone. */
   atomic_bool dying;
   atomic_int pressure; /* threads in the pool's slow path: frees bypass the fronts (below) */
-  /* Per-thread fronts (shim/ctx_front.c). epoch: bumped (lock held) when the object is made or
-   * dropped, so a front bound to an earlier life of this slot is known stale. The two sync
+  /* Per-thread fronts (shim/context/ctx_front.c). epoch: bumped (lock held) when the object is made
+   * or dropped, so a front bound to an earlier life of this slot is known stale. The two sync
    * counters stamp cached blocks: a synchronisation gpucap makes of the context takes a ticket
    * from sync_started before it begins and raises sync_done to it once it succeeded, so a block
    * freed while sync_started was S is safe to hand out again once sync_done > S. pressure
@@ -51,11 +51,11 @@ struct ctx {
  * holds addr with its lock held; NULL when none (no lock held). */
 struct ctx *ctx_owning_locked(uint64_t addr);
 
-/* ---- per-thread fronts (shim/ctx_front.c) --------------------------------------------------
- * A front has no lock: its owner goes in by a flag of its own, another thread (a visitor, under
- * the registry lock) asks and waits until the owner is out (shim/ctx_front.c). Order: a
- * context's lock, then the fronts' registry, then a visit; an owner inside its front takes no
- * lock and waits for nothing but a visit to end. */
+/* ---- per-thread fronts (shim/context/ctx_front.c)
+ * -------------------------------------------------- A front has no lock: its owner goes in by a
+ * flag of its own, another thread (a visitor, under the registry lock) asks and waits until the
+ * owner is out (shim/context/ctx_front.c). Order: a context's lock, then the fronts' registry, then
+ * a visit; an owner inside its front takes no lock and waits for nothing but a visit to end. */
 
 /* True iff GPUCAP_FRONTS is on (read once). Inline: with fronts off, the hot paths ask it
  * instead of calling into the fronts (ctx_fronts_setting: -1 until read, then 0 or 1). */

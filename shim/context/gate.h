@@ -1,5 +1,6 @@
 /* gate: one owner and occasional visitors taking turns at a structure without a lock (the
- * per-thread fronts, shim/ctx_front.c, and the bench's model of them, tests/bench/replay.c).
+ * per-thread fronts, shim/context/ctx_front.c, and the bench's model of them,
+ * tests/bench/replay.c).
  *
  * Dekker's handshake on two flags, sequentially consistent: the owner raises busy, then reads
  * want; a visitor raises want, then reads busy. Either the visitor sees the owner inside (and

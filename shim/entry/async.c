@@ -2,16 +2,16 @@
  * with its per-thread-stream (_ptsz) variant, and cuMemPoolCreate / cuMemPoolDestroy. These stay
  * with the driver's own stream-ordered pools (which already give stream-ordered reuse: at once
  * on the freeing stream, on other streams after the free completes). Each pool is charged as a
- * whole for what it holds (shim/ordered.h): an allocation admits what the pool may have to grow
- * by before the driver is asked, on the device the memory comes from (the pool's; for
+ * whole for what it holds (shim/pool/ordered.h): an allocation admits what the pool may have to
+ * grow by before the driver is asked, on the device the memory comes from (the pool's; for
  * cuMemAllocAsync the current pool of the stream's device, never the current context's, which
  * may be another device's or none at all), and the pool's charge is read back after it. The
  * memory belongs to no context: only a reset of its device's primary context frees it. A pool
  * gpucap cannot place is charged block by block, each charge kept until the stream reaches the
- * free (shim/pending.h). A cuMemFreeAsync of a block from gpucap's own pool is a deferred pool
+ * free (shim/pool/pending.h). A cuMemFreeAsync of a block from gpucap's own pool is a deferred pool
  * free, reused only after the device has synchronised. On a stream being captured both become
  * graph nodes and go to the driver as they are: graph memory is charged when a launch maps it
- * (shim/graph.h). No lock of its own.
+ * (shim/entry/graph.h). No lock of its own.
  */
 #include "shim/accounting/cap.h"
 #include "shim/context/ctx.h"
@@ -129,7 +129,7 @@ static int block_device(uint64_t ptr) {
 /* whole_pool's answer when the pool was destroyed while its hold was let go: look again. */
 #define LOOK_AGAIN ((CUresult)-1)
 
-/* An allocation from a pool gpucap charges as a whole (shim/ordered.h), on device dev. Held
+/* An allocation from a pool gpucap charges as a whole (shim/pool/ordered.h), on device dev. Held
  * from the admission's last step to the read of what the pool holds after the driver's answer,
  * so that no other allocation grows the pool meanwhile: what it holds unused can serve this one
  * without growth, so only the rest is admitted; relieving memory (which reads every pool) is
@@ -187,7 +187,7 @@ static CUresult alloc_on(enum which w, CUdeviceptr *dptr, size_t bytes, CUmemory
     return call(w, dptr, bytes, pool, stream); /* host memory, or the driver's own error */
   }
   if (capture_stream(stream, o.ptsz)) {
-    return call(w, dptr, bytes, pool, stream); /* a graph's allocation node (shim/graph.h) */
+    return call(w, dptr, bytes, pool, stream); /* a graph's allocation node (shim/entry/graph.h) */
   }
   /* sure: dev is the device the driver will take the memory from. Otherwise the stream's device
    * is charged meanwhile (none when the driver does not describe the stream: it will refuse

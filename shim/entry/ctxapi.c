@@ -1,11 +1,11 @@
 /* Context creation and teardown. A context costs the device memory of its own (the driver's:
- * shim/overhead.h), measured around each creation (cuCtxCreate, a retain that activates a primary
- * context) and teardown. When the driver destroys a context it frees the context's memory, so the
- * pool gpucap kept for it is dropped and the charges of the pass-through blocks and arrays made
- * in it are returned (no driver call made for either): after cuCtxDestroy, after
+ * shim/accounting/overhead.h), measured around each creation (cuCtxCreate, a retain that activates
+ * a primary context) and teardown. When the driver destroys a context it frees the context's
+ * memory, so the pool gpucap kept for it is dropped and the charges of the pass-through blocks and
+ * arrays made in it are returned (no driver call made for either): after cuCtxDestroy, after
  * cuDevicePrimaryCtxReset, and after the last cuDevicePrimaryCtxRelease of a device's primary
  * context. The primary context's handle and retain count come from the program's own retains
- * (shim/context.h).
+ * (shim/entry/ctxapi.h).
  */
 #include "shim/entry/ctxapi.h"
 
@@ -43,7 +43,8 @@ FORK_CHILD(fork_child)
 
 /* The driver freed everything the context ctx held, and completed the work of its streams
  * (stream-ordered frees included): its exports of pooled blocks, its object and what was made
- * in it (shim/ctx.h), and its graphs. Stream-ordered memory belongs to no context: it stays. */
+ * in it (shim/context/ctx.h), and its graphs. Stream-ordered memory belongs to no context: it
+ * stays. */
 static void forget(CUcontext ctx) {
   if (ctx) {
     ipc_forget_context(ctx); /* first: the pool unmaps the blocks' units */

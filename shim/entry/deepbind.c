@@ -2,7 +2,7 @@
  * first (itself, then its dependencies: libc's dlsym and dlopen, the driver) and the global
  * scope, where the preloaded gpucap sits, only after: its CUDA calls, and the dlsym lookups
  * through which the runtime reaches the driver, would bypass gpucap. So gpucap's dlopen
- * (shim/dlsym_entry.S) opens a RTLD_DEEPBIND request itself and then points the imports of
+ * (shim/entry/dlsym_entry.S) opens a RTLD_DEEPBIND request itself and then points the imports of
  * dlsym, dlopen and every hooked name of each object that request loaded at gpucap, exactly
  * what the global scope would have bound them to (RELRO pages are made writable for the write
  * and read-only again). Every other dlopen leaves through a tail jump, untouched.
@@ -364,8 +364,8 @@ static void *open_deep(const char *file, int mode, const char *path) {
 
 static void *deepbind_open(const char *file, int mode, void *caller, long *handled);
 
-/* The C half of gpucap's dlopen (the entry is shim/dlsym_entry.S): *handled = 0 makes the entry
- * tail-jump to glibc's dlopen with the caller's return address in place. */
+/* The C half of gpucap's dlopen (the entry is shim/entry/dlsym_entry.S): *handled = 0 makes the
+ * entry tail-jump to glibc's dlopen with the caller's return address in place. */
 void *gpucap_dlopen_pre(const char *file, int mode, void *caller, long *handled);
 
 __attribute__((visibility("hidden"))) SHIM_UNINSTRUMENTED void *

@@ -1,4 +1,4 @@
-/* The decision half of gpucap's dlsym (the entry is shim/dlsym_entry.S).
+/* The decision half of gpucap's dlsym (the entry is shim/entry/dlsym_entry.S).
  *
  * Only exact hooked names are answered (never a "cu" prefix: cudaMalloc, cublasCreate pass
  * untouched), and only for explicit handles and RTLD_DEFAULT: the caller's handle is looked

@@ -1,7 +1,7 @@
 /* gpucap's dlsym: asks gpucap_dlsym_pre() whether the lookup is one gpucap answers; if not,
  * tail-jumps to glibc's dlsym with the caller's return address still on the stack, so
  * RTLD_NEXT keeps searching after the caller, not after gpucap (see docs/design.md).
- * gpucap's dlopen, the same way: gpucap_dlopen_pre() (shim/deepbind.c) gets the caller's return
+ * gpucap's dlopen, the same way: gpucap_dlopen_pre() (shim/entry/deepbind.c) gets the caller's return
  * address and a flag; it opens an RTLD_DEEPBIND request itself (setting the flag) or leaves
  * it to a tail jump to glibc's dlopen, which then sees its caller as it would without gpucap
  * (dlopen searches the caller's RUNPATH). One unversioned definition of each serves callers

@@ -1,4 +1,4 @@
-/* Graph memory (see shim/graph.h): executable graphs with allocation nodes, the admission of
+/* Graph memory (see shim/entry/graph.h): executable graphs with allocation nodes, the admission of
  * their memory before a launch or upload maps it, and each device's charge for its graph pool.
  *
  * At instantiation gpucap reads the graph's allocation nodes (cuGraphGetNodes,

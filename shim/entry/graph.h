@@ -5,7 +5,7 @@
  * reset. gpucap admits an executable graph's allocation nodes against the cap before the
  * launch that first maps them, and keeps each device's charge equal to the memory the
  * driver's graph pool holds (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT). The hooks are in
- * shim/graph.c.
+ * shim/entry/graph.c.
  */
 #ifndef GPUCAP_SHIM_GRAPH_H
 #define GPUCAP_SHIM_GRAPH_H

@@ -1,5 +1,5 @@
-/* The lazy start (see shim/init.h). The settings are loaded by the first thread that finds the
- * driver adopted; the others wait for it in pthread_once, then skip all of it.
+/* The lazy start (see shim/entry/init.h). The settings are loaded by the first thread that finds
+ * the driver adopted; the others wait for it in pthread_once, then skip all of it.
  */
 #include "shim/entry/init.h"
 

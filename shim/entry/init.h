@@ -1,7 +1,7 @@
-/* gpucap's lazy start, in the order it needs: the driver adopted (shim/real.h), then the
- * settings loaded (shim/settings.h), at the first CUDA call that reaches gpucap, never from a
- * constructor. Every hook begins here (shim/hook.h), and so does the dlsym hook once a lookup
- * landed in a driver. Thread-safe; after the first success, one atomic load.
+/* gpucap's lazy start, in the order it needs: the driver adopted (shim/base/real.h), then the
+ * settings loaded (shim/base/settings.h), at the first CUDA call that reaches gpucap, never from a
+ * constructor. Every hook begins here (shim/entry/prologue.h), and so does the dlsym hook once a
+ * lookup landed in a driver. Thread-safe; after the first success, one atomic load.
  */
 #ifndef GPUCAP_SHIM_INIT_H
 #define GPUCAP_SHIM_INIT_H

@@ -1,4 +1,4 @@
-/* Legacy CUDA IPC of pooled blocks: see shim/ipc.h for the scheme.
+/* Legacy CUDA IPC of pooled blocks: see shim/entry/ipc.h for the scheme.
  *
  * Exporter: cuIpcGetMemHandle of a pooled block records an export (the block, its owner
  * context, and either the region's driver handle with the block's offset, or the block's units)

@@ -6,7 +6,7 @@
  * none. gpucap therefore exports a pooled block as a gpucap handle: a magic, the exporter's pid
  * and uid, the random key of its server and a token. The exporting process serves its exports
  * from one thread of its own, started at its first export, on an abstract unix socket
- * (shim/ipcwire.h): to an importer running under gpucap it answers, for a block of a region
+ * (shim/entry/ipcwire.h): to an importer running under gpucap it answers, for a block of a region
  * pool, the region's driver handle and the block's offset, which the importer opens through the
  * driver; for a block of a VMM-backed pool, a POSIX file descriptor of each unit of physical
  * memory the block lies in (cuMemExportToShareableHandle), which the importer imports, maps

@@ -1,4 +1,4 @@
-/* Unix sockets between an exporting process and its importers: see shim/ipcwire.h. Each
+/* Unix sockets between an exporting process and its importers: see shim/entry/ipcwire.h. Each
  * function leaves errno as it found it and reports failures as its return value.
  */
 #include "shim/entry/ipcwire.h"

@@ -1,6 +1,6 @@
 /* The wire between a process that shares pooled blocks and the processes that open them
- * (shim/ipc.c): unix SOCK_SEQPACKET sockets in the abstract namespace, one listening socket per
- * exporting process, named after its user, its pid and a random key. An abstract name is no
+ * (shim/entry/ipc.c): unix SOCK_SEQPACKET sockets in the abstract namespace, one listening socket
+ * per exporting process, named after its user, its pid and a random key. An abstract name is no
  * file: it goes with the last descriptor of the socket, so a process that dies, even by
  * SIGKILL, leaves nothing behind. File descriptors travel as SCM_RIGHTS. Each side checks the
  * other's credentials (SO_PEERCRED): the listener accepts its own user and root, a client talks

@@ -5,7 +5,7 @@
  * thread the device can hold at once, SMs x threads per SM; the FIFO and heap: their bytes),
  * admits it as a charge for the call and answers CUDA_ERROR_OUT_OF_MEMORY when it does not fit,
  * as the driver would: the limit stays as it was. After the call the driver's memory is measured
- * (shim/overhead.h), which replaces the prediction. No lock of its own.
+ * (shim/accounting/overhead.h), which replaces the prediction. No lock of its own.
  */
 #include "shim/accounting/cap.h"
 #include "shim/context/ctx.h"

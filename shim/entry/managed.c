@@ -1,10 +1,10 @@
 /* The program's own hints about managed memory: cuMemPrefetchAsync (CUDA 8 and 12.2 ABIs,
  * +_ptsz), cuMemAdvise (both ABIs) and the CUDA 13 batches that prefetch. Memory spilled beyond
- * the cap (shim/spill.h) stays on the host whatever the program asks (docs/design.md, "Beyond
- * the card"): the spilled parts of a prefetch to a device are prefetched to the host instead
- * (nothing moves while they are there; any page the driver moved comes back), and advice that
- * would let a device take them (read-mostly, which copies pages to a reading device; a device as
- * their preferred location; no preferred location) is not given for them. Everything else
+ * the cap (shim/accounting/spill.h) stays on the host whatever the program asks (docs/design.md,
+ * "Beyond the card"): the spilled parts of a prefetch to a device are prefetched to the host
+ * instead (nothing moves while they are there; any page the driver moved comes back), and advice
+ * that would let a device take them (read-mostly, which copies pages to a reading device; a device
+ * as their preferred location; no preferred location) is not given for them. Everything else
  * reaches the driver as the program made it, and the driver's answer is returned; a call that
  * names no spilled memory costs one atomic load. No lock of its own.
  */

@@ -1,9 +1,9 @@
 /* The device-memory hooks: allocation, free, get-info, total-mem and pitch, in every ABI the
  * driver resolves them to. cuMemAlloc_v2 and cuMemAllocPitch_v2 are served from the context's
- * pool (shim/ctx.h) unless GPUCAP_POOL=off. Otherwise, and for the legacy 32-bit ABIs,
+ * pool (shim/context/ctx.h) unless GPUCAP_POOL=off. Otherwise, and for the legacy 32-bit ABIs,
  * allocation is pass-through with the cap enforced before the driver is asked (pitch: right
  * after, since only the driver knows the pitch), and each live block remembered with its
- * device and charge (shim/passthru.h) so a free credits exactly what was charged.
+ * device and charge (shim/pool/passthru.h) so a free credits exactly what was charged.
  * No lock of its own.
  */
 #include "shim/accounting/cap.h"

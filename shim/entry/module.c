@@ -1,8 +1,8 @@
 /* Module and library loads and unloads: the driver keeps their code (and, loaded eagerly, a
  * library's) in the current context's device memory, its own memory for the process, so each is
- * measured around the call (shim/overhead.h). Loads the runtime makes through its private tables,
- * and lazy loads at a kernel's first launch, pass no hook: the next measurement counts them.
- * No lock of its own.
+ * measured around the call (shim/accounting/overhead.h). Loads the runtime makes through its
+ * private tables, and lazy loads at a kernel's first launch, pass no hook: the next measurement
+ * counts them. No lock of its own.
  */
 #include "shim/accounting/cap.h"
 #include "shim/entry/prologue.h"

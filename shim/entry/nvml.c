@@ -33,7 +33,7 @@ typedef nvmlReturn_t procs_fn(nvmlDevice_t, unsigned int *, void *);
 typedef nvmlReturn_t uuid_fn(nvmlDevice_t, char *, unsigned int);
 typedef nvmlReturn_t index_fn(nvmlDevice_t, unsigned int *);
 
-/* The hooked functions in shim/nvml.def's order, then the helpers gpucap calls itself. */
+/* The hooked functions in shim/entry/nvml.def's order, then the helpers gpucap calls itself. */
 enum which {
 #define NVML(name) W_##name,
 #include "shim/entry/nvml.def"

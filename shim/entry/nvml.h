@@ -1,5 +1,5 @@
-/* NVML's memory figures and process lists under gpucap (shim/nvml.c; the hooked names are
- * shim/nvml.def). Entry layer: called from gpucap's dlsym.
+/* NVML's memory figures and process lists under gpucap (shim/entry/nvml.c; the hooked names are
+ * shim/entry/nvml.def). Entry layer: called from gpucap's dlsym.
  */
 #ifndef GPUCAP_SHIM_NVML_H
 #define GPUCAP_SHIM_NVML_H
@@ -7,7 +7,7 @@
 #include "shim/accounting/nvmlq.h"
 #include "shim/base/real.h"
 
-/* The hooks (shim/nvml.def), with nvml.h's signatures. */
+/* The hooks (shim/entry/nvml.def), with nvml.h's signatures. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,

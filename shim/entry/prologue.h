@@ -1,5 +1,5 @@
-/* What every driver hook starts with: gpucap started (shim/init.h) and the driver's entry points
- * the hook needs present, or the driver's own answer before it can be reached. Hooks include
+/* What every driver hook starts with: gpucap started (shim/entry/init.h) and the driver's entry
+ * points the hook needs present, or the driver's own answer before it can be reached. Hooks include
  * this header; nothing below them does.
  */
 #ifndef GPUCAP_SHIM_PROLOGUE_H
@@ -12,8 +12,8 @@
 
 /* The first statement of a hook: returns `rc` from it unless gpucap has started and `needed`
  * (the driver entry points the hook calls, e.g. real.cuMemAlloc_v2) holds. A hook that may
- * charge an allocation starts with LEDGER_ENTER() (shim/ledger.h) before it, in the exported
- * function itself. */
+ * charge an allocation starts with LEDGER_ENTER() (shim/accounting/ledger.h) before it, in the
+ * exported function itself. */
 #define HOOK_PROLOGUE_OR(rc, needed)                                                               \
   do {                                                                                             \
     if (!init_ready(NULL) || !(needed)) {                                                          \

@@ -2,7 +2,7 @@
  * region, so cuMemGetAddressRange_v2 and the RANGE_START_ADDR / RANGE_SIZE pointer attributes
  * are answered for the block the program allocated (its base and the size it asked for); an
  * address inside a pool region that the program does not hold is answered as unknown memory.
- * A block opened from another gpucap process (shim/ipc.h) is described the same way.
+ * A block opened from another gpucap process (shim/entry/ipc.h) is described the same way.
  */
 #include "shim/entry/prologue.h"
 #include "shim/entry/ipc.h"

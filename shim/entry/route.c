@@ -1,4 +1,4 @@
-/* The hook table built from shim/hooks.def, and the cuGetProcAddress routing rule.
+/* The hook table built from shim/base/hooks.def, and the cuGetProcAddress routing rule.
  * The rule is the driver's own (docs/design.md, "Routing"): highest ABI version not above
  * the request, per-thread variant on request. Read-only data; no locks needed.
  */

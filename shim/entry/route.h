@@ -1,4 +1,4 @@
-/* The table of hooked driver entry points (shim/hooks.def) and the routing rule that maps a
+/* The table of hooked driver entry points (shim/base/hooks.def) and the routing rule that maps a
  * cuGetProcAddress query to the hook of exactly the ABI the driver handed back.
  * Immutable after load; every function here is thread-safe and allocation-free.
  */

@@ -1,8 +1,8 @@
-/* What gpucap does when the process ends (see shim/finish.h): withdraws its IPC exports, writes
- * out the allocation trace and, only for a process that allocated (or was refused) device
+/* What gpucap does when the process ends (see shim/entry/shutdown.h): withdraws its IPC exports,
+ * writes out the allocation trace and, only for a process that allocated (or was refused) device
  * memory, the exit report: a table to stderr or a file (GPUCAP_REPORT) and JSON
  * (GPUCAP_REPORT_JSON), with notes saying what could not be included. It runs once, from a
- * destructor at a normal exit or from gpucap's handler of SIGTERM or SIGINT (shim/signals.c),
+ * destructor at a normal exit or from gpucap's handler of SIGTERM or SIGINT (shim/base/signals.c),
  * after which the signal terminates the process as it would have. No CUDA call, no malloc
  * (static buffers), no lock that it waits for longer than EXIT_WAIT_MS. _exit() and SIGKILL
  * skip all of this.
@@ -289,7 +289,7 @@ void shutdown_before_exec(void) {
   }
 }
 
-/* Signals reach the exit path through shim/signals.c, which knows nothing above it. */
+/* Signals reach the exit path through shim/base/signals.c, which knows nothing above it. */
 __attribute__((constructor)) static void finish_init(void) {
   signals_on_end(shutdown_by_signal);
 }

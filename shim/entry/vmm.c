@@ -2,7 +2,7 @@
  * memory management API. cuMemAllocManaged is charged to the current device for its size
  * (the driver may place it there) and credited by cuMemFree; beyond the cap, with a spill
  * budget (GPUCAP_OVERSUBSCRIBE), the rest is charged to that budget and kept on the host
- * (shim/passthru.h, passthru_spill).
+ * (shim/pool/passthru.h, passthru_spill).
  *
  * VMM: cuMemCreate charges the device a physical allocation is placed on (device locations
  * only: host and host-NUMA locations are host memory and left alone). The driver frees that
@@ -35,7 +35,7 @@
 struct phys {
   uint64_t bytes;
   int dev;
-  int lib;     /* the library charged in the ledger (shim/ledger.h) */
+  int lib;     /* the library charged in the ledger (shim/accounting/ledger.h) */
   int refs;    /* handle references: cuMemCreate, cuMemRetainAllocationHandle */
   int maps;    /* live mappings */
   int pins;    /* driver calls in flight that name this handle */

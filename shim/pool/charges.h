@@ -28,12 +28,13 @@ typedef struct charges {
 /* One entry. */
 typedef struct charge {
   uint64_t bytes;
-  uint64_t spill; /* of bytes, those charged to the spill budget, not the cap (shim/spill.h) */
+  uint64_t spill; /* of bytes, those charged to the spill budget, not the cap
+                     (shim/accounting/spill.h) */
   uint64_t aux;   /* the owner's: a VMM mapping's handle, a spilled block's range */
   CUcontext ctx;
   int dev;
   int kind; /* the owner's */
-  int lib;  /* the library charged in the ledger (shim/ledger.h) */
+  int lib;  /* the library charged in the ledger (shim/accounting/ledger.h) */
 } charge_t;
 
 /* An entry held across a driver call (opaque). */

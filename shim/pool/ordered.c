@@ -1,4 +1,4 @@
-/* The driver's stream-ordered pools and their charges (see shim/ordered.h). A table of the
+/* The driver's stream-ordered pools and their charges (see shim/pool/ordered.h). A table of the
  * pools gpucap has met, one slot each: handle and device (set when the slot is taken, never
  * changed), the bytes charged for what the pool holds, and the hold's mutex. A destroyed pool's
  * slot is closed for good, so a slot never changes pools under a holder; a program that makes

@@ -1,7 +1,7 @@
-/* The pass-through path (see shim/passthru.h): admission under the cap, the records of the
+/* The pass-through path (see shim/pool/passthru.h): admission under the cap, the records of the
  * blocks and arrays the driver made under a charge, and the per-device counters the exit report
  * shows for memory served outside the pools.
- * Locking: each record table has its own mutex (shim/charges.h), never held across a driver
+ * Locking: each record table has its own mutex (shim/pool/charges.h), never held across a driver
  * call; the counters are atomics.
  */
 #include "shim/pool/passthru.h"
@@ -78,8 +78,8 @@ static void credit_array(uint64_t handle, const charge_t *e) {
 }
 
 /* passthru_track's, with aux (the pool of a PASSTHRU_IN_POOL block; a spilled block's range in
- * shim/spill.h), the bytes of the charge that are the spill budget's, and the library to charge
- * in the ledger. */
+ * shim/accounting/spill.h), the bytes of the charge that are the spill budget's, and the library to
+ * charge in the ledger. */
 static CUresult track(uint64_t ptr, int dev, uint64_t bytes, enum passthru_kind kind, uint64_t aux,
                       uint64_t spill, int lib, passthru_free_fn driver_free, void *arg) {
   charge_t e = {.bytes = bytes,

@@ -2,8 +2,8 @@
  * (GPUCAP_POOL=off, the legacy ABIs, stream-ordered, managed and array allocations): the
  * current device, the charge, and the records of what each live block or array was charged and
  * the context it was made in, so that a free credits exactly what was charged and a context's
- * teardown (shim/ctx.h) returns what the context held. Counters per device for the exit report.
- * Thread-safe; the records' mutexes are never held across a driver call.
+ * teardown (shim/context/ctx.h) returns what the context held. Counters per device for the exit
+ * report. Thread-safe; the records' mutexes are never held across a driver call.
  */
 #ifndef GPUCAP_SHIM_PASSTHRU_H
 #define GPUCAP_SHIM_PASSTHRU_H
@@ -30,14 +30,14 @@ CUresult passthru_current_device(int *dev);
 bool passthru_prepare(bool args_ok, int *dev, CUresult *rc);
 
 /* Charges `bytes` to dev (from passthru_current_device) iff that stays within the cap, waiting
- * for the device's pending stream-ordered frees (shim/pending.h) before giving up; returns true
- * iff charged. The hooks admit through ctx_admit (shim/ctx.h), which also gives the pools'
- * wholly free regions back. */
+ * for the device's pending stream-ordered frees (shim/pool/pending.h) before giving up; returns
+ * true iff charged. The hooks admit through ctx_admit (shim/context/ctx.h), which also gives the
+ * pools' wholly free regions back. */
 bool passthru_admit(int dev, uint64_t bytes);
 
 /* What a tracked block belongs to: the context it was made in (freed with it), or, for
  * stream-ordered memory, no context (freed with its device's primary context). A block of a
- * driver's pool that gpucap charges as a whole (shim/ordered.h) carries no charge of its own:
+ * driver's pool that gpucap charges as a whole (shim/pool/ordered.h) carries no charge of its own:
  * it is recorded for the counters, the ledger and the trace only. */
 enum passthru_kind { PASSTHRU_CONTEXT = 0, PASSTHRU_ORDERED = 1, PASSTHRU_IN_POOL = 2 };
 
@@ -54,15 +54,15 @@ CUresult passthru_refuse(int dev, uint64_t bytes);
 CUresult passthru_refuse_as(int dev, uint64_t bytes, int lib);
 
 /* passthru_refuse_as of a request beyond the cap that the spill budget refused too (verdict
- * spill_full: shim/oom.h). */
+ * spill_full: shim/accounting/oom.h). */
 CUresult passthru_refuse_spill(int dev, uint64_t bytes, int lib);
 
 /* Serves `bytes` the cap refused on dev (dev >= 0) beyond it (GPUCAP_OVERSUBSCRIBE; docs/
  * design.md, "Beyond the card"), as managed memory (cuMemAllocManaged with `flags`): the part
  * the cap still holds, in whole 2 MiB, is charged to it and may live on the device; the rest is
  * charged to the spill budget and advised to stay on the host (spill_keep_on_host), recorded as
- * spilled (shim/spill.h) and tracked as a block of the current context for library lib, so a
- * free or the context's teardown returns both charges. Returns CUDA_SUCCESS with *dptr; else
+ * spilled (shim/accounting/spill.h) and tracked as a block of the current context for library lib,
+ * so a free or the context's teardown returns both charges. Returns CUDA_SUCCESS with *dptr; else
  * CUDA_ERROR_OUT_OF_MEMORY with *budget_full true when the spill budget cannot hold the rest
  * (the caller reports the refusal), or the driver's error (CUDA_ERROR_OUT_OF_MEMORY when the
  * advice failed: the block is freed, never left where a device could take it), with nothing
@@ -93,7 +93,7 @@ CUresult passthru_track_in_pool(uint64_t ptr, int dev, uint64_t bytes, CUmemoryP
 void passthru_pool_gone(CUmemoryPool pool);
 
 /* What becomes of a freed block's charge (passthru_charge_of): NULL credits it at once; a
- * function takes it over (a stream-ordered free: shim/pending.h) with the block's record and
+ * function takes it over (a stream-ordered free: shim/pool/pending.h) with the block's record and
  * `arg`. */
 typedef void (*passthru_after_fn)(const charge_t *e, void *arg);
 

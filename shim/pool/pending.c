@@ -1,4 +1,4 @@
-/* Pending stream-ordered frees (see shim/pending.h): a list in age order of {device, bytes,
+/* Pending stream-ordered frees (see shim/pool/pending.h): a list in age order of {device, bytes,
  * event}, and a few spare events per context to reuse. An entry is credited exactly once (when
  * its event is seen complete, when its context goes, or when its device's stream-ordered memory
  * is freed wholesale) and leaves the list once no thread is querying its event. Events are

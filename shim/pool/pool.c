@@ -1,6 +1,7 @@
-/* One context's pool over the driver (see shim/pool.h): the device primitive that reserves and
+/* One context's pool over the driver (see shim/pool/pool.h): the device primitive that reserves and
  * releases regions under the cap, and the pool's making and dropping. Frees are deferred by the
- * context (shim/ctx.c), which decides when the device has finished the work issued before them.
+ * context (shim/context/ctx.c), which decides when the device has finished the work issued before
+ * them.
  */
 #include "shim/pool/pool.h"
 

@@ -1,7 +1,7 @@
 /* One context's device-memory pool: a core/bfc pool over a device primitive whose regions come
  * from the real cuMemAlloc_v2 in the calling thread's current context (the pool's), each charged
  * to the device cap before the driver is asked, so the cap counts bytes reserved from the
- * driver. A pool lives in its context object (shim/ctx.h), which decides when it is used,
+ * driver. A pool lives in its context object (shim/context/ctx.h), which decides when it is used,
  * settled and dropped. Not thread-safe: the owning context's lock guards every call and every
  * field; reserve and release call the driver with it held (growth and trims only).
  */
@@ -42,7 +42,7 @@ typedef struct pool {
   CUdeviceptr space;
   uint64_t space_bytes, unit;
   /* The shareable handle types each unit is made with: a POSIX file descriptor where the
-   * device supports it, so that a block can be shared with another process (shim/ipc.h);
+   * device supports it, so that a block can be shared with another process (shim/entry/ipc.h);
    * none once the driver refused to make a unit with it. */
   CUmemAllocationHandleType handle_types;
   /* Read/write access for the device and every device that can access its memory (memory

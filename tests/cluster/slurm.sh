@@ -251,7 +251,7 @@ await "$S/ready" 'allocs='
 is "$(cat "$S/ready")" "allocs=1" "job $job holds 6 GiB"
 ledger="/dev/shm/gpucap-budget.0.slurm-$cluster-$job"
 [ -f "$ledger" ]
-ok $? "  its budget's ledger exists ($ledger)"
+ok $? "  its budget's file exists ($ledger)"
 out=$(LD_PRELOAD= "$BUILD/gpucap" top --once 2>&1)
 like "$out" "slurm-$cluster-$job" "  gpucap top on the node shows the job's budget"
 run_srun --gres=gpu:1 "$task" $((6 * GiB)) 1
@@ -263,7 +263,7 @@ for i in $(seq 1 300); do
 done
 is "$(squeue -h -j "$job" 2>/dev/null)" "" "scancel: job $job is gone"
 [ ! -f "$ledger" ]
-ok $? "  the job's epilog removed its budget's ledger"
+ok $? "  the job's epilog removed its budget's file"
 run_srun --gres=gpu:1 "$task" $((6 * GiB)) 1
 is "$(field "$(cat "$S/out/srun.out")" allocs)" 1 "  and the next job gets the 6 GiB back"
 

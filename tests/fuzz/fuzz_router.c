@@ -1,14 +1,14 @@
-/* fuzz_router: the cuGetProcAddress routing rule of shim/hooks.c (route_select, route_answer,
+/* fuzz_router: the cuGetProcAddress routing rule of shim/entry/route.c (route_select, route_answer,
  * route_export) against the driver's rule applied to tests/fakecuda/gpa_table.inc, the table
  * generated from <cudaTypedefs.h>: for a (name, version, flags) query the driver answers the
  * highest non-per-thread ABI at or below the version, or with the per-thread flag the highest
  * per-thread one; gpucap must hand out the hook of exactly that ABI for every hooked variant,
  * and the driver's own pointer for PASS variants, other names and unresolvable queries.
  *
- * shim/hooks.c is compiled in (white-box, as tests/unit/test_bfc_check.c does with bfc.c) with
- * the hook functions replaced by distinct stubs, so no other shim code is linked; real_driver_sym
- * and log_msg are stubs that record what they were asked. Inputs: a mode byte, a version, flags
- * and a name (raw bytes, or a table name with fuzzed edits). A failed check aborts.
+ * shim/entry/route.c is compiled in (white-box, as tests/unit/test_bfc_check.c does with bfc.c)
+ * with the hook functions replaced by distinct stubs, so no other shim code is linked;
+ * real_driver_sym and log_msg are stubs that record what they were asked. Inputs: a mode byte, a
+ * version, flags and a name (raw bytes, or a table name with fuzzed edits). A failed check aborts.
  */
 #include "shim/base/cudadefs.h"
 
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                                              \
   } while (0)
 
-/* ---------------------------------------------------------------- stubs for hooks.c */
+/* ---------------------------------------------------------------- stubs for route.c */
 
 static const char *asked;     /* the last name real_driver_sym was asked for */
 static int logged;            /* log_msg calls */

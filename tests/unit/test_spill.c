@@ -1,8 +1,8 @@
 /* Unit tests for shim/spill: the spill budgets' charges, and the spilled ranges the prefetch and
  * advice hooks look up, including a freed allocation's range and a new one at the same address
  * both recorded for a moment (the driver hands a freed address out again before the free's
- * record is gone). shim/spill.c is linked with config/ and stand-ins for the shim's settings,
- * log and driver table. Prints TAP.
+ * record is gone). shim/accounting/spill.c is linked with config/ and stand-ins for the shim's
+ * settings, log and driver table. Prints TAP.
  */
 #include "config/cfg.h"
 #include "shim/base/check.h"
