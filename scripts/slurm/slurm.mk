@@ -3,7 +3,7 @@
 # `make install` puts it beside the library, $(LIBDIR)/gpucap_spank.so, where it finds
 # libgpucap.so by default; plugstack.conf names it (docs/cluster.md). It links the settings
 # parsers (config/), the LD_PRELOAD composer of gpucap run (scripts/preload.c) and the budget's
-# ledger path (shim/accounting/budget.c); Slurm's own functions come from the srun, sbatch or slurmstepd
+# budget file path (shim/accounting/budget.c); Slurm's own functions come from the srun, sbatch or slurmstepd
 # that loads it. The share arithmetic (jobcap.c) needs no Slurm: its unit test always runs.
 
 SLURM_INCLUDE ?= /usr/include
