@@ -20,7 +20,7 @@
 #   DEBUG=1           -O0, assertions and invariant checks after every pool operation
 #   SANITIZER=address|undefined|thread|address,undefined
 #                     a sanitizer build; DEBUG=1 and every sanitizer build are the checked
-#                     build (shim preconditions asserted: shim/check.h)
+#                     build (shim preconditions asserted: shim/base/check.h)
 #   WERROR=1          warnings are errors (CI builds so, with gcc and with clang)
 #   V=1               show full command lines
 #
@@ -57,7 +57,7 @@ ifneq ($(SANITIZER),)
   SAN_FLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
-# The checked build (shim/check.h): DEBUG=1 and every sanitizer build.
+# The checked build (shim/base/check.h): DEBUG=1 and every sanitizer build.
 ifneq ($(filter 1,$(DEBUG))$(SANITIZER),)
   PROJECT_CFLAGS += -DGPUCAP_CHECKED=1
 endif

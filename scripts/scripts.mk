@@ -10,9 +10,9 @@ CLI_SRCS := scripts/cli.c scripts/run.c scripts/preload.c scripts/json.c scripts
             scripts/tracecsv.c scripts/timeline.c scripts/plot.c scripts/pickle.c \
             scripts/export.c scripts/target.c scripts/outpath.c scripts/driver.c scripts/top.c \
             scripts/found.c scripts/cdi.c
-# gpucap top reads the shared budgets' ledgers and the processes' entries through the shim's own
+# gpucap top reads the shared budgets' files and the processes' entries through the shim's own
 # (self-contained) modules.
-CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/budget.o $(BUILD)/obj/shim/roster.o
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/accounting/budget.o $(BUILD)/obj/shim/accounting/roster.o
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)
 

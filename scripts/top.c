@@ -1,12 +1,13 @@
 /* gpucap top: the processes of this user running with gpucap on this machine (their roster
- * entries, shim/roster.h) and its shared budgets (their ledgers, shim/budget.h), read from those
- * files and nothing else (no CUDA): per process and device its cap, pool, peak and refusals; per
- * budget and device the cap, what its processes hold (the whole: their allocations, their pools'
- * idle part and the driver's own memory for them), the peak and the refusals, then each
- * process. Like top(1) it refreshes until `q` (or an interrupt); with stdout not a terminal it
- * prints a snapshot per interval, and --once prints one. --json writes the
- * snapshot as one JSON document (the schema is docs/report.md's "gpucap top --json"). Looking is
- * also reclaiming: the slots of dead processes are freed, as any process of the budget would.
+ * entries, shim/accounting/roster.h) and its shared budgets (their budget files,
+ * shim/accounting/budget.h), read from those files and nothing else (no CUDA): per process and
+ * device its cap, pool, peak and refusals; per budget and device the cap, what its processes hold
+ * (the whole: their allocations, their pools' idle part and the driver's own memory for them), the
+ * peak and the refusals, then each process. Like top(1) it refreshes until `q` (or an interrupt);
+ * with stdout not a terminal it prints a snapshot per interval, and --once prints one. --json
+ * writes the snapshot as one JSON document (the schema is docs/report.md's "gpucap top --json").
+ * Looking is also reclaiming: the slots of dead processes are freed, as any process of the budget
+ * would.
  * --clean removes what no live process owns: the entries of processes that ended without
  * removing theirs (SIGKILL, a crash) and the budgets none of whose processes runs.
  */
@@ -15,8 +16,8 @@
 #include "config/cfg.h"
 #include "core/report.h"
 #include "scripts/cli.h"
-#include "shim/budget.h"
-#include "shim/roster.h"
+#include "shim/accounting/budget.h"
+#include "shim/accounting/roster.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -115,7 +116,7 @@ static int read_procs(const char *only, struct proc *out, int max) {
   return l.n;
 }
 
-/* Reads budget `name` into *s; false (with a warning) when its ledger cannot be used. */
+/* Reads budget `name` into *s; false (with a warning) when its budget file cannot be used. */
 static bool read_budget(const char *name, struct snap *s) {
   struct budget *l;
   char err[512];
@@ -127,7 +128,7 @@ static bool read_budget(const char *name, struct snap *s) {
     return false;
   }
   if (budget_lock(l) != 0) {
-    cli_warn("budget '%s': its ledger's lock is unrecoverable", name);
+    cli_warn("budget '%s': its file's lock is unrecoverable", name);
     budget_close(l);
     return false;
   }
@@ -199,7 +200,7 @@ static bool dev_sum(const struct budget *b, unsigned d, struct devsum *out) {
   return b->dev[d].uuid[0] != '\0';
 }
 
-/* Writes the text of a fixed-size field as a JSON string (the ledger is another process's
+/* Writes the text of a fixed-size field as a JSON string (the budget file is another process's
  * memory: anything but printable ASCII is escaped, and it stops at the field's end). */
 static void jstr(FILE *f, const char *v, size_t max) {
   putc('"', f);
@@ -384,14 +385,14 @@ static void clean_entry(void *arg, const char *path) {
   }
 }
 
-/* Removes budget `name`'s ledger when none of its processes runs: under its lock, marked
- * removed first, so a process that mapped it meanwhile opens the budget afresh (shim/share.c).
- * Returns 1 when removed. */
+/* Removes budget `name`'s budget file when none of its processes runs: under its lock, marked
+ * removed first, so a process that mapped it meanwhile opens the budget afresh
+ * (shim/accounting/share.c). Returns 1 when removed. */
 static int clean_budget(const char *name) {
   struct budget *l;
   char err[512], path[256];
   if (budget_open(name, false, "", &l, err, sizeof err) != 0) {
-    return 0; /* gone meanwhile, or not a ledger of this version: left alone */
+    return 0; /* gone meanwhile, or not a budget file of this version: left alone */
   }
   int removed = 0;
   if (budget_lock(l) == 0) {

@@ -1,5 +1,5 @@
 /* top: `gpucap top`, a live view of the shared budgets of this user on this machine (see
- * top.c), read from their ledgers (shim/budget.h); no CUDA.
+ * top.c), read from their budget files (shim/accounting/budget.h); no CUDA.
  */
 #ifndef GPUCAP_SCRIPTS_TOP_H
 #define GPUCAP_SCRIPTS_TOP_H

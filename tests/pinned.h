@@ -3,7 +3,7 @@
 #ifndef GPUCAP_TESTS_PINNED_H
 #define GPUCAP_TESTS_PINNED_H
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <string.h>
 

@@ -123,8 +123,8 @@ $(BUILD)/tests/smi: $(BUILD)/obj/tests/integ/smi.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl
 
-# budgetlock holds a shared budget's ledger lock until killed: the shim's ledger module alone.
-$(BUILD)/tests/budgetlock: $(BUILD)/obj/tests/integ/budgetlock.o $(BUILD)/obj/shim/budget.o
+# budgetlock holds a shared budget's file lock until killed: the shim's budget module alone.
+$(BUILD)/tests/budgetlock: $(BUILD)/obj/tests/integ/budgetlock.o $(BUILD)/obj/shim/accounting/budget.o
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread

@@ -7,7 +7,7 @@
  * cap (the options; a job with shards at most its share of each GPU, from its shard count and the
  * node's), and GPUCAP_SHARE=slurm-CLUSTER-JOBID, one budget for all its tasks and their
  * children (the cluster's name keeps two clusters' jobs of one id on a node apart). A job
- * without GPUs is left alone. At the job's end its budget's ledger is removed.
+ * without GPUs is left alone. At the job's end its budget's file is removed.
  *
  * The plug-in holds no lock and keeps only the options of the one job it runs for.
  */
@@ -15,7 +15,7 @@
 #include "config/parse.h"
 #include "scripts/preload.h"
 #include "scripts/slurm/jobcap.h"
-#include "shim/budget.h"
+#include "shim/accounting/budget.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -267,7 +267,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av) {
 }
 
 /* At the job's end on each node (slurmd, as root; the epilog's environment names the cluster):
- * its budget's ledger goes. */
+ * its budget's file goes. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av) {
   (void)ac;
   (void)av;

@@ -3,7 +3,7 @@
 # `make install` puts it beside the library, $(LIBDIR)/gpucap_spank.so, where it finds
 # libgpucap.so by default; plugstack.conf names it (docs/cluster.md). It links the settings
 # parsers (config/), the LD_PRELOAD composer of gpucap run (scripts/preload.c) and the budget's
-# ledger path (shim/budget.c); Slurm's own functions come from the srun, sbatch or slurmstepd
+# budget file path (shim/accounting/budget.c); Slurm's own functions come from the srun, sbatch or slurmstepd
 # that loads it. The share arithmetic (jobcap.c) needs no Slurm: its unit test always runs.
 
 SLURM_INCLUDE ?= /usr/include
@@ -29,7 +29,7 @@ $(BUILD)/obj/scripts/slurm/gpucap_spank.o: ALL_CFLAGS += -isystem $(SLURM_INCLUD
 # cannot load it: the Slurm test (tests/cluster/slurm.sh) runs in the plain build only.
 SPANK_OBJS := $(BUILD)/obj/scripts/slurm/gpucap_spank.o $(JOBCAP_OBJ) \
               $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o \
-              $(BUILD)/obj/scripts/preload.o $(BUILD)/obj/shim/budget.o
+              $(BUILD)/obj/scripts/preload.o $(BUILD)/obj/shim/accounting/budget.o
 $(SPANK_PLUGIN): $(SPANK_OBJS) $(SPANK_MAP)
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -o $@ $(SPANK_OBJS) -Wl,--version-script=$(SPANK_MAP) -Wl,-z,now \

@@ -305,7 +305,7 @@ echo "Each thread replays its own copy of the trace on one shared pool (limit: $
 echo "threads); ns: aggregate wall time per pair (medians of $SRUNS runs); ratios: aggregate"
 echo "throughput, taken per run. lock: the pool behind its mutex (GPUCAP_FRONTS=false, the shim"
 echo "before fronts); fronts: each thread's front (core/front.h), no lock on a hit (the owner's"
-echo "flag, shim/gate.h), the pool asked under its lock on a miss. failed: allocations refused over all runs (the lock's come from 8 threads"
+echo "flag, shim/context/gate.h), the pool asked under its lock on a miss. failed: allocations refused over all runs (the lock's come from 8 threads"
 echo "interleaving at the tight cap)."
 echo
 cat "$tmp/scaling"

@@ -23,7 +23,7 @@
  * Each figure is the median of RUNS timed rounds (default 11) after one warm-up round; vmm
  * prints each step's median and least per-call time.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/pinned.h"
 
 #include <dlfcn.h>

@@ -19,8 +19,8 @@
 #include "core/bfc.h"
 #include "core/front.h"
 #include "scripts/tracecsv.h"
-#include "shim/cudadefs.h"
-#include "shim/gate.h"
+#include "shim/base/cudadefs.h"
+#include "shim/context/gate.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -425,11 +425,11 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
 
 /* ---- threads ------------------------------------------------------------------------------ */
 
-/* A thread's front (core/front.h) as the shim keeps one (shim/ctx_front.c), behind the same
- * gate (shim/gate.h): no lock; its owner enters with one atomic exchange on a line of its own,
- * and another thread that must flush it (before the pool grows or refuses) visits, waiting until
- * the owner is out. Each on its own cache lines: nothing another thread writes is touched by a
- * hit. */
+/* A thread's front (core/front.h) as the shim keeps one (shim/context/ctx_front.c), behind the same
+ * gate (shim/context/gate.h): no lock; its owner enters with one atomic exchange on a line of its
+ * own, and another thread that must flush it (before the pool grows or refuses) visits, waiting
+ * until the owner is out. Each on its own cache lines: nothing another thread writes is touched by
+ * a hit. */
 typedef struct front_slot {
   gate_t gate;
   front_t f;
@@ -516,7 +516,7 @@ static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
     const ev_t *e = &t->ev[i];
     if (e->op == OP_ALLOC) {
       int hit = 0;
-      if (w->skip > 0) { /* as shim/ctx_front.c: a front that rarely serves steps aside */
+      if (w->skip > 0) { /* as shim/context/ctx_front.c: a front that rarely serves steps aside */
         w->skip--;
       } else {
         gate_enter(&me->gate);
@@ -755,7 +755,7 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* A front's budget in a pool of `limit` bytes (the shim's rule: shim/ctx_front.c). */
+/* A front's budget in a pool of `limit` bytes (the shim's rule: shim/context/ctx_front.c). */
 static uint64_t front_budget(uint64_t limit) {
   uint64_t b = limit / 64;
   return b < ((uint64_t)256 << 20) ? b : (uint64_t)256 << 20;

@@ -2,7 +2,7 @@
 # gpucap top: the processes of this user running with gpucap and its shared budgets, from their
 # files alone: a table, snapshots when stdout is not a terminal, --once --json for scripts;
 # entries gone at exit and before an exec, left by SIGKILL and removed by --clean (always with
-# --budget here: other test runs on the machine own the rest); usage errors; a bad ledger named.
+# --budget here: other test runs on the machine own the rest); usage errors; a bad budget file named.
 
 load helpers
 
@@ -62,14 +62,14 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
   [ "$output" = '{"version": 2, "processes": [], "budgets": []}' ]
 }
 
-@test "a ledger that is not one is named in a warning and skipped" {
+@test "a budget file that is not one is named in a warning and skipped" {
   f="/dev/shm/gpucap-budget.$(id -u).$(budget)"
   printf 'junk' >"$f"
   chmod 600 "$f"
   run --separate-stderr "$GPUCAP" top --once --json --budget "$(budget)"
   status_is 0
   [ "$output" = '{"version": 2, "processes": [], "budgets": []}' ]
-  [[ "$stderr" == *"gpucap: warning: budget ledger $f: not the size of a ledger"* ]]
+  [[ "$stderr" == *"gpucap: warning: budget file $f: not the size of a budget file"* ]]
 }
 
 # ---- Every process running with gpucap, shared budget or not ----

@@ -7,7 +7,7 @@
  * With READY_FILE, then appends "allocs=N" to it and waits (at most ten minutes) until GO_FILE
  * exists, holding every block. Exits 0, or 1 when CUDA cannot be set up.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 # 8 GiB devices shared by every process, FAKECUDA_MACHINE). Checks the caps the jobs got (what
 # cuMemGetInfo shows them, gpucap env in a job), a shard job's share, options refused at
 # submission, a job without GPUs left alone, two tasks under one budget, and a cancelled job's
-# memory coming back (its ledger removed, the device free for the next job). Every daemon it
+# memory coming back (its budget file removed, the device free for the next job). Every daemon it
 # started is stopped on exit, whatever failed.
 #
 # Needs root (slurmd starts jobs as their user) and Debian's slurmctld, slurmd, slurm-client,
@@ -249,21 +249,21 @@ timeout 60 sbatch -o "$S/out/held.out" --gres=gpu:1 --gpucap-limit=7GiB \
 job=$(sed -n 's/^Submitted batch job //p' "$S/out/sbatch.out")
 await "$S/ready" 'allocs='
 is "$(cat "$S/ready")" "allocs=1" "job $job holds 6 GiB"
-ledger="/dev/shm/gpucap-budget.0.slurm-$cluster-$job"
-[ -f "$ledger" ]
-ok $? "  its budget's ledger exists ($ledger)"
+budget_file="/dev/shm/gpucap-budget.0.slurm-$cluster-$job"
+[ -f "$budget_file" ]
+ok $? "  its budget's file exists ($budget_file)"
 out=$(LD_PRELOAD= "$BUILD/gpucap" top --once 2>&1)
 like "$out" "slurm-$cluster-$job" "  gpucap top on the node shows the job's budget"
 run_srun --gres=gpu:1 "$task" $((6 * GiB)) 1
 is "$(field "$(cat "$S/out/srun.out")" allocs)" 0 "  meanwhile another job cannot have 6 GiB of the device"
 scancel "$job"
 for i in $(seq 1 300); do
-  [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && [ ! -f "$ledger" ] && break
+  [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && [ ! -f "$budget_file" ] && break
   sleep 0.1
 done
 is "$(squeue -h -j "$job" 2>/dev/null)" "" "scancel: job $job is gone"
-[ ! -f "$ledger" ]
-ok $? "  the job's epilog removed its budget's ledger"
+[ ! -f "$budget_file" ]
+ok $? "  the job's epilog removed its budget's file"
 run_srun --gres=gpu:1 "$task" $((6 * GiB)) 1
 is "$(field "$(cat "$S/out/srun.out")" allocs)" 1 "  and the next job gets the 6 GiB back"
 

@@ -7,7 +7,7 @@
  * then prints `allocs=N held_full=BYTES held_after=BYTES`, the bytes the fake driver says the
  * process holds with every block live and after the frees.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * It loads weights, then allocates bigger and bigger activation buffers until the device says
  * no, asking cuMemGetInfo along the way, and frees everything. Run over the fake driver, with
  * and without gpucap, by `make demo`. */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <stdio.h>
 

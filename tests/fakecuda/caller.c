@@ -4,7 +4,7 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t,
                             CUdriverProcAddressQueryResult *);

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,13 +1,13 @@
-/* CUDA driver declarations the fake driver needs beyond shim/cudadefs.h, written the same way:
+/* CUDA driver declarations the fake driver needs beyond shim/base/cudadefs.h, written the same way:
  * exact tags, values and signatures of the CUDA 13 toolkit's <cuda.h>, functions declared under
  * the symbol names the driver exports (cuMemsetD16_v2, cuMemcpyHtoD_v2_ptds, ...). Legacy ABIs
  * (the unsuffixed 32-bit-era symbols) carry the signature of their <cudaTypedefs.h> PFN.
- * Include after "shim/cudadefs.h". Candidates for merging into shim/cudadefs.h.
+ * Include after "shim/base/cudadefs.h". Candidates for merging into shim/base/cudadefs.h.
  */
 #ifndef GPUCAP_TESTS_FAKECUDA_FAKEDEFS_H
 #define GPUCAP_TESTS_FAKECUDA_FAKEDEFS_H
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,7 +92,7 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
                                 CUdeviceptr ptr);
 
-/* Arrays: the queries (creation and destruction are in shim/cudadefs.h). */
+/* Arrays: the queries (creation and destruction are in shim/base/cudadefs.h). */
 CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
 CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor,
                                            CUarray hArray);
@@ -126,7 +126,7 @@ CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us,
 CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
                                        CUstream hStream);
 
-/* Memory pools (the attributes and their query: shim/cudadefs.h). */
+/* Memory pools (the attributes and their query: shim/base/cudadefs.h). */
 #define CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS 0x2
 
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
@@ -435,7 +435,7 @@ typedef enum CUdevice_P2PAttribute_enum {
 
 CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig);
 CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config);
-/* ---- Host functions and event timing (stream capture and graphs: shim/cudadefs.h). ---- */
+/* ---- Host functions and event timing (stream capture and graphs: shim/base/cudadefs.h). ---- */
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
@@ -469,7 +469,7 @@ CUresult CUDAAPI cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFil
                                   unsigned int flags);
 CUresult CUDAAPI cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size,
                                     unsigned int flags);
-/* ---- The explicit graph-node API (graphs themselves: shim/cudadefs.h). ---- */
+/* ---- The explicit graph-node API (graphs themselves: shim/base/cudadefs.h). ---- */
 typedef struct CUDA_KERNEL_NODE_PARAMS_st {
   CUfunction func;
   unsigned int gridDimX;

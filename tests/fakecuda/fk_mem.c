@@ -882,7 +882,7 @@ FK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdev
   FK_BODY(FK_NEED_INIT, address_range(pbase, psize, dptr));
 }
 
-#define ATTR_IS_HW_DECOMPRESS_CAPABLE 21 /* CUDA 13.0, not in shim/cudadefs.h */
+#define ATTR_IS_HW_DECOMPRESS_CAPABLE 21 /* CUDA 13.0, not in shim/base/cudadefs.h */
 
 static void put_u32(void *data, unsigned v) {
   memcpy(data, &v, sizeof v);

@@ -1,7 +1,7 @@
 /* A library loaded before the fake driver that exports two of its names, as a naive LD_PRELOAD
  * shim would. test_gpa proves that the fake's cuGetProcAddress still hands out the fake's own
  * functions (it is linked -Bsymbolic, like a real driver resolves its own table). */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   (void)dptr;

@@ -37,7 +37,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/fk_machine.h"
 #include "tests/fakecuda/nvml/nvmldefs.h"

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"
 #include "tests/tap.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t,

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"

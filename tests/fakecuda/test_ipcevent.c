@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"
 #include "tests/tap.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"
 #include "tests/tap.h"

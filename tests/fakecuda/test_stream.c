@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/tap.h"

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"

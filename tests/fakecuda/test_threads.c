@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/tap.h"

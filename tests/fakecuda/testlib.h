@@ -3,7 +3,7 @@
 #ifndef GPUCAP_TESTS_FAKECUDA_TESTLIB_H
 #define GPUCAP_TESTS_FAKECUDA_TESTLIB_H
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <stddef.h>

@@ -1,16 +1,16 @@
-/* fuzz_router: the cuGetProcAddress routing rule of shim/hooks.c (hooks_select, hooks_route,
- * hooks_export) against the driver's rule applied to tests/fakecuda/gpa_table.inc, the table
+/* fuzz_router: the cuGetProcAddress routing rule of shim/entry/route.c (route_select, route_answer,
+ * route_export) against the driver's rule applied to tests/fakecuda/gpa_table.inc, the table
  * generated from <cudaTypedefs.h>: for a (name, version, flags) query the driver answers the
  * highest non-per-thread ABI at or below the version, or with the per-thread flag the highest
  * per-thread one; gpucap must hand out the hook of exactly that ABI for every hooked variant,
  * and the driver's own pointer for PASS variants, other names and unresolvable queries.
  *
- * shim/hooks.c is compiled in (white-box, as tests/unit/test_bfc_check.c does with bfc.c) with
- * the hook functions replaced by distinct stubs, so no other shim code is linked; real_driver_sym
- * and log_msg are stubs that record what they were asked. Inputs: a mode byte, a version, flags
- * and a name (raw bytes, or a table name with fuzzed edits). A failed check aborts.
+ * shim/entry/route.c is compiled in (white-box, as tests/unit/test_bfc_check.c does with bfc.c)
+ * with the hook functions replaced by distinct stubs, so no other shim code is linked;
+ * real_driver_sym and log_msg are stubs that record what they were asked. Inputs: a mode byte, a
+ * version, flags and a name (raw bytes, or a table name with fuzzed edits). A failed check aborts.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -27,10 +27,10 @@
 #define PRAGMA(x) _Pragma(#x)
 #define HOOK(base, version, pt, symbol) PRAGMA(weak symbol)
 #endif
-#include "shim/hooks.def"
+#include "shim/base/hooks.def"
 #undef HOOK
 
-#include "shim/hooks.c"
+#include "shim/entry/route.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                                              \
   } while (0)
 
-/* ---------------------------------------------------------------- stubs for hooks.c */
+/* ---------------------------------------------------------------- stubs for route.c */
 
 static const char *asked;     /* the last name real_driver_sym was asked for */
 static int logged;            /* log_msg calls */
@@ -103,7 +103,7 @@ static const char *driver_rule(const char *name, int version, cuuint64_t flags) 
 
 static int hooked_base(const char *name) {
   int n = 0;
-  const struct hook_entry *t = hooks_table(&n);
+  const struct hook_entry *t = route_table(&n);
   for (int i = 0; i < n; i++) {
     if (strcmp(t[i].base, name) == 0) {
       return 1;
@@ -115,7 +115,7 @@ static int hooked_base(const char *name) {
 /* Once: every hook entry is an answer the driver gives, and every export is distinct. */
 static void check_table(void) {
   int n = 0;
-  const struct hook_entry *t = hooks_table(&n);
+  const struct hook_entry *t = route_table(&n);
   require(n > 0, "empty hook table");
   for (int i = 0; i < n; i++) {
     cuuint64_t flags = t[i].pt == GPA_PT_NONE ? 0 : CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
@@ -123,7 +123,7 @@ static void check_table(void) {
     require(want && strcmp(want, t[i].symbol) == 0, "%s@%d is not the driver's %s", t[i].base,
             t[i].version, t[i].symbol);
     /* A PASS variant (no hook) is exported by nobody but the driver. */
-    require(hooks_export(t[i].symbol) == hooks_fn_ptr(t[i].hook), "export of %s", t[i].symbol);
+    require(route_export(t[i].symbol) == route_fn_ptr(t[i].hook), "export of %s", t[i].symbol);
     for (int j = 0; j < i; j++) {
       require(strcmp(t[i].symbol, t[j].symbol) != 0, "%s listed twice", t[i].symbol);
 #if defined(__x86_64__)
@@ -137,9 +137,9 @@ static void check_table(void) {
 /* ---------------------------------------------------------------- one query */
 
 static void query(const char *name, int version, cuuint64_t flags) {
-  const struct hook_entry *e = hooks_select(name, version, flags);
+  const struct hook_entry *e = route_select(name, version, flags);
   /* Flags outside the two documented bits make the driver fail, so gpucap never routes them;
-   * hooks_select must still be total and safe. */
+   * route_select must still be total and safe. */
   int valid_flags = flags <= 3;
   const char *want = driver_rule(name, version, flags);
   if (valid_flags) {
@@ -155,26 +155,26 @@ static void query(const char *name, int version, cuuint64_t flags) {
   if (e != NULL) {
     require(strcmp(e->base, name) == 0 && e->version <= version, "selected a foreign entry");
   }
-  /* hooks_route: the hook when the rule selects one, else the driver's pointer untouched. */
+  /* route_answer: the hook when the rule selects one, else the driver's pointer untouched. */
   static char got;
   asked = NULL;
-  void *routed = hooks_route(name, version, flags, &got);
+  void *routed = route_answer(name, version, flags, &got);
   if (e == NULL || e->hook == NULL) {
     require(routed == &got, "(%s, %d): an unhooked answer was replaced", name, version);
   } else {
-    require(routed == hooks_fn_ptr(e->hook), "(%s, %d): not the selected hook", name, version);
+    require(routed == route_fn_ptr(e->hook), "(%s, %d): not the selected hook", name, version);
     require(asked != NULL && strcmp(asked, e->symbol) == 0, "cross-check asked for %s",
             asked ? asked : "nothing");
   }
-  void *exp = hooks_export(name);
+  void *exp = route_export(name);
   int n = 0;
-  const struct hook_entry *t = hooks_table(&n);
+  const struct hook_entry *t = route_table(&n);
   int listed = 0;
   for (int i = 0; i < n; i++) {
     listed |= t[i].hook != NULL && strcmp(t[i].symbol, name) == 0;
   }
 #if defined(__x86_64__)
-  require((exp != NULL) == listed, "hooks_export(%s)", name);
+  require((exp != NULL) == listed, "route_export(%s)", name);
 #else
   (void)exp;
   (void)listed;

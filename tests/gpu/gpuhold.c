@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #define MiB ((size_t)1 << 20)
 #define MAXBLOCKS 65536

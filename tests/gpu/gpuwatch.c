@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/nvml/nvmldefs.h"
 
 #define MAXDEV 16

@@ -4,7 +4,7 @@
  * usage: arrays charge 2d|1d|3d|layered|cubemap|mipmap|mipmap-layered|skewed
  *        arrays refuse|destroy|bad|deferred|ctxdestroy|reset|release|share|narrow
  * Run with GPUCAP_MEMORY_LIMIT=64MiB (share: with GPUCAP_POOL=off too). */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/tap.h"

@@ -6,7 +6,7 @@
 # cuMemGetInfo; a process killed with kill -9 in the middle of allocating while four others
 # allocate at random from four threads each (the machine's peak never above the budget, every
 # block's contents intact, the dead one's charges back); a process with other settings refused;
-# a bad or foreign ledger refused with a clear line; a stale ledger starting afresh; the
+# a bad or foreign budget file refused with a clear line; a stale budget file starting afresh; the
 # guarantee; idle pool memory given back on request; gpucap top.
 . "$TOP/tests/integ/lib.sh"
 # Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
@@ -52,8 +52,8 @@ out=$(with_shim "$probe" init ctx info alloc:$((150 * MiB)) alloc:$((90 * MiB)) 
 is "$(free_of "$out")" $((10 * MiB)) \
   "a second process of the budget sees 300 - 200 MiB free, then 10 after taking 90"
 like "$out" "alloc 2" "... and is refused 150 MiB (CUDA_ERROR_OUT_OF_MEMORY) though the device has 824 free"
-ledger=/dev/shm/gpucap-budget.$uid.$name-a
-is "$(stat -c %a "$ledger")" 600 "the budget's ledger is owner-only (0600)"
+budget_file=/dev/shm/gpucap-budget.$uid.$name-a
+is "$(stat -c %a "$budget_file")" 600 "the budget's file is owner-only (0600)"
 smi=$(with_shim "$nvml" child smi 2>&1)
 like "$smi" "used $((200 * MiB)) free $((100 * MiB)) total $((300 * MiB))" \
   "an NVML tool under the budget (like nvidia-smi under gpucap run): total = the cap, used = the budget's"
@@ -143,7 +143,7 @@ out=$(GPUCAP_MEMORY_LIMIT=500MiB with_shim "$probe" init ctx info 2>&1)
 like "$out" "info 0 free=$((500 * MiB)) total=$((500 * MiB))" \
   "a budget left by a dead run: the next process's settings (500 MiB) become the budget's"
 
-# ---- A process killed with kill -9 while it holds the ledger's lock: the others go on. ----
+# ---- A process killed with kill -9 while it holds the budget file's lock: the others go on. ----
 export GPUCAP_MEMORY_LIMIT=300MiB GPUCAP_SHARE=$name-wedge
 rm -f "$WORK/a.out"
 bg "$probe" init ctx alloc:$((100 * MiB)) hold <"$WORK/fa" >"$WORK/a.out" 2>&1 &
@@ -153,7 +153,7 @@ await "$WORK/a.out" holding
 "$TESTBIN/budgetlock" "$name-wedge" >"$WORK/lock.out" 2>&1 &
 locker=$!
 await "$WORK/lock.out" locked
-like "$(cat "$WORK/lock.out")" "^locked" "a process takes the budget's ledger lock and stays"
+like "$(cat "$WORK/lock.out")" "^locked" "a process takes the budget's file lock and stays"
 kill -9 "$locker"
 wait "$locker" 2>/dev/null
 # timeout: a bound for a wedged lock (a hang fails the test), not a timing.
@@ -171,7 +171,7 @@ is $? 0 "A went on past the dead holder and exited normally"
 # releasing the lock in between, leaves the waiters asleep on a free lock; budgetlock's "lose"
 # mode leaves that state directly.)
 export GPUCAP_SHARE=$name-lost
-with_shim "$probe" init ctx info >/dev/null 2>&1 # makes the budget's ledger
+with_shim "$probe" init ctx info >/dev/null 2>&1 # makes the budget's file
 mkfifo "$WORK/fl"
 rm -f "$WORK/lock.out"
 "$TESTBIN/budgetlock" "$name-lost" lose <"$WORK/fl" >"$WORK/lock.out" 2>&1 &
@@ -190,7 +190,7 @@ for i in $(seq 1 400); do
   fi
   sleep 0.05
 done
-ok $asleep "a process of the budget waits asleep on the held ledger lock"
+ok $asleep "a process of the budget waits asleep on the held budget file lock"
 echo go >&5
 await "$WORK/lock.out" lost
 kill -9 "$locker"
@@ -200,32 +200,32 @@ wait "$waiter"
 is $? 0 "the lock freed without a wake, its holder killed: the waiter takes it and goes on"
 like "$(flat "$(cat "$WORK/w.out")")" "alloc 0" "... and gets its 100 MiB"
 
-# ---- A ledger gpucap cannot use is refused with a clear line, never ignored. ----
+# ---- A budget file gpucap cannot use is refused with a clear line, never ignored. ----
 bad=/dev/shm/gpucap-budget.$uid.$name-bad
 export GPUCAP_SHARE=$name-bad
 printf 'garbage' >"$bad"
 chmod 600 "$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
-like "$out" "gpucap: error: shared budget '$name-bad': budget ledger $bad: not the size of a ledger of this gpucap version \\(remove the file if no process of the budget is running\\); every allocation is refused" \
-  "a ledger of the wrong size: refused with the path and the reason"
+like "$out" "gpucap: error: shared budget '$name-bad': budget file $bad: not the size of a budget file of this gpucap version \\(remove the file if no process of the budget is running\\); every allocation is refused" \
+  "a budget file of the wrong size: refused with the path and the reason"
 like "$out" "alloc 2" "... and allocations refused"
-head -c "$(stat -c %s "$ledger")" /dev/zero >"$bad"
+head -c "$(stat -c %s "$budget_file")" /dev/zero >"$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
-like "$out" "$bad: not a gpucap budget ledger \\(bad magic\\)" "a ledger of the right size but no magic: refused"
+like "$out" "$bad: not a gpucap budget file \\(bad magic\\)" "a budget file of the right size but no magic: refused"
 chmod 644 "$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
-like "$out" "$bad: not mode 0600" "a ledger others may read or write: refused"
+like "$out" "$bad: not mode 0600" "a budget file others may read or write: refused"
 rm -f "$bad"
-ln -s "$ledger" "$bad"
+ln -s "$budget_file" "$bad"
 out=$(with_shim "$probe" init ctx alloc:$MiB 2>&1)
 like "$out" "$bad: a symbolic link" "a symbolic link in its place: refused"
 rm -f "$bad"
-# (Only this run's ledgers: a test run of another gpucap version may have its own meanwhile.)
+# (Only this run's budget files: a test run of another gpucap version may have its own meanwhile.)
 err=$("$BUILD/gpucap" top --once 2>&1 >/dev/null | grep -F "gpucap-budget.$uid.$name")
-is "$err" "" "gpucap top: nothing to say about good ledgers"
+is "$err" "" "gpucap top: nothing to say about good budget files"
 printf 'garbage' >"$bad"
 chmod 600 "$bad"
-like "$("$BUILD/gpucap" top --once 2>&1 >/dev/null)" "gpucap: warning: budget ledger $bad: not the size" \
+like "$("$BUILD/gpucap" top --once 2>&1 >/dev/null)" "gpucap: warning: budget file $bad: not the size" \
   "... a warning naming a bad one"
 rm -f "$bad"
 

@@ -1,6 +1,6 @@
-/* budgetlock: takes a shared budget's ledger lock and keeps it until killed, for
+/* budgetlock: takes a shared budget's file lock and keeps it until killed, for
  * tests/integ/budget.sh (the process a test kills with kill -9 inside the lock). Links the
- * shim's ledger module (shim/budget.c) and nothing else. Not a TAP test itself.
+ * shim's budget module (shim/accounting/budget.c) and nothing else. Not a TAP test itself.
  *
  *   budgetlock NAME        prints "locked" once it holds the lock of budget NAME, then waits
  *   budgetlock NAME lose   the same, then at a line on its input frees the lock word without
@@ -8,7 +8,7 @@
  *                          between its release's store and the wake that follows leaves when
  *                          another process takes and releases the lock in between
  */
-#include "shim/budget.h"
+#include "shim/accounting/budget.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * frees them, printing what the
  * driver calls answered as `key=value` lines for the test scripts to check.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <stdio.h>
 #include <stdlib.h>

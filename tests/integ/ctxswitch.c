@@ -9,7 +9,7 @@
  * Any cache of the current context or device (gpucap's hooks, per-thread fronts) must keep
  * these answers. Linked with -lcuda. Prints TAP. usage: ctxswitch cap|nocap
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <pthread.h>

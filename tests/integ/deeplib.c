@@ -6,7 +6,7 @@
  * deep_alloc(bytes, n) makes device 0's primary context current and allocates n blocks of
  * `bytes` with cuMemAlloc_v2; returns how many it got. Test helper for tests/integ/deepbind.sh.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <dlfcn.h>
 

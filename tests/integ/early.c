@@ -1,6 +1,6 @@
 /* early: linked with libearly.so, whose constructor allocated before main (and before a
  * preloaded gpucap's constructors). Run with GPUCAP_MEMORY_LIMIT=64MiB. Prints TAP. */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 CUresult early_big(void);

@@ -1,6 +1,6 @@
 /* libearly.so: allocates device memory from its constructor, which the dynamic loader runs
  * before the constructors of a preloaded gpucap. gpucap must already cap that allocation. */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

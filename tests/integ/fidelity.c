@@ -2,7 +2,7 @@
  * the fake driver (linked with -lcuda and the fake's test hooks). Prints TAP.
  * usage: fidelity async|managed|vmm|pointers|contexts|devices|fork (IPC: tests/integ/ipc.sh)
  * Run with GPUCAP_MEMORY_LIMIT=64MiB (devices: FAKECUDA_DEVICES=2 and a per-device limit). */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/tap.h"
 

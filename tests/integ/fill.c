@@ -16,7 +16,7 @@
  *   counts it (its fakecudaDeviceUsage, the figure the fake NVML lists: nvidia-smi's), the
  *   oracle outside gpucap. Exits 0 unless a step could not run at all.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 

@@ -24,7 +24,7 @@
  *                  which the script compares with fronts on and off at the same cap
  * The script checks from the driver's side (FAKECUDA_STATS) that its peak never passed the cap.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <pthread.h>

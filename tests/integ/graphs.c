@@ -3,7 +3,7 @@
  * itself from the fake's own per-device peak.
  * usage: graphs captured|alternate|refuse|upload|kept|threads|capture|warm|during|unreadable
  * Run with GPUCAP_MEMORY_LIMIT=64MiB (device 0). */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"

@@ -19,7 +19,7 @@ trap 'rm -f "/dev/shm/fakecuda.$uid.$machine"; rm -rf "$WORK"' EXIT
 export FAKECUDA_BACKING=1 FAKECUDA_MACHINE=$machine GPUCAP_MEMORY_LIMIT=$cap GPUCAP_REPORT=off
 npair=0
 
-# sockets_of PID: the abstract sockets gpucap's IPC server of PID has open (shim/ipcwire.h).
+# sockets_of PID: the abstract sockets gpucap's IPC server of PID has open (shim/entry/ipcwire.h).
 sockets_of() {
   grep -c "@gpucap-ipc\.$uid\.$1\." /proc/net/unix
 }

@@ -31,7 +31,7 @@
  *                        for VMM memory), while the pointer queries still describe the block.
  * Every mode but export writes its pid to DIR/ipid (export writes DIR/pid). Prints TAP.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <dirent.h>

@@ -25,7 +25,7 @@
  * Built twice: `life` is not linked with the driver (so the driver's destructor runs before
  * gpucap's at exit, as for the runtime), `lifelinked` is (-lcuda: gpucap's destructor first).
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/hold.h"
 
 #include <dlfcn.h>

@@ -3,7 +3,7 @@
  * dladdr on the addresses the program itself linked against, and by the cap holding.
  * Prints TAP. Run with GPUCAP_MEMORY_LIMIT=64MiB.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <dlfcn.h>

@@ -11,7 +11,7 @@
  * hooks that symbol and inside the driver otherwise. Then it calls the resolved memory entry
  * points the way the runtime would. Prints TAP.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <dlfcn.h>

@@ -5,7 +5,7 @@
  * back what it got. Every other entry point is the driver's own. Test helper for
  * tests/integ/misalign.sh.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * one" with dlsym(RTLD_NEXT, ...), as other interposers and OpenMP's tool loader do. If
  * gpucap's dlsym were not transparent for RTLD_NEXT, the search would start after gpucap and
  * could find this library again (infinite recursion). */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <dlfcn.h>
 

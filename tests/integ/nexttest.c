@@ -1,7 +1,7 @@
 /* nexttest OBJECT: checks that libnext.so's dlsym(RTLD_NEXT, "cuMemAlloc_v2") lands in
  * OBJECT (what glibc alone would answer for the preload order in use) and that allocating
  * through libnext works. Linked with -lcuda. Prints TAP. */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <dlfcn.h>

@@ -15,7 +15,7 @@
  *                         (so a block may be freed while its allocation is still returning),
  *                         each free followed by a 64 KiB allocation and free of its own
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -17,7 +17,7 @@
  *              none is refused (one thread's relief must serve the others that found nothing
  *              left to give; run with latency on cuMemRelease to widen the window)
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fakecuda/testlib.h"

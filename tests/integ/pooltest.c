@@ -13,7 +13,7 @@
  *   pooltest steady N    N rounds of allocating and freeing the same 8 MiB, 1 ms apart: the
  *                        pool keeps it (the driver unmaps nothing)
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/tap.h"
 

@@ -11,7 +11,7 @@
  *                               preallocation), then N cuMemCreate buffers of BYTES (NCCL's):
  *                               prints `held_rc=RC` and `created=K`
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/pinned.h"
 
 #include <stdio.h>

@@ -15,7 +15,7 @@
  *                          not 32 MiB more); releases.
  * Prints TAP.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/fdpass.h"
 #include "tests/tap.h"

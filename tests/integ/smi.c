@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/nvml/nvmldefs.h"
 
 /* dlsym's answer as a function pointer (ISO C has no cast between the two). */

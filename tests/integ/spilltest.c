@@ -23,7 +23,7 @@
  *                                 blocks until refused, write and read each back, free them
  *   spilltest fork CAP            spills a block, then forks: the child writes no report
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/tap.h"
 

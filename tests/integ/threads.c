@@ -3,7 +3,7 @@
  * the end all memory is back. (The test script checks from the driver's side that its peak never
  * passed the cap.) Linked with -lcuda. Prints TAP. usage: threads NTHREADS ITERATIONS [noipc]
  * (noipc: no exports) */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <pthread.h>

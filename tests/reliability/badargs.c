@@ -9,7 +9,7 @@
  * where gpucap answers for the block by design (docs/design.md, pointer identity); the script
  * checks those separately. usage: badargs
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -269,8 +269,8 @@ static void pooled(void) {
   printf("~ptrattr_base_ok %d\n", v == block);
   show("~ipc(h,block)", cuIpcGetMemHandle(&h, block));
   /* A gpucap handle naming an export that does not exist: another process (the pid at bytes
-   * 8..11, shim/ipc.c), which shares nothing, under a key it never had (16..23); for the driver's
-   * own handle (pool=off) bytes it never wrote. */
+   * 8..11, shim/entry/ipc.c), which shares nothing, under a key it never had (16..23); for the
+   * driver's own handle (pool=off) bytes it never wrote. */
   int32_t other = (int32_t)getppid();
   memcpy((char *)&h + 8, &other, sizeof other);
   memset((char *)&h + 16, 0x5a, 8);

@@ -6,7 +6,7 @@
  * only cuMemAlloc_v2 and cuMemFree_v2 (and cuMemFreeAsync) and forwards the rest to the driver.
  * Single lock; test use only.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -7,7 +7,7 @@
  *                 primary-reset|pending-free|pitch|getinfo-v1|double-free
  * (one scenario per process, so a charge cannot leak from one into the next)
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 #include "tests/hold.h"

@@ -6,7 +6,7 @@
  */
 #include "tests/reliability/capops.h"
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/fakedefs.h"
 
@@ -644,7 +644,7 @@ static void retain_vmm(capops_worker_t *w, unsigned pick) {
 
 /* What a program may do to bring managed memory to its device: prefetch it there, advise it
  * read-mostly or preferred there (bits of how). Spilled memory must stay on the host whatever
- * it does (shim/managed.c); the fake's peak says whether it did. */
+ * it does (shim/entry/managed.c); the fake's peak says whether it did. */
 static void pull(capops_worker_t *w, const struct block *b, CUstream s, unsigned how) {
   CUmemLocation here = {CU_MEM_LOCATION_TYPE_DEVICE, b->dev};
   CUresult rc = CUDA_SUCCESS;

@@ -22,7 +22,7 @@
  * Prints key=value lines: one `step=` line per call that saw the failure or broke a rule, then
  * `allocs=N live_allocs=N fired=0|1 bad=N`; exits 1 iff a rule was broken.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 
 #include <stdio.h>

@@ -15,7 +15,7 @@
  * Allocations may be refused at the cap (CUDA_ERROR_OUT_OF_MEMORY); every other answer must
  * be success.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/tap.h"
 

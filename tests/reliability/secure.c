@@ -5,7 +5,7 @@
  * `allocs=N`: how many of up to 16 allocations of 1 MiB succeeded, then frees them.
  * Used by tests/reliability/security.sh.
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 
 #include <stdio.h>
 #include <sys/auxv.h>

@@ -152,7 +152,7 @@ if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
   changes='O_WRONLY|O_RDWR|O_CREAT|creat\(|mkdir|rename|unlink|link\(|linkat|symlink|truncate'
   writes=$(grep -v ' = -1 ' "$WORK/strace" | grep -E "$changes|mknod" |
     grep -o '"[^"]*"' | tr -d '"' | sort -u | tr '\n' ' ')
-  # The process's entry for gpucap top (shim/roster.h): an unnamed file in /dev/shm linked in
+  # The process's entry for gpucap top (shim/accounting/roster.h): an unnamed file in /dev/shm linked in
   # place through /proc/self/fd, removed at exit.
   entry="/dev/shm /dev/shm/gpucap-proc\\.$(id -u)\\.[0-9]+ /proc/self/fd/[0-9]+ "
   like "$(grep -oE "/dev/shm[^ ]* |/proc/self/fd/[0-9]+ " <<<"$writes" | tr -d '\n')" "^$entry\$" \

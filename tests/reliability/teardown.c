@@ -6,7 +6,7 @@
  * usage: teardown destroy|reset|release   (one scenario per process, so charges cannot leak
  * from one scenario into the next)
  */
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/tap.h"
 
 #include <string.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks gpucap's own CUDA declarations (shim/cudadefs.h, and tests/fakecuda/fakedefs.h when
+# Checks gpucap's own CUDA declarations (shim/base/cudadefs.h, and tests/fakecuda/fakedefs.h when
 # present) against the toolkit's real headers: every function's type equals its
 # <cudaTypedefs.h> PFN type (compared as C++ type names, so enum and struct tags must match
 # too), every enumerator and valued macro has the real value, every struct the real size and
@@ -24,7 +24,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpucap-decl.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-headers="$TOP/shim/cudadefs.h"
+headers="$TOP/shim/base/cudadefs.h"
 [ -f "$TOP/tests/fakecuda/fakedefs.h" ] && headers="$headers $TOP/tests/fakecuda/fakedefs.h"
 
 # Functions: exported symbol -> PFN typedef, through the table generated from cudaTypedefs.h.

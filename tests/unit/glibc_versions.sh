@@ -2,7 +2,7 @@
 # libgpucap.so must load on glibc 2.28 (RHEL/Rocky 8, the oldest distribution the CUDA 13
 # toolkit supports), whichever glibc built it: a preloaded library the loader cannot load is
 # "ignored" and the program runs uncapped. Reads the GLIBC_ versions the library's imported
-# symbols need (readelf -V, the version-needs section) and checks the highest (shim/glibc.c
+# symbols need (readelf -V, the version-needs section) and checks the highest (shim/base/glibc.c
 # binds the symbols that moved in glibc 2.33 and 2.34 to their old versions).
 . "$TOP/tests/tap.sh"
 

@@ -1,9 +1,9 @@
-/* Unit tests of the shared budget's ledger arithmetic (shim/budget.c) on a ledger in ordinary
- * memory: headroom, guarantees, the request held back for its asker, the peak, and the
+/* Unit tests of the shared budget's file arithmetic (shim/accounting/budget.c) on a budget in
+ * ordinary memory: headroom, guarantees, the request held back for its asker, the peak, and the
  * reclaiming of dead processes' slots (a pid that is gone, a reused pid, the process itself
  * before an exec). Liveness is real: this process and a child that has exited.
  */
-#include "shim/budget.h"
+#include "shim/accounting/budget.h"
 #include "tests/tap.h"
 
 #include <string.h>

@@ -1,9 +1,9 @@
-/* The checked build's preconditions (shim/check.h) catch what they name: a device ordinal out
+/* The checked build's preconditions (shim/base/check.h) catch what they name: a device ordinal out
  * of range and a mutex the caller should hold but nobody does abort with one `gpucap: error:`
  * line; valid calls pass. Each failing case runs in a child process, judged from outside by its
  * exit status and its stderr. */
 #define GPUCAP_CHECKED 1
-#include "shim/check.h"
+#include "shim/base/check.h"
 
 #include "tests/tap.h"
 

@@ -1,15 +1,15 @@
 /* Unit tests for shim/spill: the spill budgets' charges, and the spilled ranges the prefetch and
  * advice hooks look up, including a freed allocation's range and a new one at the same address
  * both recorded for a moment (the driver hands a freed address out again before the free's
- * record is gone). shim/spill.c is linked with config/ and stand-ins for the shim's settings,
- * log and driver table. Prints TAP.
+ * record is gone). shim/accounting/spill.c is linked with config/ and stand-ins for the shim's
+ * settings, log and driver table. Prints TAP.
  */
 #include "config/cfg.h"
-#include "shim/check.h"
-#include "shim/log.h"
-#include "shim/real.h"
-#include "shim/settings.h"
-#include "shim/spill.h"
+#include "shim/base/check.h"
+#include "shim/base/log.h"
+#include "shim/base/real.h"
+#include "shim/base/settings.h"
+#include "shim/accounting/spill.h"
 #include "tests/tap.h"
 
 #include <stdarg.h>

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim/cudadefs.h"
+#include "shim/base/cudadefs.h"
 #include "tests/fakecuda/fakecuda.h"
 #include "tests/fakecuda/nvml/nvmldefs.h"
 #include "tests/tap.h"
