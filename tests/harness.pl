@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # Runs TAP tests as `prove --exec '' --timer --merge -jJOBS` does (each file executed itself,
-# its result printed as it ends, prove's closing summary; one file alone as prove -v), then says how many checks were
+# its result printed as it ends, prove's closing summary; one file alone as prove -v; with
+# several, each failing check with the lines before it and its diagnostics), then says how many checks were
 # skipped and why, so a green run cannot hide what it did not check. The skips are also written
 # to SKIPFILE ("FILE<TAB>REASON" per skipped check) for `make test`'s closing summary.
 #
@@ -14,6 +15,7 @@ my ($jobs, $skipfile, @tests) = @ARGV;
 die "usage: tests/harness.pl JOBS SKIPFILE TEST...\n" unless defined $skipfile;
 
 my @skips;    # [file, reason], in the order they were seen
+my @failures; # [file, lines]: a failing check with the lines before it and its diagnostics
 # One file (make check T=FILE) prints every line, its failures' got and want among them.
 my $harness = TAP::Harness->new(
   {jobs => $jobs, merge => 1, timer => 1, exec => [], verbosity => (@tests == 1 ? 1 : 0)});
@@ -21,6 +23,22 @@ $harness->callback(
   made_parser => sub {
     my ($parser, $job) = @_;
     my $file = ref $job eq 'ARRAY' ? $job->[0] : "$job";
+    my (@recent, $open);    # the last lines seen; the failure whose diagnostics follow
+    $parser->callback(
+      ALL => sub {
+        my $r = shift;
+        my $line = $r->as_string;
+        if ($open && !$r->is_test && @{$open->[1]} < 40) {
+          push @{$open->[1]}, $line;
+        }
+        $open = undef if $r->is_test;
+        if ($r->is_test && !$r->is_ok) {
+          $open = [$file, [@recent, $line]];
+          push @failures, $open;
+        }
+        push @recent, $line;
+        shift @recent if @recent > 12;
+      });
     $parser->callback(
       test => sub {
         my $r = shift;
@@ -34,6 +52,13 @@ $harness->callback(
       });
   });
 my $aggregate = $harness->runtests(@tests);
+# With several files a failure shows only as a count: its lines, then, so a CI log says what.
+if (@tests > 1) {
+  for my $f (@failures) {
+    print "Failed in $f->[0]:\n";
+    print "  $_\n" for @{$f->[1]};
+  }
+}
 @skips = sort { $a->[0] cmp $b->[0] } @skips;    # by file (they end in any order), stable
 
 open(my $out, '>', $skipfile) or die "tests/harness.pl: cannot write $skipfile: $!\n";
