@@ -257,8 +257,10 @@ uint64_t ctx_idle_bytes(int dev) {
       }
       bfc_usage(slots[i].pool.bfc, &in_use, &deferred, &free_b, &reserved);
     }
+    /* A wholly idle pool's regions go back whole, their rounding with them. */
+    uint64_t rounding = in_use == 0 ? slots[i].pool.rounding : 0;
     pthread_mutex_unlock(&slots[i].lock);
-    idle += reserved - in_use;
+    idle += reserved - in_use + rounding;
   }
   return idle;
 }

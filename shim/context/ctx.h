@@ -110,7 +110,8 @@ enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size);
 bool ctx_pool_of(uint64_t addr, CUcontext *owner, uint64_t *unit);
 
 /* Bytes the pools of device dev hold from the driver that the program does not hold: free and
- * deferred chunks. Takes each object's lock briefly. */
+ * deferred chunks, and a wholly idle region pool's rounding (its regions go back whole). Takes
+ * each object's lock briefly. */
 uint64_t ctx_idle_bytes(int dev);
 
 /* Retires the deferred frees of every pool that has some, synchronising its context once

@@ -100,6 +100,7 @@ static int reserve(void *arg, uint64_t bytes, uint64_t *base) {
     cap_credit(p->dev, ask);
     return -ENOMEM;
   }
+  p->rounding += ask - bytes;
   trace_note(TRACE_RESERVE, p->dev, *base, bytes, bytes, -1);
   return 0;
 }
@@ -127,6 +128,7 @@ static int release(void *arg, uint64_t base, uint64_t bytes) {
   if (i < p->nshifted) {
     p->shifted[i] = p->shifted[--p->nshifted];
   }
+  p->rounding -= driver_bytes(bytes, extra) - bytes;
   cap_credit(p->dev, driver_bytes(bytes, extra));
   return 0;
 }

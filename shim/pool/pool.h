@@ -30,6 +30,8 @@ typedef struct pool {
   uint64_t others_hold;    /* this request: what other processes and the driver held when the
                             * device's free memory refused a region; 0 otherwise */
   bool gone;               /* the driver already freed the regions: release only credits */
+  uint64_t rounding;       /* charged for the regions beyond their bytes (whole driver units,
+                            * alignment slack): given back with them */
   /* Regions aligned inside a larger driver allocation (an object between gpucap and the driver
    * answered addresses not 256-byte aligned): region base -> what the driver gave. */
   bool misaligns;
