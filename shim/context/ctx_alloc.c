@@ -74,19 +74,38 @@ static void release_idle(struct ctx *c, bool allocated) {
   pool_trim_to(&c->pool, keep);
 }
 
-void ctx_release_idle(int dev) {
+/* Calls fn(o, arg) with o's lock held for each live pooled context o on device dev (any device
+ * when dev < 0) but `skip`, taking each lock in turn: the caller holds none. */
+static void each_pool(int dev, const struct ctx *skip, void (*fn)(struct ctx *o, void *arg),
+                      void *arg) {
   int n = ctx_count();
   for (int i = 0; i < n; i++) {
     struct ctx *o = ctx_slot(i);
-    if (atomic_load_explicit(&o->dying, memory_order_acquire)) {
+    if (o == skip || atomic_load_explicit(&o->dying, memory_order_acquire)) {
       continue;
     }
     pthread_mutex_lock(&o->lock);
-    if (o->pool.bfc && o->dev == dev) {
-      release_idle(o, false);
+    if (o->pool.bfc && (dev < 0 || o->dev == dev)) {
+      fn(o, arg);
     }
     pthread_mutex_unlock(&o->lock);
   }
+}
+
+static void release_idle_of(struct ctx *o, void *arg) {
+  (void)arg;
+  release_idle(o, false);
+}
+
+void ctx_release_idle(int dev) {
+  each_pool(dev, NULL, release_idle_of, NULL);
+}
+
+/* Settles o's deferred frees, its fronts' cached blocks first (they are deferred frees too);
+ * arg: the thread's current context, to restore. */
+static void settle_of(struct ctx *o, void *arg) {
+  ctx_fronts_flush(o, false);
+  settle_other(o, arg);
 }
 
 void ctx_settle_all(void) {
@@ -94,50 +113,35 @@ void ctx_settle_all(void) {
   if (!real.cuCtxGetCurrent || real.cuCtxGetCurrent(&mine) != CUDA_SUCCESS) {
     return; /* the thread's context, to restore, is not known */
   }
-  int n = ctx_count();
-  for (int i = 0; i < n; i++) {
-    struct ctx *o = ctx_slot(i);
-    if (atomic_load_explicit(&o->dying, memory_order_acquire)) {
-      continue;
-    }
-    pthread_mutex_lock(&o->lock);
-    if (o->pool.bfc) {
-      ctx_fronts_flush(o, false); /* cached blocks are deferred frees too */
-      settle_other(o, mine);
-    }
-    pthread_mutex_unlock(&o->lock);
-  }
+  each_pool(-1, NULL, settle_of, mine);
 }
 
 __attribute__((constructor)) static void settle_before_captures(void) {
   capture_before_begin(ctx_settle_all);
 }
 
+struct trim_arg {
+  CUcontext mine; /* the thread's current context, to restore */
+  uint64_t total; /* bytes released */
+};
+
+static void trim_of(struct ctx *o, void *arg) {
+  struct trim_arg *t = arg;
+  uint64_t released = 0;
+  settle_of(o, t->mine); /* cached blocks and deferred frees may free whole regions */
+  if (o->pool.bfc) {
+    bfc_trim(o->pool.bfc, &released);
+  }
+  t->total += released;
+}
+
 /* Releases the fully free regions of the pools on device dev but `skip`'s (settling their
  * deferred frees first, `mine` being the thread's current context); returns the bytes
  * released. Takes each object's lock in turn: the caller holds none. */
 static uint64_t trim_device(int dev, const struct ctx *skip, CUcontext mine) {
-  uint64_t total = 0;
-  int n = ctx_count();
-  for (int i = 0; i < n; i++) {
-    struct ctx *o = ctx_slot(i);
-    uint64_t released = 0;
-    if (o == skip || atomic_load_explicit(&o->dying, memory_order_acquire)) {
-      continue;
-    }
-    pthread_mutex_lock(&o->lock);
-    bool same_device = o->dev == dev;
-    if (o->pool.bfc && same_device) {
-      ctx_fronts_flush(o, false); /* cached blocks may free whole regions */
-      settle_other(o, mine);
-    }
-    if (o->pool.bfc && same_device) {
-      bfc_trim(o->pool.bfc, &released);
-    }
-    pthread_mutex_unlock(&o->lock);
-    total += released;
-  }
-  return total;
+  struct trim_arg t = {.mine = mine, .total = 0};
+  each_pool(dev, skip, trim_of, &t);
+  return t.total;
 }
 
 static uint64_t trim_others(struct ctx *c) {
