@@ -23,18 +23,24 @@ $harness->callback(
   made_parser => sub {
     my ($parser, $job) = @_;
     my $file = ref $job eq 'ARRAY' ? $job->[0] : "$job";
-    my (@recent, $open);    # the last lines seen; the failure whose diagnostics follow
+    my (@recent, $open, $run);    # the last lines seen; the failure being written; failures
+                                  # with no passing check between them (one entry)
     $parser->callback(
       ALL => sub {
         my $r = shift;
         my $line = $r->as_string;
-        if ($open && !$r->is_test && @{$open->[1]} < 40) {
-          push @{$open->[1]}, $line;
-        }
-        $open = undef if $r->is_test;
         if ($r->is_test && !$r->is_ok) {
-          $open = [$file, [@recent, $line]];
-          push @failures, $open;
+          if ($run) {
+            push @{$run->[1]}, $line;
+          } else {
+            $run = [$file, [@recent, $line]];
+            push @failures, $run;
+          }
+          $open = $run;
+        } elsif ($r->is_test) {
+          ($open, $run) = (undef, undef);
+        } elsif ($open && @{$open->[1]} < 60) {
+          push @{$open->[1]}, $line;
         }
         push @recent, $line;
         shift @recent if @recent > 12;
