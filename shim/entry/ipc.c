@@ -18,6 +18,7 @@
 #include "shim/entry/ipc.h"
 
 #include "shim/context/ctx.h"
+#include "shim/base/exit.h"
 #include "shim/base/fork.h"
 #include "shim/entry/prologue.h"
 #include "shim/entry/ipcwire.h"
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HANDLE_MAGIC "gpucapH2"
@@ -111,6 +113,8 @@ static uint64_t next_token;
 static int listen_fd = -1;
 static uint64_t key;
 static atomic_bool exiting;
+static pthread_t server_thread;    /* joinable; set before server_started */
+static atomic_bool server_started; /* server_thread runs (or ended unjoined) */
 static atomic_int exiting_fd = -1; /* listen_fd, for the exit path (which takes no lock) */
 
 /* Grows *arr (of elem-sized items) to hold n + 1; false when host memory ran out. */
@@ -297,13 +301,9 @@ static bool serve(void) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int err = pthread_create(&t, &attr, server, (void *)(intptr_t)fd);
+  int err = pthread_create(&t, NULL, server, (void *)(intptr_t)fd);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&attr);
   if (err != 0) {
     close(fd);
     log_msg(LOG_ERROR, "cuIpcGetMemHandle: cannot start the thread that shares blocks: %s",
@@ -311,6 +311,8 @@ static bool serve(void) {
     return false;
   }
   listen_fd = fd;
+  server_thread = t;
+  atomic_store(&server_started, true);
   atomic_store(&exiting_fd, fd);
   return true;
 }
@@ -454,11 +456,19 @@ void ipc_forget_context(CUcontext ctx) {
   pthread_mutex_unlock(&lock);
 }
 
-void ipc_exit(void) {
+void ipc_exit(bool wait) {
   atomic_store(&exiting, true);
   int fd = atomic_load(&exiting_fd);
   if (fd >= 0) {
     shutdown(fd, SHUT_RDWR); /* the server's accept fails; new connections are refused */
+  }
+  if (wait && atomic_exchange(&server_started, false)) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += EXIT_WAIT_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    (void)pthread_timedjoin_np(server_thread, NULL, &until); /* else it ends with the process */
   }
 }
 
@@ -809,6 +819,7 @@ static void fork_child(void) {
   listen_fd = -1;
   atomic_store(&exiting_fd, -1);
   atomic_store(&exiting, false);
+  atomic_store(&server_started, false); /* the parent's thread is not the child's */
   atomic_store_explicit(&exported, 0, memory_order_relaxed);
   atomic_store_explicit(&imported, 0, memory_order_relaxed);
 }

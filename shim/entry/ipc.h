@@ -41,7 +41,9 @@ void ipc_forget_context(CUcontext ctx);
 bool ipc_imported_block(uint64_t addr, uint64_t *base, uint64_t *size);
 
 /* At exit: stops serving exports (an open from now on fails; the socket goes with the
- * process). No CUDA call, no lock, no malloc; async-signal-safe. */
-void ipc_exit(void);
+ * process). No CUDA call, no lock, no malloc; async-signal-safe when `wait` is false. With
+ * `wait` (a normal exit, not a signal's), also waits up to EXIT_WAIT_MS for the server thread
+ * to end, so that nothing of it outlives the program's own threads. */
+void ipc_exit(bool wait);
 
 #endif

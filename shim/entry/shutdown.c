@@ -243,7 +243,7 @@ static int finish(const char *ended_by) {
   }
   int saved = errno;
   exit_begin();
-  ipc_exit();
+  ipc_exit(strcmp(ended_by, "exit") == 0); /* a signal's exit path waits for nothing */
   trace_exit();
   ctx_each(add_pool, busy_pool, NULL);
   for (int dev = 0; dev < GPUCAP_MAX_DEVICES; dev++) {

@@ -24,7 +24,9 @@ VG=(valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kin
 # Origin tracking finds where an uninitialised value came from, at ~15 s per run over the fake.
 [ -n "${MEMCHECK_ORIGINS:-}" ] && VG+=(--track-origins=yes)
 # The fake reserves twice its memory as address space at cuInit: keep it small under valgrind.
-export FAKECUDA_MEMORY=1GiB GPUCAP_REPORT=off
+# The programs' figures are exact, as in their own suites: a context costs the device nothing
+# here (the driver's own memory is tests/integ/overhead.sh's subject).
+export FAKECUDA_MEMORY=1GiB GPUCAP_REPORT=off FAKECUDA_DRIVER_MEMORY=off
 nm -D --defined-only "$SHIM" | awk '{print $3}' | sed 's/@.*//' > "$WORK/hooked"
 runs=0
 
