@@ -28,10 +28,12 @@
 #define GLIBC_BASE "GLIBC_2.2.5"
 #define GLIBC_DLINFO "GLIBC_2.3.3" /* dlinfo and dladdr1 appeared later on x86-64 */
 #define GLIBC_ROBUST "GLIBC_2.12"  /* robust mutexes (shim/accounting/budget.c) */
+#define GLIBC_JOIN "GLIBC_2.3.3"   /* pthread_timedjoin_np */
 #elif defined(__aarch64__)
 #define GLIBC_BASE "GLIBC_2.17"
 #define GLIBC_DLINFO "GLIBC_2.17"
 #define GLIBC_ROBUST "GLIBC_2.17"
+#define GLIBC_JOIN "GLIBC_2.17"
 #else
 #error "gpucap supports x86-64 and AArch64 only"
 #endif
@@ -117,6 +119,9 @@ OLD(int, pthread_create,
     (t, a, fn, arg))
 OLD(int, pthread_sigmask, (int how, const sigset_t *restrict set, sigset_t *restrict old),
     (how, set, old))
+/* ... and joined at a normal exit, for a bounded time. */
+OLDV(GLIBC_JOIN, int, pthread_timedjoin_np, (pthread_t t, void **ret, const struct timespec *at),
+     (t, ret, at))
 /* The per-library ledger's stack bounds (pthread_getattr_np also gained a version in 2.32). */
 OLD(int, pthread_getattr_np, (pthread_t t, pthread_attr_t *a), (t, a))
 OLD(int, pthread_attr_getstack,
