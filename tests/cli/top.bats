@@ -77,8 +77,10 @@ assert v["used"] == 0 and v["processes"] == [] and v["uuid"].startswith("GPU-"),
 PROBE="$BUILD/tests/fakecuda_probe"
 
 # started CMD...: CMD (gpucap run ...) in the background, its output in out.txt, its pid in $pid
-# (gpucap run execs: the pid is the program's); waits until it has allocated.
+# (gpucap run execs: the pid is the program's); waits until it has allocated. out.txt goes first:
+# the background shell truncates it only when it runs, and an earlier run's "alloc" must not count.
 started() {
+  rm -f out.txt
   LD_LIBRARY_PATH="$FAKE_DIR" LD_PRELOAD="$(preload_env)" ASAN_OPTIONS=detect_leaks=0 \
     "$GPUCAP" run --quiet "$@" >out.txt 2>&1 &
   pid=$!
