@@ -73,6 +73,20 @@ else
   say = @printf '  %-7s %s\n' $(1) $(2);
 endif
 
+# The one link recipe: a rule's recipe is `$(link)`, which links the rule's object prerequisites
+# (only its .o files: a version script, a library or a program it waits for is not an input),
+# then ALL_LDFLAGS, then the target's LINK_LIBS. A target named *.so or *.so.1 is a shared
+# object (-shared). LINK_LIBS holds, in link order, the libraries and linker options of that one
+# link, the shared objects it links with included (named there, not taken from $^, so that their
+# place on the command line is the link's, not the prerequisite list's). A target sets it
+# privately (`target: private LINK_LIBS = ...`), so that what it builds first does not inherit it.
+LINK_LIBS :=
+define link
+$(call say,LD,$@)
+$(Q)mkdir -p $(@D)
+$(Q)$(CC)$(if $(filter %.so %.so.1,$@), -shared) $(filter %.o,$^) -o $@ $(ALL_LDFLAGS) $(LINK_LIBS)
+endef
+
 # The compiler and flags of this build; rewritten only when they change.
 FLAGS_STAMP := $(BUILD)/cflags
 FLAGS_NOW := $(CC) $(ALL_CFLAGS) | $(ALL_LDFLAGS)

@@ -10,19 +10,13 @@ CONFIG_OBJS := $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o $(BUILD)/ob
 CONFIG_TESTS := $(BUILD)/tests/test_config $(BUILD)/tests/test_job $(BUILD)/tests/test_discover
 
 $(BUILD)/tests/test_config: $(BUILD)/obj/tests/unit/test_config.o $(CONFIG_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 $(BUILD)/tests/test_job: $(BUILD)/obj/tests/unit/test_job.o $(BUILD)/obj/config/job.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 $(BUILD)/tests/test_discover: $(BUILD)/obj/tests/unit/test_discover.o $(CONFIG_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 # `make $PWD/build/tests/test_config` names the same file by its absolute path.
 ifneq ($(abspath $(CONFIG_TESTS)),$(CONFIG_TESTS))

@@ -16,30 +16,24 @@ THREAD_TESTS += $(BUILD)/tests/test_bfc_threads
 CORE_BENCH_BINS := $(BUILD)/gpucap-replay $(BUILD)/gpucap-tracegen
 PROGRAMS += $(CORE_BENCH_BINS)
 
+$(CORE_TEST_BINS): private LINK_LIBS = -pthread
 $(CORE_TEST_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CORE_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -pthread
+	$(link)
 
 # White-box: the test #includes core/bfc.c, so bfc.o is left out.
 $(BUILD)/tests/test_bfc_check: $(BUILD)/obj/tests/unit/test_bfc_check.o \
                                $(BUILD)/obj/core/addrmap.o $(BUILD)/obj/core/bfc_dump.o \
                                $(BUILD)/obj/core/strbuf.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 # The replay reads traces with the CLI's reader: one parser for the command and the bench.
+$(BUILD)/gpucap-replay: private LINK_LIBS = -pthread -ldl
 $(BUILD)/gpucap-replay: $(BUILD)/obj/tests/bench/replay.o $(BUILD)/obj/scripts/tracecsv.o \
                         $(CORE_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -pthread -ldl
+	$(link)
 
 $(BUILD)/gpucap-tracegen: $(BUILD)/obj/tests/bench/tracegen.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 bench: $(CORE_BENCH_BINS)
 	$(Q)BUILD=$(BUILD) sh tests/bench/bench.sh

@@ -9,8 +9,6 @@ REPORT_OBJS := $(BUILD)/obj/core/report.o
 REPORT_TESTS := $(BUILD)/tests/test_report
 
 $(REPORT_TESTS): $(BUILD)/obj/tests/unit/test_report.o $(REPORT_OBJS) $(CORE_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 TEST_PROGRAMS += $(REPORT_TESTS)

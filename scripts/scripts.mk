@@ -16,11 +16,10 @@ CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/shim/accounting/budget
 GPUCAP_CLI := $(BUILD)/gpucap
 PROGRAMS += $(GPUCAP_CLI)
 
+$(GPUCAP_CLI): private LINK_LIBS = -lm -ldl
 $(GPUCAP_CLI): $(BUILD)/obj/scripts/gpucap.o $(CLI_OBJS) $(CONFIG_OBJS) $(REPORT_OBJS) \
                $(CORE_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm -ldl
+	$(link)
 
 # ---- Tests: C unit tests of the modules, then bats tests of the installed-looking command.
 # test_cli_json builds its reports from real pools, so it links the pool too.
@@ -29,11 +28,10 @@ CLI_TEST_BINS := $(CLI_TEST_NAMES:%=$(BUILD)/tests/%)
 TEST_PROGRAMS += $(CLI_TEST_BINS)
 TEST_DEPS += $(GPUCAP_CLI)
 
+$(CLI_TEST_BINS): private LINK_LIBS = -lm -ldl
 $(CLI_TEST_BINS): $(BUILD)/tests/test_cli_%: $(BUILD)/obj/tests/cli/test_%.o $(CLI_OBJS) \
                   $(CONFIG_OBJS) $(REPORT_OBJS) $(CORE_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lm -ldl
+	$(link)
 
 # bats prints TAP when its output is not a terminal, as under prove. Without bats the CLI tests
 # cannot run: one TAP script reports them skipped, with the fix (CI installs bats first).

@@ -39,31 +39,27 @@ $(SHIM_MAP): shim/base/hooks.def shim/entry/libc.def shim/entry/nvml.def shim/sh
 	     sed -n 's/^NVML(\([A-Za-z0-9_]*\))$$/  \1;/p' shim/entry/nvml.def; \
 	     echo 'local: *; };'; } > $@
 
+$(SHIM_LIB): private LINK_LIBS = -Wl,--version-script=$(SHIM_MAP) -Wl,-z,now -Wl,-z,relro \
+  -Wl,--no-undefined -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0 -Wl,--as-needed
 $(SHIM_LIB): $(SHIM_OBJS) $(CONFIG_OBJS) $(SHIM_MAP)
-	$(call say,LD,$@)
-	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) $(CONFIG_OBJS) -Wl,--version-script=$(SHIM_MAP) \
-	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) \
-	  -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0 -Wl,--as-needed
+	$(link)
 
 # ---- The checked build's preconditions (shim/base/check.h), with their failure path. ----
+$(BUILD)/tests/test_check: private LINK_LIBS = -lpthread
 $(BUILD)/tests/test_check: $(BUILD)/obj/tests/unit/test_check.o $(BUILD)/obj/shim/base/check.o \
     $(BUILD)/obj/shim/base/log.o $(CONFIG_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+	$(link)
 TEST_PROGRAMS += $(BUILD)/tests/test_check
 
 # ---- The shared budget's file arithmetic (shim/accounting/budget.c), on a ledger in ordinary memory. ----
+$(BUILD)/tests/test_budget: private LINK_LIBS = -lpthread
 $(BUILD)/tests/test_budget: $(BUILD)/obj/tests/unit/test_budget.o $(BUILD)/obj/shim/accounting/budget.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+	$(link)
 TEST_PROGRAMS += $(BUILD)/tests/test_budget
 
 # shim/spill on its own, with config/ and stand-ins for what it calls in the shim.
+$(BUILD)/tests/test_spill: private LINK_LIBS = -lpthread
 $(BUILD)/tests/test_spill: $(BUILD)/obj/tests/unit/test_spill.o $(BUILD)/obj/shim/accounting/spill.o \
                            $(CONFIG_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+	$(link)
 TEST_PROGRAMS += $(BUILD)/tests/test_spill

@@ -89,96 +89,79 @@ THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh
                 tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh \
                 tests/integ/spill.sh
 
+$(BUILD)/tests/mimic: private LINK_LIBS = -ldl
 $(BUILD)/tests/mimic: $(BUILD)/obj/tests/integ/mimic.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -ldl
+	$(link)
 
 # Linked against the fake driver like a real program against libcuda.so.1 (-lcuda).
-$(BUILD)/tests/captest $(BUILD)/tests/linked $(BUILD)/tests/pooltest $(BUILD)/tests/fidelity \
-$(BUILD)/tests/ipcpeer $(BUILD)/tests/sharepeer $(BUILD)/tests/arrays $(BUILD)/tests/graphs \
-$(BUILD)/tests/roomtest $(BUILD)/tests/oomtest $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered \
-$(BUILD)/tests/fill: \
-    $(BUILD)/tests/%: $(BUILD)/obj/tests/integ/%.o \
-    $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl -lpthread
+INTEG_LINKED := $(addprefix $(BUILD)/tests/,captest linked pooltest fidelity ipcpeer sharepeer \
+                  arrays graphs roomtest oomtest ctxswitch ordered fill)
+$(INTEG_LINKED): private LINK_LIBS = $(FAKECUDA_LIB) -ldl -lpthread
+$(INTEG_LINKED): $(BUILD)/tests/%: $(BUILD)/obj/tests/integ/%.o $(FAKECUDA_LIB)
+	$(link)
 
+$(BUILD)/tests/nexttest: private LINK_LIBS = $(FAKECUDA_LIB) -ldl
 $(BUILD)/tests/nexttest: $(BUILD)/obj/tests/integ/nexttest.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+	$(link)
 
 # life is not linked with the driver: it dlopen()s libcuda.so.1 after every constructor, as
 # cudart does. lifelinked is the same program linked with it.
+$(BUILD)/tests/life: private LINK_LIBS = -ldl -lpthread
 $(BUILD)/tests/life: $(BUILD)/obj/tests/integ/life.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl -lpthread
+	$(link)
 
 # smi reads NVML as nvidia-smi and pynvml do: dlopen and dlsym, nothing linked.
+$(BUILD)/tests/smi: private LINK_LIBS = -ldl
 $(BUILD)/tests/smi: $(BUILD)/obj/tests/integ/smi.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl
+	$(link)
 
 # budgetlock holds a shared budget's file lock until killed: the shim's budget module alone.
+$(BUILD)/tests/budgetlock: private LINK_LIBS = -lpthread
 $(BUILD)/tests/budgetlock: $(BUILD)/obj/tests/integ/budgetlock.o $(BUILD)/obj/shim/accounting/budget.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS) -lpthread
+	$(link)
 
+$(BUILD)/tests/lifelinked: private LINK_LIBS = -Wl,--no-as-needed $(FAKECUDA_LIB) -Wl,--as-needed \
+  -ldl -lpthread
 $(BUILD)/tests/lifelinked: $(BUILD)/obj/tests/integ/life.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -Wl,--no-as-needed $(FAKECUDA_LIB) -Wl,--as-needed -ldl \
-	  -lpthread
+	$(link)
 
+$(BUILD)/tests/threads: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
 $(BUILD)/tests/threads: $(BUILD)/obj/tests/integ/threads.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+	$(link)
 
+$(BUILD)/tests/spilltest: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
 $(BUILD)/tests/spilltest: $(BUILD)/obj/tests/integ/spilltest.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+	$(link)
 
+$(BUILD)/tests/fronts: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
 $(BUILD)/tests/fronts: $(BUILD)/obj/tests/integ/fronts.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+	$(link)
 
+$(BUILD)/tests/libearly.so: private LINK_LIBS = $(FAKECUDA_LIB)
 $(BUILD)/tests/libearly.so: $(BUILD)/obj/tests/integ/earlylib.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(link)
 
+$(BUILD)/tests/early: private LINK_LIBS = $(BUILD)/tests/libearly.so -Wl,-rpath,'$$ORIGIN' \
+  -Wl,-rpath-link,$(BUILD)/fakecuda
 $(BUILD)/tests/early: $(BUILD)/obj/tests/integ/early.o $(BUILD)/tests/libearly.so
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(BUILD)/tests/libearly.so -Wl,-rpath,'$$ORIGIN' \
-	  -Wl,-rpath-link,$(BUILD)/fakecuda
+	$(link)
 
+$(BUILD)/tests/libnext.so: private LINK_LIBS = -ldl
 $(BUILD)/tests/libnext.so: $(BUILD)/obj/tests/integ/nextlib.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
+	$(link)
 
 # ---- A libcuda.so.1 layered over the fake that hands out addresses off a 256-byte boundary
 # (tests/integ/misalign.sh): the fake's own objects under another soname, below a wrapper. ----
 MISALIGN_DIR := $(BUILD)/tests/misalign
+$(MISALIGN_DIR)/libfakeinner.so: private LINK_LIBS = -Wl,-Bsymbolic -Wl,-soname,libfakeinner.so \
+  -lpthread
 $(MISALIGN_DIR)/libfakeinner.so: $(FAKECUDA_OBJS) $(FAKECUDA_GEN_OBJ)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libfakeinner.so -o $@ $^ -lpthread
+	$(link)
 
+$(MISALIGN_DIR)/libcuda.so.1: private LINK_LIBS = -Wl,-soname,libcuda.so.1 -Wl,--no-as-needed \
+  $(MISALIGN_DIR)/libfakeinner.so -Wl,--as-needed -Wl,-rpath,'$$ORIGIN' -ldl -lpthread
 $(MISALIGN_DIR)/libcuda.so.1: $(BUILD)/obj/tests/integ/misalign.o $(MISALIGN_DIR)/libfakeinner.so
-	$(call say,LD,$@)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -Wl,-soname,libcuda.so.1 \
-	  -Wl,--no-as-needed $(MISALIGN_DIR)/libfakeinner.so -Wl,--as-needed -Wl,-rpath,'$$ORIGIN' \
-	  -ldl -lpthread
+	$(link)
 TEST_DEPS += $(MISALIGN_DIR)/libcuda.so.1
 TEST_SCRIPTS += tests/integ/misalign.sh
 
@@ -193,53 +176,46 @@ $(BUILD)/obj/tests/integ/deeplib_linked.o: tests/integ/deeplib.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -DDEEPLIB_LINKED -c $< -o $@
 
+$(BUILD)/tests/deep1/libdeeplinked.so: private LINK_LIBS = $(FAKECUDA_LIB)
 $(BUILD)/tests/deep1/libdeeplinked.so: $(BUILD)/obj/tests/integ/deeplib_linked.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(link)
 
+$(BUILD)/tests/deep2/libdeepdlsym.so: private LINK_LIBS = -ldl
 $(BUILD)/tests/deep2/libdeepdlsym.so: $(BUILD)/obj/tests/integ/deeplib.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl
+	$(link)
 
+$(BUILD)/tests/deep1/libdeeploader.so: private LINK_LIBS = -Wl,--enable-new-dtags \
+  -Wl,-rpath,'$$ORIGIN/../deep2' -ldl
 $(BUILD)/tests/deep1/libdeeploader.so: $(BUILD)/obj/tests/integ/deeploader.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -Wl,--enable-new-dtags \
-	  -Wl,-rpath,'$$ORIGIN/../deep2' -ldl
+	$(link)
 
+$(BUILD)/tests/deeptest: private LINK_LIBS = -Wl,--enable-new-dtags \
+  -Wl,-rpath,'$$ORIGIN/deep1' -ldl
 $(BUILD)/tests/deeptest: $(BUILD)/obj/tests/integ/deeptest.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/deep1' -ldl
+	$(link)
 TEST_DEPS += $(DEEP_BINS)
 TEST_SCRIPTS += tests/integ/deepbind.sh
 
 # ---- Unit test of core/addrmap on its own. ----
 $(BUILD)/tests/test_addrmap: $(BUILD)/obj/tests/unit/test_addrmap.o $(BUILD)/obj/core/addrmap.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 TEST_PROGRAMS += $(BUILD)/tests/test_addrmap
 
 # ---- The workload `make demo` runs (the recipe: scripts/scripts.mk). ----
 DEMO_BIN := $(BUILD)/tests/workload
 TEST_DEPS += $(DEMO_BIN)
+$(DEMO_BIN): private LINK_LIBS = $(FAKECUDA_LIB)
 $(DEMO_BIN): $(BUILD)/obj/tests/demo/workload.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(link)
 
 # ---- The shim's own cost through its hooks (`make bench`, tests/bench/hooks.sh). ----
 # hookbench runs over the fake driver with and without the shim, and with a shim built without
 # the per-library ledger (GPUCAP_NO_LEDGER), so the ledger's share is measured, not guessed.
 HOOKBENCH := $(BUILD)/tests/hookbench
 PROGRAMS += $(HOOKBENCH)
+$(HOOKBENCH): private LINK_LIBS = $(FAKECUDA_LIB) -ldl
 $(HOOKBENCH): $(BUILD)/obj/tests/bench/hookbench.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+	$(link)
 
 .PHONY: bench-noledger
 bench-noledger:

@@ -10,9 +10,7 @@ SLURM_INCLUDE ?= /usr/include
 JOBCAP_OBJ := $(BUILD)/obj/scripts/slurm/jobcap.o
 
 $(BUILD)/tests/test_jobcap: $(BUILD)/obj/tests/unit/test_jobcap.o $(JOBCAP_OBJ) $(CONFIG_OBJS)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 TEST_PROGRAMS += $(BUILD)/tests/test_jobcap
 
 SPANK_PLUGIN :=
@@ -30,10 +28,10 @@ $(BUILD)/obj/scripts/slurm/gpucap_spank.o: ALL_CFLAGS += -isystem $(SLURM_INCLUD
 SPANK_OBJS := $(BUILD)/obj/scripts/slurm/gpucap_spank.o $(JOBCAP_OBJ) \
               $(BUILD)/obj/config/parse.o $(BUILD)/obj/config/cfg.o \
               $(BUILD)/obj/scripts/preload.o $(BUILD)/obj/shim/accounting/budget.o
+$(SPANK_PLUGIN): private LINK_LIBS = -Wl,--version-script=$(SPANK_MAP) -Wl,-z,now -Wl,-z,relro \
+  -ldl -lpthread
 $(SPANK_PLUGIN): $(SPANK_OBJS) $(SPANK_MAP)
-	$(call say,LD,$@)
-	$(Q)$(CC) -shared -o $@ $(SPANK_OBJS) -Wl,--version-script=$(SPANK_MAP) -Wl,-z,now \
-	  -Wl,-z,relro $(ALL_LDFLAGS) -ldl -lpthread
+	$(link)
 
 install: $(SPANK_PLUGIN) # installed by scripts/scripts.mk's install, beside the library
 endif

@@ -3,16 +3,14 @@
 # integration tests (tests/integ/lib.sh).
 
 # softtest asks the fake driver (its test hook) what the process holds: linked with it.
+$(BUILD)/tests/softtest: private LINK_LIBS = $(FAKECUDA_LIB)
 $(BUILD)/tests/softtest: $(BUILD)/obj/tests/cluster/softtest.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(link)
 
 # jobtask is what the Slurm test's jobs run: linked with -lcuda like a CUDA program.
+$(BUILD)/tests/jobtask: private LINK_LIBS = $(FAKECUDA_LIB)
 $(BUILD)/tests/jobtask: $(BUILD)/obj/tests/cluster/jobtask.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(link)
 
 TEST_DEPS += $(BUILD)/tests/softtest $(BUILD)/tests/jobtask
 TEST_SCRIPTS += tests/cluster/discover.sh tests/cluster/slurm.sh tests/cluster/cdi.sh

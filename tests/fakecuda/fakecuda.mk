@@ -26,10 +26,9 @@ $(FAKECUDA_GEN_OBJ): $(FAKECUDA_GEN)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+$(FAKECUDA_LIB): private LINK_LIBS = -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -lpthread
 $(FAKECUDA_LIB): $(FAKECUDA_OBJS) $(FAKECUDA_GEN_OBJ)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o $@ $^ -lpthread
+	$(link)
 	$(Q)ln -sf libcuda.so.1 $(@D)/libcuda.so
 
 PROGRAMS += $(FAKECUDA_LIB)
@@ -51,70 +50,61 @@ FAKECUDA_PROBE := $(BUILD)/tests/fakecuda_probe
 FAKECUDA_INTERPOSE := $(BUILD)/tests/libfk_interpose.so
 FAKECUDA_CALLER := $(BUILD)/tests/libfk_caller.so
 
+$(FAKECUDA_INTERPOSE): private LINK_LIBS = -Wl,-soname,libfk_interpose.so
 $(FAKECUDA_INTERPOSE): $(BUILD)/obj/$(FAKECUDA_DIR)/interpose.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libfk_interpose.so -o $@ $^
+	$(link)
 
+$(BUILD)/tests/test_fakecuda_gpa: private LINK_LIBS = -Wl,--no-as-needed $(FAKECUDA_INTERPOSE) \
+  -Wl,--as-needed -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN' $(FAKECUDA_RPATH) -ldl -lpthread
 $(BUILD)/tests/test_fakecuda_gpa: $(BUILD)/obj/$(FAKECUDA_DIR)/test_gpa.o $(FAKECUDA_INTERPOSE) \
                                   | $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -Wl,--no-as-needed $(FAKECUDA_INTERPOSE) -Wl,--as-needed \
-	    -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN' $(FAKECUDA_RPATH) -ldl -lpthread
+	$(link)
 
+FAKECUDA_LINKED_LIBS := $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+$(addprefix $(BUILD)/tests/,$(FAKECUDA_LINKED_TESTS)): private LINK_LIBS = $(FAKECUDA_LINKED_LIBS)
 $(addprefix $(BUILD)/tests/,$(FAKECUDA_LINKED_TESTS)): $(BUILD)/tests/test_fakecuda_%: \
     $(BUILD)/obj/$(FAKECUDA_DIR)/test_%.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+	$(link)
 
 # Loaded by test_module.sh with device code nvcc builds at test time.
+$(BUILD)/tests/fakecuda_module_check: private LINK_LIBS = $(FAKECUDA_LINKED_LIBS)
 $(BUILD)/tests/fakecuda_module_check: $(BUILD)/obj/$(FAKECUDA_DIR)/module_check.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+	$(link)
 PROGRAMS += $(BUILD)/tests/fakecuda_module_check
 
 # The driver's own memory, run by test_driver.sh in each setting.
+$(BUILD)/tests/fakecuda_driver_check: private LINK_LIBS = $(FAKECUDA_LINKED_LIBS)
 $(BUILD)/tests/fakecuda_driver_check: $(BUILD)/obj/$(FAKECUDA_DIR)/driver_check.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -lpthread
+	$(link)
 PROGRAMS += $(BUILD)/tests/fakecuda_driver_check
 
 # The handshake's MD2 on its own, against RFC 1319's suite.
 $(BUILD)/tests/test_fakecuda_md2: $(BUILD)/obj/$(FAKECUDA_DIR)/test_md2.o \
                                   $(BUILD)/obj/$(FAKECUDA_DIR)/fk_integrity.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
+	$(link)
 
 # The machine ledger on its own, with real processes.
+$(BUILD)/tests/test_fakecuda_machine: private LINK_LIBS = -lpthread
 $(BUILD)/tests/test_fakecuda_machine: $(BUILD)/obj/$(FAKECUDA_DIR)/test_machine.o \
                                       $(BUILD)/obj/$(FAKECUDA_DIR)/fk_machine.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+	$(link)
 
+$(FAKECUDA_PROBE): private LINK_LIBS = $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -ldl -lpthread
 $(FAKECUDA_PROBE): $(BUILD)/obj/$(FAKECUDA_DIR)/probe.o $(FAKECUDA_LIB) $(FAKECUDA_CALLER)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -ldl -lpthread
+	$(link)
 
+$(FAKECUDA_CALLER): private LINK_LIBS = -Wl,-soname,libfk_caller.so -ldl
 $(FAKECUDA_CALLER): $(BUILD)/obj/$(FAKECUDA_DIR)/caller.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libfk_caller.so -o $@ $^ -ldl
+	$(link)
 
 # One process of a shared machine, for test_machine.sh; linked with the fake NVML too
 # (nvml.mk's $(NVML_LIB), named here by its path since nvml.mk is read below).
 FAKECUDA_MACHINE_WORKER := $(BUILD)/tests/fakecuda_machine_worker
+$(FAKECUDA_MACHINE_WORKER): private LINK_LIBS = $(FAKECUDA_LIB) \
+  $(BUILD)/fakecuda/libnvidia-ml.so.1 $(FAKECUDA_RPATH) -lpthread
 $(FAKECUDA_MACHINE_WORKER): $(BUILD)/obj/$(FAKECUDA_DIR)/machine_worker.o $(FAKECUDA_LIB) \
                             $(BUILD)/fakecuda/libnvidia-ml.so.1
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(FAKECUDA_RPATH) -lpthread
+	$(link)
 PROGRAMS += $(FAKECUDA_MACHINE_WORKER)
 
 # Shell tests need the library and the probe; make them prerequisites of the test programs'

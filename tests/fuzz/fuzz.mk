@@ -27,6 +27,13 @@ FUZZ_FLAGS   := -std=c11 $(WARN) -D_GNU_SOURCE -DGPUCAP_VERSION=\"$(VERSION)\" -
 FUZZ_COMPILE := -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_LINK    := -fsanitize=fuzzer,address,undefined
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_LIBS    := $(FUZZ_BUILD)/lib/libgpucap.so $(FUZZ_BUILD)/lib/libcuda.so.1
+
+# The fuzz build links with the project's link recipe ($(link), Makefile) under its own compiler,
+# FUZZ_CC even where CC is given on the command line, and its own sanitizers.
+$(FUZZ_BINS) $(FUZZ_LIBS): private override CC = $(FUZZ_CC)
+$(FUZZ_BINS): private ALL_LDFLAGS = $(FUZZ_LINK)
+$(FUZZ_LIBS): private ALL_LDFLAGS = -fsanitize=address,undefined
 
 $(FUZZ_BUILD)/obj/%.o: %.c | fuzz-toolchain
 	$(call say,FUZZCC,$@)
@@ -39,8 +46,7 @@ $(FUZZ_BUILD)/fuzz_config: $(patsubst $(BUILD)/obj/%,$(FUZZ_BUILD)/obj/%,$(CONFI
 $(FUZZ_BUILD)/fuzz_pool: $(patsubst $(BUILD)/obj/%,$(FUZZ_BUILD)/obj/%,$(CORE_OBJS))
 $(filter-out $(FUZZ_BUILD)/fuzz_cap,$(FUZZ_BINS)): $(FUZZ_BUILD)/fuzz_%: \
     $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o
-	$(call say,FUZZLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_LINK) $^ -o $@
+	$(link)
 
 # fuzz_cap: the shim (with coverage) and the fake driver as shared objects of their own, built
 # position-independent; the shim comes first, so the target's cu* calls reach it as they
@@ -67,23 +73,17 @@ $(FUZZ_PIC)/fake/gen/%.o: $(BUILD)/gen/%.c | fuzz-toolchain
 	$(Q)mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=address,undefined -fPIC -fvisibility=hidden -c $< \
 	  -o $@
+$(FUZZ_BUILD)/lib/libgpucap.so: private LINK_LIBS = -Wl,--version-script=$(SHIM_MAP) -ldl -lpthread
 $(FUZZ_BUILD)/lib/libgpucap.so: $(FUZZ_SHIM_OBJS) $(SHIM_MAP)
-	$(call say,FUZZLD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(FUZZ_CC) -shared -fsanitize=address,undefined -o $@ $(FUZZ_SHIM_OBJS) \
-	  -Wl,--version-script=$(SHIM_MAP) -ldl -lpthread
+	$(link)
+$(FUZZ_BUILD)/lib/libcuda.so.1: private LINK_LIBS = -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -lpthread
 $(FUZZ_BUILD)/lib/libcuda.so.1: $(FUZZ_FAKE_OBJS)
-	$(call say,FUZZLD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(FUZZ_CC) -shared -fsanitize=address,undefined -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 \
-	  -o $@ $^ -lpthread
+	$(link)
+$(FUZZ_BUILD)/fuzz_cap: private LINK_LIBS = -Wl,--no-as-needed $(FUZZ_LIBS) -Wl,--as-needed \
+  -Wl,-rpath,'$$ORIGIN/lib' -ldl -lpthread
 $(FUZZ_BUILD)/fuzz_cap: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_cap.o \
-    $(FUZZ_BUILD)/obj/tests/reliability/capops.o $(FUZZ_BUILD)/lib/libgpucap.so \
-    $(FUZZ_BUILD)/lib/libcuda.so.1
-	$(call say,FUZZLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_LINK) $(filter %.o,$^) -o $@ -Wl,--no-as-needed \
-	  $(FUZZ_BUILD)/lib/libgpucap.so $(FUZZ_BUILD)/lib/libcuda.so.1 -Wl,--as-needed \
-	  -Wl,-rpath,'$$ORIGIN/lib' -ldl -lpthread
+    $(FUZZ_BUILD)/obj/tests/reliability/capops.o $(FUZZ_LIBS)
+	$(link)
 
 # Fails, saying why, when the compiler cannot build a libFuzzer target.
 fuzz-toolchain:
@@ -124,19 +124,16 @@ $(BUILD)/tests/fuzz_pool_replay: $(BUILD)/obj/tests/fuzz/fuzz_pool.o \
 $(BUILD)/tests/fuzz_router_replay: $(BUILD)/obj/tests/fuzz/fuzz_router.o \
     $(BUILD)/obj/tests/fuzz/replay.o
 $(filter-out %/fuzz_cap_replay,$(FUZZ_REPLAY_BINS)):
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $^ -o $@ $(ALL_LDFLAGS)
+	$(link)
 # The shim in front of the fake driver, as in the fuzz build (absolute run paths: the replay
 # lives in $(BUILD)/tests).
+$(BUILD)/tests/fuzz_cap_replay: private LINK_LIBS = -Wl,--no-as-needed $(abspath $(SHIM_LIB)) \
+  $(abspath $(FAKECUDA_LIB)) -Wl,--as-needed \
+  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl -lpthread
 $(BUILD)/tests/fuzz_cap_replay: $(BUILD)/obj/tests/fuzz/fuzz_cap.o \
     $(BUILD)/obj/tests/reliability/capops.o $(BUILD)/obj/tests/fuzz/replay.o $(SHIM_LIB) \
     $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(filter %.o,$^) -o $@ $(ALL_LDFLAGS) -Wl,--no-as-needed $(abspath $(SHIM_LIB)) \
-	  $(abspath $(FAKECUDA_LIB)) -Wl,--as-needed \
-	  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl -lpthread
+	$(link)
 
 TEST_DEPS += $(FUZZ_REPLAY_BINS)
 TEST_SCRIPTS += tests/fuzz/corpus.sh

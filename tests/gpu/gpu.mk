@@ -14,22 +14,20 @@ GPU_CHECK_OUT ?= $(BUILD)/gpu-check
 GPU_BENCH_OUT ?= $(BUILD)/gpu-bench
 
 # The watcher loads both libraries with dlopen(): nothing linked.
+$(GPU_BIN)/gpuwatch: private LINK_LIBS = -ldl
 $(GPU_BIN)/gpuwatch: $(BUILD)/obj/$(GPU_DIR)/gpuwatch.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) -ldl
+	$(link)
 
+$(GPU_BIN)/gpuhold: private LINK_LIBS = $(FAKECUDA_LIB)
 $(GPU_BIN)/gpuhold: $(BUILD)/obj/$(GPU_DIR)/gpuhold.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB)
+	$(link)
 
 # The dry run's mutation: a library with nothing in it, preloaded in gpucap's place, so that every
-# check that judges a cap must fail with it (the proof that the kit's checks can fail).
+# check that judges a cap must fail with it (the proof that the kit's checks can fail). It has no
+# objects: its one input is an empty C file, /dev/null.
+$(GPU_BIN)/libnocap.so: private LINK_LIBS = -x c /dev/null
 $(GPU_BIN)/libnocap.so:
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)printf '' | $(CC) -shared -x c - -o $@ $(ALL_LDFLAGS)
+	$(link)
 
 TEST_DEPS += $(GPU_TOOLS)
 TEST_SCRIPTS += $(GPU_DIR)/dryrun.sh

@@ -20,38 +20,33 @@ REL_SECURE := $(REL_BIN)/secure
 REL_BADPOOL := $(REL_BIN)/libbadpool.so
 
 # Programs linked with -lcuda (the fake), like a program linked against libcuda.so.1.
-$(REL_BIN)/faultload $(REL_BIN)/badargs $(REL_BIN)/teardown: $(REL_BIN)/%: $(BUILD)/obj/tests/reliability/%.o \
-    $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -ldl
+REL_LINKED_DL := $(REL_BIN)/faultload $(REL_BIN)/badargs $(REL_BIN)/teardown
+$(REL_LINKED_DL): private LINK_LIBS = $(FAKECUDA_LIB) -ldl
+$(REL_LINKED_DL): $(REL_BIN)/%: $(BUILD)/obj/tests/reliability/%.o $(FAKECUDA_LIB)
+	$(link)
 
+$(REL_BIN)/integrity $(REL_BIN)/capholes: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
 $(REL_BIN)/integrity $(REL_BIN)/capholes: $(REL_BIN)/%: $(BUILD)/obj/tests/reliability/%.o \
     $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+	$(link)
 
 # The cap invariant: random operations of every family (capops.c, shared with fuzz_cap).
+$(REL_BIN)/invariant: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
 $(REL_BIN)/invariant: $(BUILD)/obj/tests/reliability/invariant.o \
     $(BUILD)/obj/tests/reliability/capops.o $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(filter %.o,$^) -o $@ $(ALL_LDFLAGS) $(FAKECUDA_LIB) -lpthread
+	$(link)
 
 # The deliberately wrong allocator of the integrity test's negative controls.
+$(REL_BADPOOL): private LINK_LIBS = -ldl -lpthread
 $(REL_BADPOOL): $(BUILD)/obj/tests/reliability/badpool.o
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared $< -o $@ $(ALL_LDFLAGS) -ldl -lpthread
+	$(link)
 
 # Linked with the shim itself (no LD_PRELOAD) and absolute run paths, so that it still runs
 # with gpucap when the loader is in secure-execution mode (setgid copy, AT_SECURE).
+$(REL_SECURE): private LINK_LIBS = $(abspath $(SHIM_LIB)) $(abspath $(FAKECUDA_LIB)) \
+  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl
 $(REL_SECURE): $(BUILD)/obj/tests/reliability/secure.o $(SHIM_LIB) $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $< -o $@ $(ALL_LDFLAGS) $(abspath $(SHIM_LIB)) $(abspath $(FAKECUDA_LIB)) \
-	  -Wl,-rpath,$(abspath $(BUILD)):$(abspath $(BUILD)/fakecuda) -ldl
+	$(link)
 
 $(BUILD)/obj/tests/reliability/bfc_checked.o: core/bfc.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
@@ -60,11 +55,10 @@ $(BUILD)/obj/tests/reliability/bfc_checked.o: core/bfc.c $(FLAGS_STAMP)
 
 REL_CHECKED_OBJS := $(filter-out $(BUILD)/obj/core/bfc.o,$(SHIM_OBJS)) \
                     $(BUILD)/obj/tests/reliability/bfc_checked.o $(CONFIG_OBJS)
+$(REL_CHECKED_SHIM): private LINK_LIBS = -Wl,--version-script=$(SHIM_MAP) -Wl,-z,now \
+  -Wl,-z,relro -Wl,--no-undefined -ldl -lpthread
 $(REL_CHECKED_SHIM): $(REL_CHECKED_OBJS) $(SHIM_MAP)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -o $@ $(REL_CHECKED_OBJS) -Wl,--version-script=$(SHIM_MAP) \
-	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined $(ALL_LDFLAGS) -ldl -lpthread
+	$(link)
 
 TEST_DEPS += $(REL_PROGRAMS) $(REL_CHECKED_SHIM) $(REL_BADPOOL) $(REL_SECURE)
 TEST_SCRIPTS += tests/reliability/faults.sh tests/reliability/integrity.sh \

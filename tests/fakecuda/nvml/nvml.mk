@@ -29,10 +29,9 @@ $(NVML_GEN_OBJ): $(NVML_GEN)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+$(NVML_LIB): private LINK_LIBS = -Wl,-soname,libnvidia-ml.so.1 -ldl -lpthread
 $(NVML_LIB): $(NVML_OBJS) $(NVML_GEN_OBJ)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $^ -ldl -lpthread
+	$(link)
 	$(Q)ln -sf libnvidia-ml.so.1 $(@D)/libnvidia-ml.so
 
 PROGRAMS += $(NVML_LIB)
@@ -42,17 +41,16 @@ PROGRAMS += $(NVML_LIB)
 # fake NVML makes; test_fakenvml_mem links both fakes (memory and processes follow the driver).
 NVML_TESTS := $(BUILD)/tests/test_fakenvml $(BUILD)/tests/test_fakenvml_mem
 
+$(BUILD)/tests/test_fakenvml: private LINK_LIBS = $(NVML_LIB) -Wl,--disable-new-dtags \
+  $(FAKECUDA_RPATH) -ldl -lpthread
 $(BUILD)/tests/test_fakenvml: $(BUILD)/obj/$(NVML_DIR)/test_nvml.o $(NVML_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(NVML_LIB) -Wl,--disable-new-dtags $(FAKECUDA_RPATH) \
-	    -ldl -lpthread
+	$(link)
 
+$(BUILD)/tests/test_fakenvml_mem: private LINK_LIBS = $(NVML_LIB) $(FAKECUDA_LIB) \
+  $(FAKECUDA_RPATH) -ldl -lpthread
 $(BUILD)/tests/test_fakenvml_mem: $(BUILD)/obj/$(NVML_DIR)/test_nvml_mem.o $(NVML_LIB) \
                                   $(FAKECUDA_LIB)
-	$(call say,LD,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(NVML_LIB) $(FAKECUDA_LIB) $(FAKECUDA_RPATH) -ldl -lpthread
+	$(link)
 
 TEST_PROGRAMS += $(NVML_TESTS)
 TEST_SCRIPTS += $(NVML_DIR)/test_nvml_lib.sh tests/unit/nvmldefs_check.sh
