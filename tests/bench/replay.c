@@ -6,21 +6,20 @@
  * warm = the same pool replaying again; both are medians over --runs. A no-pool baseline (bump
  * addresses plus the same hash map a pass-through shim would keep) is timed in the same run.
  * `--threads N` replays the trace in N threads sharing one pool behind one lock; `--scaling` in
- * 1, 2 and 8 threads under one cap, three ways (scaling(): one lock, fronts, arenas). `--driver`
- * replays it instead through the CUDA driver API of libcuda.so.1 (dlopen'ed: with gpucap
- * preloaded, through gpucap), for the driver calls and the driver's time it costs. Options: see
- * usage(). `--vmm UNIT` replays through the pool's mapped mode (the VMM-backed pool: one
- * address space mapped in units, the limit being the cap factor times the peak plus one unit).
+ * 1, 2 and 8 threads under one cap, two ways (scaling(): one lock, and arenas: with --vmm as
+ * GPUCAP_ARENAS=auto opens them, over regions one per thread). `--driver` replays it instead
+ * through the CUDA driver API of libcuda.so.1 (dlopen'ed: with gpucap preloaded, through
+ * gpucap), for the driver calls and the driver's time it costs. Options: see usage(). `--vmm UNIT`
+ * replays through the pool's mapped mode (the VMM-backed pool: one address space mapped in units,
+ * the limit being the cap factor times the peak plus one unit).
  * `--count` replays one cold and one warm pass and nothing else, the warm one inside
  * count_warm_pass(), for `valgrind --tool=callgrind --toggle-collect=count_warm_pass`: the
  * instructions of one warm pass, a steady figure on a noisy host.
  */
 #include "core/addrmap.h"
 #include "core/bfc.h"
-#include "core/front.h"
 #include "scripts/tracecsv.h"
 #include "shim/base/cudadefs.h"
-#include "shim/context/gate.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -33,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NONE UINT64_MAX
 enum { OP_ALLOC = 0, OP_FREE = 1, MAX_RUNS = 101, MAX_THREADS = 64 };
@@ -55,7 +55,7 @@ typedef struct options {
   double cap_factor;   /* 0: no cap */
   double retire_ratio; /* > 0: retire once deferred bytes reach this share of free bytes */
   int preallocate, deferred, threads, runs, spin, find_min_cap, driver, scaling, count;
-  int count_fronts;
+  int arenas_max;     /* --arenas-max: auto's most arenas (0: the shim's rule, arenas_max()) */
   long driver_events; /* --driver: replay only the first N events (-1: all; 0: set up only) */
   uint64_t vmm_unit;  /* --vmm: mapped mode in units of this many bytes */
 } options_t;
@@ -86,6 +86,15 @@ static inline void lock_take(lock_t *l) {
   } else {
     pthread_mutex_lock(&l->mu);
   }
+}
+
+/* 1 iff the lock was free and is now taken: one exchange for the spin lock, a trylock for the
+ * mutex. */
+static inline int lock_try(lock_t *l) {
+  if (l->spin) {
+    return atomic_exchange_explicit(&l->flag, 1, memory_order_acquire) == 0;
+  }
+  return pthread_mutex_trylock(&l->mu) == 0;
 }
 
 static inline void lock_drop(lock_t *l) {
@@ -425,30 +434,24 @@ static bfc_pool_t *make_pool(uint64_t limit, int growth, addr_space_t *as) {
 
 /* ---- threads ------------------------------------------------------------------------------ */
 
-/* A thread's front (core/front.h) as the shim keeps one (shim/context/ctx_front.c), behind the same
- * gate (shim/context/gate.h): no lock; its owner enters with one atomic exchange on a line of its
- * own, and another thread that must flush it (before the pool grows or refuses) visits, waiting
- * until the owner is out. Each on its own cache lines: nothing another thread writes is touched by
- * a hit. */
-typedef struct front_slot {
-  gate_t gate;
-  front_t f;
-} front_slot_t;
-
 /* An arena as the shim keeps one (GPUCAP_ARENAS): a pool of its own behind a lock of its own,
- * its addresses apart from every other arena's, its growth charged to the one device cap. On
- * lines of its own: a thread alone in its arena writes nothing another thread reads. */
+ * its addresses apart from every other arena's, its growth charged to the one device cap. `open`
+ * is set (release) once its pool exists; an arena not open has no pool and is skipped. On lines
+ * of its own: a thread alone in its arena writes nothing another thread reads. */
 typedef struct arena {
   _Alignas(64) lock_t lock;
   bfc_pool_t *pool;
+  atomic_int open;
   addr_space_t as;
 } arena_t;
 
-/* How threads reach memory in threaded_setup(). */
-typedef enum setup { SETUP_LOCK, SETUP_FRONTS, SETUP_ARENAS } setup_t;
+/* How threads reach memory in threaded_setup(): one pool behind its one lock; arenas dealt out
+ * (GPUCAP_ARENAS=N: thread k on arena k mod N, all N open); or arenas as GPUCAP_ARENAS=auto
+ * opens them (one open at first, a thread moving on contention; see arena_enter()). */
+typedef enum setup { SETUP_LOCK, SETUP_DEALT, SETUP_AUTO } setup_t;
 
 typedef struct shared {
-  bfc_pool_t *pool; /* NULL with arenas */
+  bfc_pool_t *pool; /* SETUP_LOCK's; NULL with arenas */
   const trace_t *t;
   lock_t lock;
   int deferred;
@@ -459,151 +462,80 @@ typedef struct shared {
    * pthread barrier and 1.72-1.78x after spinning. */
   atomic_int arrived;
   int nthreads;
-  front_slot_t *fronts; /* --scaling with fronts: one per thread; NULL: the single lock */
-  arena_t *arenas;      /* --scaling with arenas: thread k allocates from arena k mod narenas */
-  int nfronts, narenas;
-  pthread_mutex_t flushing; /* one flush of every front at a time (the shim's registry lock) */
-  /* threads flushing before a refusal: frees bypass the fronts. Read by every free: a line of
-   * its own, away from the lock every miss writes. */
-  _Alignas(64) atomic_int pressure;
+  arena_t *arenas;          /* NULL: the single lock */
+  int narenas;              /* the arenas' slots: N dealt out, or auto's most (arenas_max()) */
+  int moving;               /* SETUP_AUTO: a thread that meets contention moves */
+  uint64_t limit;           /* each arena pool's own limit: the whole cap */
+  pthread_mutex_t registry; /* SETUP_AUTO: one arena opened at a time (the shim's registry) */
+  /* SETUP_AUTO: the round robin of moves; its first value is 1, so the first move opens the
+   * arena after the one every thread starts on. On a line of its own: each move writes it. */
+  _Alignas(64) atomic_uint next;
   char pad[60];
   device_cap_t cap; /* arenas: the cap they all charge */
 } shared_t;
 
 typedef struct worker {
-  _Alignas(64) shared_t *sh; /* each worker on lines of its own: takes/hits are written per call */
+  _Alignas(64) shared_t *sh; /* each worker on lines of its own */
   uint64_t *addr;
-  uint64_t *held; /* fronts: each live block's chunk size */
-  int index;
-  uint32_t takes, hits, skip; /* fronts: the shim's rule for a front that rarely serves */
+  int arena; /* arenas: the thread's arena now */
   pass_t warmup, timed;
   uint64_t start, end;
 } worker_t;
 
-/* Gives blocks a front gave up back to the pool, under the pool's lock. */
-static void give_back(shared_t *sh, const front_block_t *b, size_t n) {
-  lock_take(&sh->lock);
-  for (size_t k = 0; k < n; k++) {
-    bfc_free(sh->pool, b[k].addr);
+/* The most arenas GPUCAP_ARENAS=auto opens (the shim's rule): the online CPUs, 1 to 8; a
+ * positive `override` (--arenas-max) instead. */
+static int arenas_max(int override) {
+  if (override > 0) {
+    return override;
   }
-  lock_drop(&sh->lock);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
-/* Before a refusal: every thread's front is flushed into the pool (the shim does the same). */
-static void flush_fronts(shared_t *sh) {
-  front_block_t out[64];
-  pthread_mutex_lock(&sh->flushing);
-  for (int i = 0; i < sh->nfronts; i++) {
-    size_t n;
-    do {
-      gate_visit(&sh->fronts[i].gate, gate_yield);
-      n = front_drain(&sh->fronts[i].f, out, 64);
-      gate_unvisit(&sh->fronts[i].gate);
-      give_back(sh, out, n);
-    } while (n > 0);
-  }
-  pthread_mutex_unlock(&sh->flushing);
+static int arena_is_open(arena_t *ar) {
+  return atomic_load_explicit(&ar->open, memory_order_acquire);
 }
 
-/* One pass over the trace through the thread's front, the pool behind the shared lock. */
-static void replay_fronts(shared_t *sh, worker_t *w, pass_t *r) {
-  const trace_t *t = sh->t;
-  front_slot_t *me = &sh->fronts[w->index];
-  front_block_t b, out[FRONT_PUT_ROOM];
-  memset(r, 0, sizeof(*r));
-  uint64_t t0 = now_ns();
-  for (uint64_t i = 0; i < t->nev; i++) {
-    const ev_t *e = &t->ev[i];
-    if (e->op == OP_ALLOC) {
-      int hit = 0;
-      if (w->skip > 0) { /* as shim/context/ctx_front.c: a front that rarely serves steps aside */
-        w->skip--;
-      } else {
-        gate_enter(&me->gate);
-        hit = front_take(&me->f, e->size, 0, 1, &b);
-        gate_leave(&me->gate);
-        w->takes++;
-        w->hits += (uint32_t)hit;
-        if (w->takes == 256) {
-          w->skip = w->hits * 16 < w->takes ? 4096 : 0;
-          w->takes = w->hits = 0;
-        }
-      }
-      if (hit) {
-        w->addr[e->slot] = b.addr;
-        w->held[e->slot] = b.size;
-        continue;
-      }
-      uint64_t a = NONE, h = 0;
-      lock_take(&sh->lock);
-      size_t spilt; /* the thread's blocks the best fit could choose go back first (the shim's) */
-      do {
-        gate_enter(&me->gate);
-        spilt = front_drain_from(&me->f, e->size, out, FRONT_PUT_ROOM);
-        gate_leave(&me->gate);
-        for (size_t k = 0; k < spilt; k++) {
-          bfc_free(sh->pool, out[k].addr);
-        }
-      } while (spilt == FRONT_PUT_ROOM);
-      int rc = bfc_alloc_fit(sh->pool, e->size, 0, &a, &h);
-      while (rc == -ENOSPC) { /* the thread's own cached blocks first, a few at a time */
-        gate_enter(&me->gate);
-        size_t n = front_drain(&me->f, out, FRONT_PUT_ROOM);
-        gate_leave(&me->gate);
-        if (n == 0) {
-          break;
-        }
-        for (size_t k = 0; k < n; k++) {
-          bfc_free(sh->pool, out[k].addr);
-        }
-        rc = bfc_alloc_fit(sh->pool, e->size, 0, &a, &h);
-      }
-      lock_drop(&sh->lock);
-      if (rc == -ENOSPC) {
-        /* The pool would grow or refuse: only after the fronts are flushed, so that it grows
-         * and refuses as with no front; frees bypass the fronts meanwhile. */
-        atomic_fetch_add_explicit(&sh->pressure, 1, memory_order_acq_rel);
-        flush_fronts(sh);
-        lock_take(&sh->lock);
-        rc = bfc_alloc_tagged(sh->pool, e->size, 0, &a, &h);
-        lock_drop(&sh->lock);
-        atomic_fetch_sub_explicit(&sh->pressure, 1, memory_order_acq_rel);
-      }
-      if (rc != 0) {
-        r->failed++;
-        a = NONE;
-      }
-      w->addr[e->slot] = a;
-      w->held[e->slot] = h;
-    } else if (w->addr[e->slot] != NONE) {
-      front_block_t mine = {w->addr[e->slot], w->held[e->slot], e->size, 0, 0};
-      size_t n = 1;
-      out[0] = mine;
-      if (w->skip == 0 && atomic_load_explicit(&sh->pressure, memory_order_acquire) == 0) {
-        gate_enter(&me->gate);
-        n = front_put(&me->f, &mine, out);
-        gate_leave(&me->gate);
-      }
-      if (n > 0) {
-        give_back(sh, out, n);
-      }
-      w->addr[e->slot] = NONE;
-    }
+/* Opens arena k (a pool of the whole cap, always growing: a preallocated arena would take the
+ * whole cap) unless it is open; under the registry mutex, as the shim opens one. Arena k's
+ * addresses start at 2^40 + k x 2^48: never another's. Exits when the pool cannot be made. */
+static void arena_open(shared_t *sh, int k) {
+  arena_t *ar = &sh->arenas[k];
+  if (arena_is_open(ar)) {
+    return;
   }
-  r->ns = now_ns() - t0;
-  lock_take(&sh->lock);
-  for (uint64_t s = 0; s < t->nslots; s++) {
-    if (w->addr[s] != NONE) {
-      bfc_free(sh->pool, w->addr[s]);
-      w->addr[s] = NONE;
-    }
+  pthread_mutex_lock(&sh->registry);
+  if (!atomic_load_explicit(&ar->open, memory_order_relaxed)) {
+    uint64_t base = ((uint64_t)1 << 40) + ((uint64_t)k << 48);
+    ar->pool = make_pool_at(sh->limit, 1, &ar->as, base, &sh->cap);
+    atomic_store_explicit(&ar->open, 1, memory_order_release);
   }
-  lock_drop(&sh->lock);
+  pthread_mutex_unlock(&sh->registry);
+}
+
+/* The thread's arena, locked. Dealt out: its lock, waited for. Auto: its lock if free (one
+ * trylock); else the thread moves to the next arena of the round robin (any, its own included),
+ * opens it if need be, waits for its lock and stays there until it meets contention again. */
+static arena_t *arena_enter(shared_t *sh, worker_t *w) {
+  arena_t *ar = &sh->arenas[w->arena];
+  if (!sh->moving) {
+    lock_take(&ar->lock);
+    return ar;
+  }
+  if (lock_try(&ar->lock)) {
+    return ar;
+  }
+  w->arena =
+      (int)(atomic_fetch_add_explicit(&sh->next, 1, memory_order_relaxed) % (unsigned)sh->narenas);
+  arena_open(sh, w->arena);
+  ar = &sh->arenas[w->arena];
+  lock_take(&ar->lock);
+  return ar;
 }
 
 /* Frees addr into ar's pool iff that pool holds it (bfc_free's -ENOENT: not this pool's; the
- * shim finds a block's context with the same one look-up per pool whatever the arenas, so the
- * model charges none beyond the free); 1 iff it did. */
+ * shim finds a block's context the same way, the thread's own pool first, each under its lock:
+ * shim/context/ctx.c ctx_owning_locked); 1 iff it did. */
 static int free_if_owned(arena_t *ar, uint64_t addr) {
   lock_take(&ar->lock);
   int rc = bfc_free(ar->pool, addr);
@@ -617,36 +549,40 @@ static void arena_free(shared_t *sh, arena_t *own, uint64_t addr) {
     return;
   }
   for (int k = 0; k < sh->narenas; k++) {
-    if (&sh->arenas[k] != own && free_if_owned(&sh->arenas[k], addr)) {
+    arena_t *o = &sh->arenas[k];
+    if (o != own && arena_is_open(o) && free_if_owned(o, addr)) {
       return;
     }
   }
 }
 
-/* An allocation from the thread's own arena. When the arena cannot serve it within the cap
- * (-ENOMEM: its own wholly free regions already went back), the other arenas' wholly free
- * regions go back too, each under its lock (never two locks held at once), and the arena is
- * asked once more; then each other arena lends a free chunk that fits (bfc_alloc_fit), as the
+/* An allocation from the thread's arena (arena_enter()). When the arena cannot serve it within
+ * the cap (-ENOMEM: its own wholly free memory already went back), the other open arenas' wholly
+ * free memory goes back too, each under its lock (never two locks held at once), and the arena
+ * is asked once more; then each other arena lends a free chunk that fits (bfc_alloc_fit), as the
  * shim borrows before a refusal. Returns 0 or the own arena's refusal. */
-static int arena_alloc(shared_t *sh, arena_t *own, uint64_t size, uint64_t *addr) {
-  lock_take(&own->lock);
+static int arena_alloc(shared_t *sh, worker_t *w, uint64_t size, uint64_t *addr) {
+  arena_t *own = arena_enter(sh, w);
   int rc = bfc_alloc(own->pool, size, addr);
   lock_drop(&own->lock);
-  if (rc == -ENOMEM && sh->narenas > 1) {
-    for (int k = 0; k < sh->narenas; k++) {
-      if (&sh->arenas[k] != own) {
-        lock_take(&sh->arenas[k].lock);
-        bfc_trim(sh->arenas[k].pool, NULL);
-        lock_drop(&sh->arenas[k].lock);
-      }
+  int others = 0;
+  for (int k = 0; k < sh->narenas && rc == -ENOMEM; k++) {
+    arena_t *o = &sh->arenas[k];
+    if (o != own && arena_is_open(o)) {
+      lock_take(&o->lock);
+      bfc_trim(o->pool, NULL);
+      lock_drop(&o->lock);
+      others++;
     }
+  }
+  if (others > 0) {
     lock_take(&own->lock);
     rc = bfc_alloc(own->pool, size, addr);
     lock_drop(&own->lock);
     for (int k = 0; k < sh->narenas && rc == -ENOMEM; k++) {
       arena_t *o = &sh->arenas[k];
       uint64_t held;
-      if (o != own) {
+      if (o != own && arena_is_open(o)) {
         lock_take(&o->lock);
         rc = bfc_alloc_fit(o->pool, size, 0, addr, &held) == 0 ? 0 : -ENOMEM;
         lock_drop(&o->lock);
@@ -656,73 +592,71 @@ static int arena_alloc(shared_t *sh, arena_t *own, uint64_t size, uint64_t *addr
   return rc;
 }
 
-/* One pass over the trace from the thread's arena (thread k: arena k mod N, as the shim deals
- * them out on each thread's first allocation); frees are immediate, as with fronts. Leftovers are
- * freed after the clock stops. */
+/* One pass over the trace from the thread's arena; frees are immediate. Leftovers are freed
+ * after the clock stops. */
 static void replay_arenas(shared_t *sh, worker_t *w, pass_t *r) {
   const trace_t *t = sh->t;
-  arena_t *own = &sh->arenas[w->index % sh->narenas];
   memset(r, 0, sizeof(*r));
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < t->nev; i++) {
     const ev_t *e = &t->ev[i];
     if (e->op == OP_ALLOC) {
       uint64_t a = NONE;
-      if (arena_alloc(sh, own, e->size, &a) != 0) {
+      if (arena_alloc(sh, w, e->size, &a) != 0) {
         r->failed++;
         a = NONE;
       }
       w->addr[e->slot] = a;
     } else if (w->addr[e->slot] != NONE) {
-      arena_free(sh, own, w->addr[e->slot]);
+      arena_free(sh, &sh->arenas[w->arena], w->addr[e->slot]);
       w->addr[e->slot] = NONE;
     }
   }
   r->ns = now_ns() - t0;
   for (uint64_t s = 0; s < t->nslots; s++) {
     if (w->addr[s] != NONE) {
-      arena_free(sh, own, w->addr[s]);
+      arena_free(sh, &sh->arenas[w->arena], w->addr[s]);
       w->addr[s] = NONE;
     }
   }
 }
 
-/* n arenas under one cap of `limit` bytes (sh->cap). Each pool's own limit is the whole cap, so
- * the shared count alone decides how far each may grow; they always grow (a preallocated arena
- * would take the whole cap). Arena k's addresses start at 2^40 + k x 2^48: never another's. */
-static void arenas_open(shared_t *sh, int n, uint64_t limit, int spin) {
+/* n arena slots under one cap of `limit` bytes (sh->cap), `open` of them opened now. Each pool's
+ * own limit is the whole cap, so the shared count alone decides how far each may grow. */
+static void arenas_open(shared_t *sh, int n, int open, uint64_t limit, int spin) {
   atomic_init(&sh->cap.used, 0);
   sh->cap.limit = limit;
+  sh->limit = limit;
   sh->narenas = n;
+  atomic_init(&sh->next, 1);
+  pthread_mutex_init(&sh->registry, NULL);
   sh->arenas = aligned_alloc(64, (size_t)n * sizeof(arena_t));
   if (sh->arenas == NULL) {
     fprintf(stderr, "gpucap-replay: error: out of memory\n");
     exit(1);
   }
   for (int k = 0; k < n; k++) {
-    arena_t *ar = &sh->arenas[k];
-    lock_init(&ar->lock, spin);
-    uint64_t base = ((uint64_t)1 << 40) + ((uint64_t)k << 48);
-    ar->pool = make_pool_at(limit, 1, &ar->as, base, &sh->cap);
+    lock_init(&sh->arenas[k].lock, spin);
+    atomic_init(&sh->arenas[k].open, 0);
+  }
+  for (int k = 0; k < open; k++) {
+    arena_open(sh, k);
   }
 }
 
-static void arenas_close(shared_t *sh) {
+/* Closes the arenas; returns how many were open. */
+static int arenas_close(shared_t *sh) {
+  int open = 0;
   for (int k = 0; k < sh->narenas; k++) {
-    bfc_destroy(sh->arenas[k].pool);
+    if (arena_is_open(&sh->arenas[k])) {
+      bfc_destroy(sh->arenas[k].pool);
+      open++;
+    }
     pthread_mutex_destroy(&sh->arenas[k].lock.mu);
   }
+  pthread_mutex_destroy(&sh->registry);
   free(sh->arenas);
-}
-
-/* The timed passes in functions of their own, for callgrind's --toggle-collect (--count-fronts:
- * the instructions of one warm pass through the pool's lock, and through a front). */
-static __attribute__((noinline)) void count_locked_pass(shared_t *sh, worker_t *w, pass_t *r) {
-  replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, r);
-}
-
-static __attribute__((noinline)) void count_fronts_pass(shared_t *sh, worker_t *w, pass_t *r) {
-  replay_fronts(sh, w, r);
+  return open;
 }
 
 static void *worker_main(void *arg) {
@@ -739,14 +673,6 @@ static void *worker_main(void *arg) {
     }
     if (sh->arenas) {
       replay_arenas(sh, w, r);
-    } else if (pass == 1) {
-      if (sh->fronts) {
-        count_fronts_pass(sh, w, r);
-      } else {
-        count_locked_pass(sh, w, r);
-      }
-    } else if (sh->fronts) {
-      replay_fronts(sh, w, r);
     } else {
       replay(sh->pool, sh->t, w->addr, sh->deferred, sh->retire_ratio, &sh->lock, r);
     }
@@ -755,34 +681,22 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* A front's budget in a pool of `limit` bytes (the shim's rule: shim/context/ctx_front.c). */
-static uint64_t front_budget(uint64_t limit) {
-  uint64_t b = limit / 64;
-  return b < ((uint64_t)256 << 20) ? b : (uint64_t)256 << 20;
-}
-
-/* Aggregate ns per pair with o->threads threads under a cap of `limit` bytes: on one pool behind
- * its lock (SETUP_LOCK), each thread through its own front to it (SETUP_FRONTS), or each from its
- * own arena, one per thread (SETUP_ARENAS). *failed counts failed allocations, *hit_rate the
- * fronts' hit rate (may be NULL). */
+/* Aggregate ns per pair with o->threads threads under a cap of `limit` bytes, a warm-up pass and
+ * a timed one each: on one pool behind its lock (SETUP_LOCK), from arenas dealt out one per
+ * thread (SETUP_DEALT), or from arenas as auto opens them (SETUP_AUTO, at most
+ * arenas_max(o->arenas_max)). *failed counts failed allocations; *open (may be NULL) the arenas
+ * open at the end (1 for the lock). */
 static double threaded_setup(const trace_t *t, const options_t *o, uint64_t limit, setup_t setup,
-                             uint64_t *failed, double *hit_rate) {
+                             uint64_t *failed, int *open) {
   shared_t sh;
   addr_space_t as;
-  int fronts = setup == SETUP_FRONTS;
-  sh.pool = setup == SETUP_ARENAS ? NULL : make_pool(limit, !o->preallocate, &as);
+  sh.pool = setup == SETUP_LOCK ? make_pool(limit, !o->preallocate, &as) : NULL;
   sh.arenas = NULL;
-  sh.narenas = 0;
-  if (setup == SETUP_ARENAS) {
-    arenas_open(&sh, o->threads, limit, o->spin);
-  }
-  sh.nfronts = fronts ? o->threads : 0;
-  atomic_init(&sh.pressure, 0);
-  sh.fronts = fronts ? aligned_alloc(64, (size_t)o->threads * sizeof(front_slot_t)) : NULL;
-  pthread_mutex_init(&sh.flushing, NULL);
-  for (int i = 0; i < sh.nfronts; i++) {
-    gate_init(&sh.fronts[i].gate);
-    front_init(&sh.fronts[i].f, front_budget(limit));
+  sh.moving = setup == SETUP_AUTO;
+  if (setup == SETUP_DEALT) {
+    arenas_open(&sh, o->threads, o->threads, limit, o->spin);
+  } else if (setup == SETUP_AUTO) {
+    arenas_open(&sh, arenas_max(o->arenas_max), 1, limit, o->spin);
   }
   sh.t = t;
   sh.deferred = o->deferred;
@@ -794,9 +708,7 @@ static double threaded_setup(const trace_t *t, const options_t *o, uint64_t limi
   pthread_t tid[MAX_THREADS];
   for (int i = 0; i < o->threads; i++) {
     w[i].sh = &sh;
-    w[i].index = i;
-    w[i].takes = w[i].hits = w[i].skip = 0;
-    w[i].held = malloc(t->nslots * sizeof(uint64_t));
+    w[i].arena = setup == SETUP_DEALT ? i % sh.narenas : 0;
     w[i].addr = malloc(t->nslots * sizeof(uint64_t));
     for (uint64_t s = 0; s < t->nslots; s++) {
       w[i].addr[s] = NONE;
@@ -811,21 +723,17 @@ static double threaded_setup(const trace_t *t, const options_t *o, uint64_t limi
     end = w[i].end > end ? w[i].end : end;
     *failed += w[i].warmup.failed + w[i].timed.failed;
     free(w[i].addr);
-    free(w[i].held);
   }
-  uint64_t hits = 0, misses = 0;
-  for (int i = 0; i < sh.nfronts; i++) {
-    hits += sh.fronts[i].f.hits;
-    misses += sh.fronts[i].f.misses;
-  }
-  pthread_mutex_destroy(&sh.flushing);
-  if (hit_rate) {
-    *hit_rate = hits + misses ? (double)hits / (double)(hits + misses) : 0;
-  }
-  free(sh.fronts);
   pthread_mutex_destroy(&sh.lock.mu);
-  bfc_destroy(sh.pool);
-  arenas_close(&sh);
+  int n = 1;
+  if (sh.pool) {
+    bfc_destroy(sh.pool);
+  } else {
+    n = arenas_close(&sh);
+  }
+  if (open) {
+    *open = n;
+  }
   return (double)(end - start) / (double)(t->pairs * (uint64_t)o->threads);
 }
 
@@ -855,15 +763,19 @@ static void usage(void) {
   fprintf(stderr,
           "usage: gpucap-replay TRACE.csv [--runs N] [--cap-factor F] [--preallocate]\n"
           "         [--deferred [--retire-ratio R]] [--threads N] [--lock mutex|spin]\n"
-          "         [--find-min-cap] [--driver [N]] [--vmm UNIT] [--scaling] [--count]\n"
+          "         [--find-min-cap] [--driver [N]] [--vmm UNIT] [--scaling [--arenas-max N]]\n"
+          "         [--count]\n"
           "  --cap-factor F  limit = F x peak live bytes of the trace (x threads); default none\n"
           "  --preallocate   no growth: one region of the whole limit (needs --cap-factor)\n"
           "  --deferred      free with bfc_free_deferred; retire on -EAGAIN (counts retires)\n"
           "  --retire-ratio R  also retire after a free once deferred >= R x free bytes\n"
           "  --threads N     also replay in N threads sharing one pool behind one lock\n"
           "  --scaling       1, 2 and 8 threads, each replaying the trace under one cap: on one\n"
-          "                  pool behind its lock, through per-thread fronts, and from arenas\n"
-          "                  (a pool and lock per thread, borrowing before a refusal)\n"
+          "                  pool behind its lock, and from arenas (pools with a lock each,\n"
+          "                  borrowing before a refusal): with --vmm as GPUCAP_ARENAS=auto\n"
+          "                  opens them, over regions one per thread (GPUCAP_ARENAS=threads)\n"
+          "  --arenas-max N  --scaling --vmm: auto's most arenas (default: the online CPUs,\n"
+          "                  1 to 8, as the shim)\n"
           "  --find-min-cap  min_cap_factor: smallest F (step 0.01) such that every factor\n"
           "                  from F to 2.00 completes; first_cap_factor: first F that does\n"
           "  --driver [N]    replay once through libcuda.so.1's cuMemAlloc_v2/cuMemFree_v2 on\n"
@@ -871,9 +783,7 @@ static void usage(void) {
           "  --vmm UNIT      the mapped mode (VMM-backed pool) in units of UNIT bytes (a power\n"
           "                  of two); limit = F x peak live bytes + UNIT (needs --cap-factor)\n"
           "  --count         one cold and one warm pass only, the warm one in count_warm_pass()\n"
-          "                  (for callgrind's --toggle-collect=count_warm_pass)\n"
-          "  --count-fronts  one thread, a warm-up and a timed pass through the pool's lock\n"
-          "                  (count_locked_pass()), then through a front (count_fronts_pass())\n");
+          "                  (for callgrind's --toggle-collect=count_warm_pass)\n");
 }
 
 static int parse_args(int argc, char **argv, options_t *o) {
@@ -906,8 +816,6 @@ static int parse_args(int argc, char **argv, options_t *o) {
       o->scaling = 1;
     } else if (strcmp(a, "--count") == 0) {
       o->count = 1;
-    } else if (strcmp(a, "--count-fronts") == 0) {
-      o->count_fronts = 1;
     } else if (strcmp(a, "--find-min-cap") == 0) {
       o->find_min_cap = 1;
     } else if (strcmp(a, "--driver") == 0) {
@@ -917,6 +825,14 @@ static int parse_args(int argc, char **argv, options_t *o) {
         o->driver_events = atol(v);
         i++;
       }
+    } else if (strcmp(a, "--arenas-max") == 0 && v) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (*end != '\0' || n < 1 || n > MAX_THREADS) {
+        return -1;
+      }
+      o->arenas_max = (int)n;
+      i++;
     } else if (strcmp(a, "--vmm") == 0 && v) {
       o->vmm_unit = strtoull(v, NULL, 10);
       i++;
@@ -1025,52 +941,53 @@ static int driver_replay(const trace_t *t, const options_t *o) {
 
 /* --scaling: aggregate ns per pair with 1, 2 and 8 threads, each replaying its own copy of the
  * trace under one cap (the cap factor x the peak x the threads): on one pool behind its one lock
- * (the shim with neither fronts nor arenas), through per-thread fronts to that pool, and from
- * arenas, one per thread; throughput ratios are taken per run (the machine's speed drifts between
- * runs) and their medians printed. */
+ * (the shim with one arena), and from arenas. With --vmm, arenas as GPUCAP_ARENAS=auto opens
+ * them (the default, which opens them only over VMM-backed pools): one at first, more as threads
+ * meet contention, at most arenas_max(); over regions, as an explicit GPUCAP_ARENAS=N with N the
+ * threads deals them out (auto keeps one pool there, which is the lock's row). Throughput ratios
+ * are taken per run (the machine's speed drifts between runs) and their medians printed, with
+ * the median of the arenas open at the end and the refusals of each thread count over all runs. */
 static void scaling(const trace_t *t, const options_t *o) {
   enum { NC = 3 };
   static const int counts[NC] = {1, 2, 8};
-  static double lk[NC][MAX_RUNS], fr[NC][MAX_RUNS], ar[NC][MAX_RUNS], gain[NC][MAX_RUNS],
-      up[NC][MAX_RUNS], lup[NC][MAX_RUNS], aup[NC][MAX_RUNS], hits[NC][MAX_RUNS], aone[MAX_RUNS];
-  uint64_t lfailed = 0, ffailed = 0, afailed = 0;
+  static double lk[NC][MAX_RUNS], ar[NC][MAX_RUNS], lup[NC][MAX_RUNS], aup[NC][MAX_RUNS],
+      open[NC][MAX_RUNS], aone[MAX_RUNS];
+  uint64_t lfailed[NC] = {0}, afailed[NC] = {0};
+  setup_t setup = o->vmm_unit != 0 ? SETUP_AUTO : SETUP_DEALT;
   for (int run = 0; run < o->runs; run++) {
     for (int c = 0; c < NC; c++) {
       options_t on = *o;
       on.threads = counts[c];
       uint64_t lim = limit_for(t, o->cap_factor, counts[c]), f = 0;
-      double h = 0;
+      int n = 0;
       lk[c][run] = threaded_setup(t, &on, lim, SETUP_LOCK, &f, NULL);
-      lfailed += f;
-      fr[c][run] = threaded_setup(t, &on, lim, SETUP_FRONTS, &f, &h);
-      ffailed += f;
-      hits[c][run] = h;
-      ar[c][run] = threaded_setup(t, &on, lim, SETUP_ARENAS, &f, NULL);
-      afailed += f;
+      lfailed[c] += f;
+      ar[c][run] = threaded_setup(t, &on, lim, setup, &f, &n);
+      afailed[c] += f;
+      open[c][run] = n;
     }
     for (int c = 0; c < NC; c++) {
-      gain[c][run] = lk[c][run] / fr[c][run]; /* fronts' throughput over the lock's, same n */
-      up[c][run] = fr[0][run] / fr[c][run];   /* fronts: n threads over one thread */
-      lup[c][run] = lk[0][run] / lk[c][run];  /* the lock: n threads over one thread */
-      aup[c][run] = ar[0][run] / ar[c][run];  /* arenas: n threads over one thread */
+      lup[c][run] = lk[0][run] / lk[c][run]; /* the lock: n threads over one thread */
+      aup[c][run] = ar[0][run] / ar[c][run]; /* arenas: n threads over one thread */
     }
-    aone[run] = lk[0][run] / ar[0][run]; /* one arena's throughput over the lock's, one thread */
+    aone[run] = lk[0][run] / ar[0][run]; /* arenas' throughput over the lock's, one thread */
   }
+  printf(",\"arenas\":\"%s\",\"arenas_max\":%d", setup == SETUP_AUTO ? "auto" : "dealt",
+         setup == SETUP_AUTO ? arenas_max(o->arenas_max) : counts[NC - 1]);
+  uint64_t ltotal = 0, atotal = 0;
   for (int c = 0; c < NC; c++) {
-    printf(",\"lock_ns_%d\":%.1f,\"fronts_ns_%d\":%.1f,\"fronts_vs_lock_%d\":%.2f"
-           ",\"lock_scaling_%d\":%.2f,\"fronts_scaling_%d\":%.2f",
-           counts[c], median(lk[c], o->runs), counts[c], median(fr[c], o->runs), counts[c],
-           median(gain[c], o->runs), counts[c], median(lup[c], o->runs), counts[c],
-           median(up[c], o->runs));
+    int n = counts[c];
+    printf(",\"lock_ns_%d\":%.1f,\"lock_scaling_%d\":%.2f,\"lock_failed_%d\":%" PRIu64
+           ",\"arenas_ns_%d\":%.1f,\"arenas_scaling_%d\":%.2f,\"arenas_failed_%d\":%" PRIu64
+           ",\"arenas_open_%d\":%g",
+           n, median(lk[c], o->runs), n, median(lup[c], o->runs), n, lfailed[c], n,
+           median(ar[c], o->runs), n, median(aup[c], o->runs), n, afailed[c], n,
+           median(open[c], o->runs));
+    ltotal += lfailed[c];
+    atotal += afailed[c];
   }
-  printf(",\"fronts_hit_rate_1\":%.3f,\"fronts_hit_rate_8\":%.3f,\"lock_failed\":%" PRIu64
-         ",\"fronts_failed\":%" PRIu64,
-         median(hits[0], o->runs), median(hits[NC - 1], o->runs), lfailed, ffailed);
-  for (int c = 0; c < NC; c++) {
-    printf(",\"arenas_ns_%d\":%.1f,\"arenas_scaling_%d\":%.2f", counts[c], median(ar[c], o->runs),
-           counts[c], median(aup[c], o->runs));
-  }
-  printf(",\"arenas_vs_lock_1\":%.2f,\"arenas_failed\":%" PRIu64, median(aone, o->runs), afailed);
+  printf(",\"arenas_vs_lock_1\":%.2f,\"lock_failed\":%" PRIu64 ",\"arenas_failed\":%" PRIu64,
+         median(aone, o->runs), ltotal, atotal);
 }
 
 /* --count: the warm pass alone in a function of its own, so that callgrind's --toggle-collect
@@ -1115,18 +1032,6 @@ int main(int argc, char **argv) {
   uint64_t *addr = malloc(t.nslots * sizeof(uint64_t));
   for (uint64_t s = 0; s < t.nslots; s++) {
     addr[s] = NONE;
-  }
-  if (o.count_fronts) {
-    uint64_t lim = limit_for(&t, o.cap_factor, 1), lf = 0, ff = 0;
-    double hit = 0;
-    threaded_setup(&t, &o, lim, SETUP_LOCK, &lf, NULL);
-    threaded_setup(&t, &o, lim, SETUP_FRONTS, &ff, &hit);
-    printf("{\"trace\":\"%s\",\"count_fronts\":true,\"pairs\":%" PRIu64
-           ",\"fronts_hit_rate\":%.3f,\"lock_failed\":%" PRIu64 ",\"fronts_failed\":%" PRIu64 "}\n",
-           base_name(o.path), t.pairs, hit, lf, ff);
-    free(addr);
-    free(t.ev);
-    return 0;
   }
   if (o.count) {
     int rc = count_replay(&t, &o, addr);

@@ -44,19 +44,36 @@ like "$(grep -m 1 ',alloc,' "$trace")" '^[0-9]+,[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9
 if [ -x "$BUILD/gpucap-replay" ]; then
   like "$("$BUILD/gpucap-replay" "$trace" --runs 1 2>&1)" '"completed": *true' \
     "trace: gpucap-replay replays it"
-  # --scaling's third setup, arenas (a pool and lock per thread under one cap): its figures are
-  # printed, and with no cap borrowing never comes into it and nothing is refused.
+  # --scaling's arenas (pools with a lock each under one cap): their figures are printed, and
+  # with no cap borrowing never comes into it and nothing is refused. Over regions, one arena
+  # per thread (an explicit GPUCAP_ARENAS=N).
   out=$("$BUILD/gpucap-replay" "$trace" --runs 1 --scaling 2>&1)
   num='[0-9]+\.[0-9]+'
   keys=
   for n in 1 2 8; do
-    keys="$keys\"arenas_ns_$n\":$num,\"arenas_scaling_$n\":$num,"
+    keys="$keys\"arenas_ns_$n\":$num,\"arenas_scaling_$n\":$num,\"arenas_failed_$n\":0,"
+    keys="$keys\"arenas_open_$n\":$n,.*"
   done
-  like "$out" "$keys\"arenas_vs_lock_1\":$num," \
-    "trace: gpucap-replay --scaling replays it from arenas in 1, 2 and 8 threads"
-  like "$out" '"arenas_failed":0}' "  with no cap, arenas refuse nothing"
+  like "$out" "\"arenas\":\"dealt\",.*$keys\"arenas_vs_lock_1\":$num," \
+    "trace: gpucap-replay --scaling replays it from arenas in 1, 2 and 8 threads, one each"
+  like "$out" '"lock_failed":0,"arenas_failed":0}' "  with no cap, neither refuses anything"
   like "$("$BUILD/gpucap-replay" "$trace" --runs 1 --scaling --cap-factor 1.10 2>&1)" \
-    '"arenas_failed":[0-9]+}$' "  at a cap of 1.10 x peak live, their refusals are counted"
+    '"lock_failed_2":[0-9]+,.*"arenas_failed_2":[0-9]+,.*"arenas_failed":[0-9]+}$' \
+    "  at a cap of 1.10 x peak live, their refusals are counted per thread count"
+  # Over VMM, as GPUCAP_ARENAS=auto opens them: one thread never meets contention and keeps
+  # one pool; no more than the most are ever open.
+  vmm="--runs 1 --scaling --cap-factor 1.10 --vmm 2097152"
+  out=$("$BUILD/gpucap-replay" "$trace" $vmm --arenas-max 3 2>&1)
+  like "$out" '"arenas":"auto","arenas_max":3,.*"arenas_open_1":1,' \
+    "  --vmm: auto's arenas; one thread keeps one pool"
+  like "$out" '"arenas_open_2":[12],.*"arenas_open_8":[123],' "  at most --arenas-max open"
+  like "$("$BUILD/gpucap-replay" "$trace" $vmm --arenas-max 1 2>&1)" \
+    '"arenas_open_8":1,' "  --arenas-max 1: one pool whatever the threads"
+  like "$("$BUILD/gpucap-replay" "$trace" $vmm 2>&1)" \
+    "\"arenas_max\":$(($(getconf _NPROCESSORS_ONLN) > 8 ? 8 : $(getconf _NPROCESSORS_ONLN))),"\
+    "  by default at most the online CPUs, up to 8"
+  "$BUILD/gpucap-replay" "$trace" $vmm --arenas-max 0 >/dev/null 2>&1
+  is $? 2 "  --arenas-max 0 is a usage error"
 else
   skip "trace: gpucap-replay replays it" "gpucap-replay not built"
 fi
