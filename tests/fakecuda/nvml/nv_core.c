@@ -40,11 +40,12 @@ __attribute__((format(printf, 1, 2))) static void trace(const char *fmt, ...) {
 
 /* ---- Settings: the fake CUDA driver's parser, read through two views of the environment. ---- */
 
-/* The settings NVML shares with the fake driver. FAKECUDA_FAIL names the driver's exports and
- * FAKECUDA_STATS / FAKECUDA_STUB are the driver's own: this library does not see them. */
+/* The settings NVML shares with the fake driver. FAKECUDA_FAIL and FAKECUDA_LATENCY name the
+ * driver's exports and FAKECUDA_STATS / FAKECUDA_STUB are the driver's own: this library does
+ * not see them. */
 static const char *shared_env(const char *name) {
-  if (strcmp(name, "FAKECUDA_FAIL") == 0 || strcmp(name, "FAKECUDA_STATS") == 0 ||
-      strcmp(name, "FAKECUDA_STUB") == 0) {
+  if (strcmp(name, "FAKECUDA_FAIL") == 0 || strcmp(name, "FAKECUDA_LATENCY") == 0 ||
+      strcmp(name, "FAKECUDA_STATS") == 0 || strcmp(name, "FAKECUDA_STUB") == 0) {
     return NULL;
   }
   return fk_getenv(name);

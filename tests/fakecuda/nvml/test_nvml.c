@@ -690,6 +690,8 @@ static const struct {
     {"calls", "FAKENVML_FAIL=nvmlDeviceGetCount_v2:2:15 FAKECUDA_FAIL=cuInit:1:3",
      "init 0\ncount1 0\ncount2 15\ncount3 0\nshutdown 0\n",
      "FAKENVML_FAIL fails the 2nd GetCount_v2 with code 15; FAKECUDA_FAIL is the driver's"},
+    {"calls", "FAKECUDA_LATENCY=cuMemCreate:1us", "init 0\ncount1 0\n",
+     "FAKECUDA_LATENCY names the driver's exports: NVML answers as without it"},
     {"calls", "FAKENVML_FAIL=nvmlBogus:1",
      "fakenvml: error: FAKENVML_FAIL='nvmlBogus:1': not an exported entry point",
      "FAKENVML_FAIL naming no export is said, under its own name"},
