@@ -475,8 +475,10 @@ int cfg_load(cfg_t *cfg, cfg_getenv_fn *get, void *ctx, char *msg, size_t msglen
     }
   }
 
-  if (!failed && cfg_check_spill(cfg, host_memory(), msg, msglen) != 0) {
-    cfg->source[CFG_OPT_OVERSUBSCRIBE] = CFG_SRC_INVALID; /* its error replaces any warning */
+  /* Spill budgets the host cannot hold are invalid even when another setting failed first
+   * (its message stands; this one's error replaces any warning). */
+  if (cfg_check_spill(cfg, host_memory(), failed ? NULL : msg, msglen) != 0) {
+    cfg->source[CFG_OPT_OVERSUBSCRIBE] = CFG_SRC_INVALID;
     failed = true;
   }
   if (!failed && !warned) {

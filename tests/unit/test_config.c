@@ -1377,6 +1377,11 @@ static void test_spill(void) {
              !cfg.valid && cfg_device_cap(&cfg, 0, 16 * GiB) == 0 &&
              cfg_option_source(&cfg, CFG_OPT_OVERSUBSCRIBE) == CFG_SRC_INVALID,
          "  fail closed, as a malformed value ('%s')", msg);
+  TAP_EQ(load(&cfg, msg, "GPUCAP_POOL", "bogus", "GPUCAP_OVERSUBSCRIBE", "1048576TiB", NULL),
+         -EINVAL, "a budget no host holds beside a malformed setting");
+  tap_ok(has(msg, "gpucap: error: GPUCAP_POOL='bogus'") &&
+             cfg_option_source(&cfg, CFG_OPT_OVERSUBSCRIBE) == CFG_SRC_INVALID,
+         "  the first error is said, and the budget is invalid too ('%s')", msg);
 
   TAP_EQ(load(&cfg, msg, "GPUCAP_MEMORY_LIMIT", "1GiB", "GPUCAP_SPILL", "on", NULL), 0,
          "spilling without a budget loads");
