@@ -28,6 +28,7 @@
 #define TYPE_NAME_POOL "on/off, vmm or regions"
 #define TYPE_NAME_COVERS "process or allocations"
 #define TYPE_NAME_LEVEL "integer"
+#define TYPE_NAME_ARENAS "auto or integer"
 #define TYPE_NAME_REPORT "stderr, off or file"
 #define TYPE_NAME_PATH "file"
 #define TYPE_NAME_NAME "name"
@@ -53,6 +54,7 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CTYPE_POOL int
 #define CTYPE_COVERS int
 #define CTYPE_LEVEL int
+#define CTYPE_ARENAS int
 #define CTYPE_REPORT cfg_dest_t
 #define CTYPE_PATH char *
 #define CTYPE_NAME char *
@@ -63,6 +65,7 @@ static const opt_t options[CFG_OPT_COUNT] = {
 #define CSIZE_POOL int
 #define CSIZE_COVERS int
 #define CSIZE_LEVEL int
+#define CSIZE_ARENAS int
 #define CSIZE_REPORT cfg_dest_t
 #define CSIZE_PATH char[PATH_MAX]
 #define CSIZE_NAME char[CFG_NAME_MAX]
@@ -142,6 +145,18 @@ static int parse_level(const cfg_optinfo_t *o, const char *s, void *field, char 
     *(int *)field = (int)v;
   }
   return rc;
+}
+
+static int parse_arenas(const cfg_optinfo_t *o, const char *s, void *field, char *why,
+                        size_t whylen) {
+  if (is_word(s, "auto")) {
+    *(int *)field = CFG_ARENAS_AUTO;
+    if (why != NULL && whylen > 0) {
+      why[0] = '\0';
+    }
+    return 0;
+  }
+  return parse_level(o, s, field, why, whylen);
 }
 
 static int parse_report(const cfg_optinfo_t *o, const char *s, void *field, char *why,
@@ -227,6 +242,11 @@ static size_t format_level(const cfg_optinfo_t *o, const void *field, char *buf,
   return cfg_snprintf(buf, len, "%d", *(const int *)field);
 }
 
+static size_t format_arenas(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
+  return *(const int *)field == CFG_ARENAS_AUTO ? cfg_snprintf(buf, len, "auto")
+                                                : format_level(o, field, buf, len);
+}
+
 static size_t format_report(const cfg_optinfo_t *o, const void *field, char *buf, size_t len) {
   const cfg_dest_t *d = field;
   (void)o;
@@ -257,6 +277,7 @@ static const struct {
     [CFG_TYPE_POOL] = {parse_pool, format_pool},
     [CFG_TYPE_COVERS] = {parse_covers, format_covers},
     [CFG_TYPE_LEVEL] = {parse_level, format_level},
+    [CFG_TYPE_ARENAS] = {parse_arenas, format_arenas},
     [CFG_TYPE_REPORT] = {parse_report, format_report},
     [CFG_TYPE_PATH] = {parse_path, format_path},
     [CFG_TYPE_NAME] = {parse_name, format_path},

@@ -32,6 +32,7 @@ typedef enum cfg_type {
   CFG_TYPE_POOL,     /* int cfg_pool_t: on/off (cfg_parse_bool), vmm or regions */
   CFG_TYPE_COVERS,   /* int cfg_covers_t: process or allocations */
   CFG_TYPE_LEVEL,    /* int within the option's [min, max] (cfg_parse_uint) */
+  CFG_TYPE_ARENAS,   /* int: CFG_ARENAS_AUTO (auto), or a count within the option's [min, max] */
   CFG_TYPE_REPORT,   /* cfg_dest_t: stderr, off or a file path (cfg_parse_dest) */
   CFG_TYPE_PATH,     /* char[PATH_MAX]: a file path (cfg_parse_path), "" when unset or off */
   CFG_TYPE_NAME,     /* char[CFG_NAME_MAX]: a budget name (cfg_parse_name), "" when unset */
@@ -58,6 +59,9 @@ typedef enum cfg_covers {
   CFG_COVERS_ALLOCATIONS, /* the program's allocations alone */
 } cfg_covers_t;
 
+/* GPUCAP_ARENAS=auto: arenas opened as threads contend (docs/design.md, "Arenas"). */
+enum { CFG_ARENAS_AUTO = 0 };
+
 /* Where an option's value came from. */
 typedef enum cfg_source {
   CFG_SRC_DEFAULT, /* its variable was unset, empty or only white space */
@@ -81,8 +85,7 @@ typedef struct cfg {
   int cap_covers;                      /* GPUCAP_CAP_COVERS: a cfg_covers_t */
   bool allow_growth;                   /* GPUCAP_ALLOW_GROWTH, else TF_FORCE_GPU_ALLOW_GROWTH */
   int pool;                            /* GPUCAP_POOL: a cfg_pool_t */
-  bool fronts;                         /* GPUCAP_FRONTS: per-thread caches of freed blocks */
-  int arenas;                          /* GPUCAP_ARENAS: pools per context, 1..16 */
+  int arenas;                          /* GPUCAP_ARENAS: CFG_ARENAS_AUTO, or pools per context */
   cfg_dest_t report;                   /* GPUCAP_REPORT */
   cfg_dest_t oom_dump;                 /* GPUCAP_OOM_DUMP */
   char report_json[PATH_MAX];          /* GPUCAP_REPORT_JSON, "" = none */
@@ -99,7 +102,7 @@ typedef struct cfg_optinfo {
   cfg_type_t type;
   const char *type_name; /* "size or per-device list", ... */
   const char *def;       /* default text, "" when the default is unset */
-  uint64_t min, max;     /* range of CFG_TYPE_LEVEL options; 0 otherwise */
+  uint64_t min, max;     /* range of CFG_TYPE_LEVEL and CFG_TYPE_ARENAS options; 0 otherwise */
   bool secure;           /* read with secure_getenv: the value names a file */
   const char *alias;     /* fallback variable, or NULL */
   const char *doc;       /* one sentence */

@@ -5,10 +5,10 @@
 # `make bench` (tests/bench/bench.sh) generates traces under $(BUILD)/traces and prints the
 # results table. Run the bench from a plain build: DEBUG=1 checks every invariant per operation.
 
-CORE_SRCS := core/bfc.c core/addrmap.c core/bfc_dump.c core/strbuf.c core/front.c
+CORE_SRCS := core/bfc.c core/addrmap.c core/bfc_dump.c core/strbuf.c
 CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 
-CORE_TEST_NAMES := test_bfc test_bfc_random test_bfc_dump test_bfc_threads test_strbuf test_front
+CORE_TEST_NAMES := test_bfc test_bfc_random test_bfc_dump test_bfc_threads test_strbuf
 CORE_TEST_BINS := $(CORE_TEST_NAMES:%=$(BUILD)/tests/%)
 TEST_PROGRAMS += $(CORE_TEST_BINS) $(BUILD)/tests/test_bfc_check
 THREAD_TESTS += $(BUILD)/tests/test_bfc_threads

@@ -62,7 +62,8 @@ static const struct runopt {
     {"--preallocate", NULL, CFG_OPT_ALLOW_GROWTH, "false",
      "reserve the whole cap at the first allocation"},
     {"--arenas", "N", CFG_OPT_ARENAS, NULL,
-     "N pools per context (1-16), each with its own lock: for many allocating threads"},
+     "pools per context, each with its own lock: auto (default: another as threads contend) "
+     "or 1-16"},
     {"--report", "PATH", CFG_OPT_REPORT, NULL,
      "exit report table to PATH (report.txt), stderr or off"},
     {"--json", "PATH", CFG_OPT_REPORT_JSON, NULL, "also write the exit report as JSON to PATH"},

@@ -7,7 +7,7 @@
 SHIM_ENTRY_SRCS      := array.c async.c ctxapi.c deepbind.c dlsym.c exec.c graph.c init.c ipc.c \
                         ipcwire.c limit.c managed.c memory.c module.c nvml.c procaddr.c ptrquery.c \
                         route.c shutdown.c stream.c vmm.c
-SHIM_CONTEXT_SRCS    := capture.c ctx.c ctx_alloc.c ctx_front.c
+SHIM_CONTEXT_SRCS    := capture.c ctx.c ctx_alloc.c
 SHIM_POOL_SRCS       := charges.c ordered.c passthru.c pending.c pool.c
 SHIM_ACCOUNTING_SRCS := budget.c cap.c ledger.c nvmlq.c oom.c overhead.c runinfo.c share.c spill.c \
                         trace.c

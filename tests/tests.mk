@@ -71,7 +71,7 @@ INTEG_PROGRAMS := $(BUILD)/tests/mimic $(BUILD)/tests/captest $(BUILD)/tests/lin
                   $(BUILD)/tests/nexttest $(BUILD)/tests/libnext.so $(BUILD)/tests/life \
                   $(BUILD)/tests/lifelinked $(BUILD)/tests/graphs $(BUILD)/tests/roomtest \
                   $(BUILD)/tests/oomtest $(BUILD)/tests/smi $(BUILD)/tests/budgetlock \
-                  $(BUILD)/tests/fronts $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered \
+                  $(BUILD)/tests/arenatest $(BUILD)/tests/ctxswitch $(BUILD)/tests/ordered \
                   $(BUILD)/tests/spilltest $(BUILD)/tests/fill
 TEST_DEPS += $(INTEG_PROGRAMS)
 TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/unit/harness.sh \
@@ -81,11 +81,11 @@ TEST_SCRIPTS += tests/unit/cudadefs_check.sh tests/unit/hooks_table.sh tests/uni
                 tests/integ/fidelity.sh tests/integ/ipc.sh tests/integ/share.sh \
                 tests/integ/arrays.sh tests/integ/life.sh tests/integ/graphs.sh \
                 tests/integ/room.sh tests/integ/ledger.sh tests/integ/budget.sh \
-                tests/integ/fronts.sh tests/integ/ctxswitch.sh tests/integ/arenas.sh \
+                tests/integ/ctxswitch.sh tests/integ/arenas.sh \
                 tests/integ/ordered.sh tests/integ/oom.sh tests/integ/spill.sh \
                 tests/integ/overhead.sh
 THREAD_TESTS += tests/integ/threads.sh tests/integ/life.sh tests/integ/graphs.sh tests/integ/ipc.sh \
-                tests/integ/ledger.sh tests/integ/budget.sh tests/integ/fronts.sh \
+                tests/integ/ledger.sh tests/integ/budget.sh \
                 tests/integ/ctxswitch.sh tests/integ/arenas.sh tests/integ/ordered.sh \
                 tests/integ/spill.sh
 
@@ -133,8 +133,8 @@ $(BUILD)/tests/spilltest: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
 $(BUILD)/tests/spilltest: $(BUILD)/obj/tests/integ/spilltest.o $(FAKECUDA_LIB)
 	$(link)
 
-$(BUILD)/tests/fronts: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
-$(BUILD)/tests/fronts: $(BUILD)/obj/tests/integ/fronts.o $(FAKECUDA_LIB)
+$(BUILD)/tests/arenatest: private LINK_LIBS = $(FAKECUDA_LIB) -lpthread
+$(BUILD)/tests/arenatest: $(BUILD)/obj/tests/integ/arenatest.o $(FAKECUDA_LIB)
 	$(link)
 
 $(BUILD)/tests/libearly.so: private LINK_LIBS = $(FAKECUDA_LIB)

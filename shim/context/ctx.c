@@ -17,6 +17,7 @@
 #include "shim/base/settings.h"
 
 #include <string.h>
+#include <unistd.h>
 
 static struct ctx slots[CTX_MAX];
 
@@ -32,6 +33,8 @@ static _Thread_local struct ctx *last_used;
  * (docs/design.md, "Arenas"). */
 static _Thread_local int my_arena = -1;
 static atomic_uint next_arena;
+/* GPUCAP_ARENAS=auto: the most arenas a context opens as its threads contend; 0 until read. */
+static atomic_int auto_most;
 
 bool ctx_pooling(void) {
   return pool_enabled();
@@ -45,14 +48,9 @@ ctx_t *ctx_slot(int i) {
   return &slots[i];
 }
 
-/* A thread's front of a pool of `limit` bytes keeps at most 1/64 of it, and 256 MiB. */
-static uint64_t front_budget(uint64_t limit) {
-  uint64_t most = (uint64_t)256 << 20;
-  return limit / 64 < most ? limit / 64 : most;
-}
-
-/* The calling thread's arena: threads take them in turn, in the order of their first look-up.
- * A preallocating pool reserves the whole cap: then a context has one. */
+/* The calling thread's arena. With GPUCAP_ARENAS=N threads take them in turn, in the order of
+ * their first look-up; with auto every thread starts in arena 0 and moves on contention
+ * (ctx_lock_arena). A preallocating pool reserves the whole cap: then a context has one. */
 static int thread_arena(void) {
   if (my_arena < 0) {
     const cfg_t *s = settings_get();
@@ -62,6 +60,23 @@ static int thread_arena(void) {
               : 0;
   }
   return my_arena;
+}
+
+/* GPUCAP_ARENAS=auto's bound: one arena per online CPU, at most AUTO_ARENAS_MAX; 1 when the
+ * setting is a count, or when the pools preallocate. */
+enum { AUTO_ARENAS_MAX = 8 };
+static int arenas_auto_most(void) {
+  int most = atomic_load_explicit(&auto_most, memory_order_relaxed);
+  if (most == 0) {
+    const cfg_t *s = settings_get();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    most = !settings_valid() || !s->allow_growth || s->arenas != CFG_ARENAS_AUTO ? 1
+           : cpus < 1                                                            ? 1
+           : cpus > AUTO_ARENAS_MAX                                              ? AUTO_ARENAS_MAX
+                                                                                 : (int)cpus;
+    atomic_store_explicit(&auto_most, most, memory_order_relaxed);
+  }
+  return most;
 }
 
 /* The object of arena `arena` of the context `handle`, or NULL. index: set to the index of any
@@ -116,13 +131,10 @@ static struct ctx *create(CUcontext handle, int dev, int arena) {
                                                       : 0;
     atomic_store_explicit(&c->arena, arena, memory_order_relaxed);
     atomic_store_explicit(&c->dying, false, memory_order_relaxed);
+    atomic_store_explicit(&c->spreads, setup.vmm && arenas_auto_most() > 1, memory_order_relaxed);
     int made = pool_open(&c->pool, dev, &setup);
     exit_arm(); /* the runtime has started: its teardown at exit is told from a program's destroy */
-    atomic_fetch_add_explicit(&c->epoch, 1, memory_order_acq_rel); /* fronts of a former life */
-    c->front_budget = front_budget(setup.limit);
-    atomic_store_explicit(&c->front_allocs, 0, memory_order_relaxed);
     c->ooms_taken_back = 0;
-    atomic_store_explicit(&c->pressure, 0, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
     if (made != 0) {
       c = NULL;
@@ -167,6 +179,34 @@ ctx_t *ctx_current(CUresult *rc) {
   return last_used = c;
 }
 
+struct ctx *ctx_lock_arena(struct ctx *c) {
+  if (pthread_mutex_trylock(&c->lock) == 0) {
+    return c;
+  }
+  if (!atomic_load_explicit(&c->spreads, memory_order_relaxed)) {
+    pthread_mutex_lock(&c->lock);
+    return c;
+  }
+  /* Contention: another arena, the others taken in turn, made if need be. */
+  CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
+  unsigned most = (unsigned)arenas_auto_most(),
+           turn = atomic_fetch_add_explicit(&next_arena, 1, memory_order_relaxed) % (most - 1);
+  int arena =
+      (int)(((unsigned)atomic_load_explicit(&c->arena, memory_order_relaxed) + 1 + turn) % most);
+  struct ctx *o = handle ? find(handle, arena, NULL) : NULL;
+  if (!o && handle) {
+    o = create(handle, c->dev, arena);
+  }
+  if (!o || atomic_load_explicit(&o->handle, memory_order_acquire) != handle) {
+    o = c; /* no slot left, or the context went meanwhile: wait for this one */
+  } else {
+    my_arena = arena;
+    last_used = o;
+  }
+  pthread_mutex_lock(&o->lock);
+  return o;
+}
+
 /* c, locked, iff its pool holds addr and the driver is not destroying its context. */
 static bool holds(struct ctx *c, uint64_t addr) {
   if (atomic_load_explicit(&c->dying, memory_order_acquire)) {
@@ -196,50 +236,27 @@ struct ctx *ctx_owning_locked(uint64_t addr) {
   return NULL;
 }
 
-ctx_t *ctx_owning(uint64_t addr) {
-  struct ctx *c =
-      ctx_fronts_on() ? ctx_front_owner(addr) : NULL; /* the thread's own blocks: no context lock */
-  if (c) {
-    return c;
-  }
-  c = ctx_owning_locked(addr);
-  if (c) {
-    pthread_mutex_unlock(&c->lock);
-  }
-  return c;
-}
-
 enum ctx_where ctx_block(uint64_t addr, uint64_t *base, uint64_t *size) {
-  struct ctx *c = ctx_owning(addr);
+  struct ctx *c = ctx_owning_locked(addr);
   enum ctx_where where = CTX_OUTSIDE;
   if (c) {
-    pthread_mutex_lock(&c->lock);
-    if (c->pool.bfc && bfc_owns(c->pool.bfc, addr)) {
-      /* The block is what the program asked for: the chunk's rounding is not part of it. */
-      where =
-          bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size &&
-                  !(ctx_fronts_on() && ctx_fronts_cached(c, *base, false)) /* freed into a front */
-              ? CTX_BLOCK
-              : CTX_NOT_HELD;
-    }
+    /* The block is what the program asked for: the chunk's rounding is not part of it. */
+    where = bfc_lookup(c->pool.bfc, addr, base, NULL, size) == 0 && addr - *base < *size
+                ? CTX_BLOCK
+                : CTX_NOT_HELD;
     pthread_mutex_unlock(&c->lock);
   }
   return where;
 }
 
 bool ctx_pool_of(uint64_t addr, CUcontext *owner, uint64_t *unit) {
-  struct ctx *c = ctx_owning(addr);
-  bool held = false;
+  struct ctx *c = ctx_owning_locked(addr);
   if (c) {
-    pthread_mutex_lock(&c->lock);
-    held = c->pool.bfc && bfc_owns(c->pool.bfc, addr);
-    if (held) {
-      *owner = atomic_load_explicit(&c->handle, memory_order_acquire);
-      *unit = c->pool.vmm ? c->pool.unit : 0;
-    }
+    *owner = atomic_load_explicit(&c->handle, memory_order_acquire);
+    *unit = c->pool.vmm ? c->pool.unit : 0;
     pthread_mutex_unlock(&c->lock);
   }
-  return held;
+  return c != NULL;
 }
 
 uint64_t ctx_idle_bytes(int dev) {
@@ -252,9 +269,6 @@ uint64_t ctx_idle_bytes(int dev) {
     uint64_t in_use = 0, deferred = 0, free_b = 0, reserved = 0;
     pthread_mutex_lock(&slots[i].lock);
     if (slots[i].pool.bfc && slots[i].dev == dev) {
-      if (ctx_fronts_on()) {
-        ctx_fronts_flush(&slots[i], false); /* cached blocks are idle memory of the pool */
-      }
       bfc_usage(slots[i].pool.bfc, &in_use, &deferred, &free_b, &reserved);
     }
     /* A wholly idle pool's regions go back whole, their rounding with them. */
@@ -283,14 +297,13 @@ static int unledger(void *arg, const bfc_chunk_info_t *k) {
 }
 
 /* c's figures for the exit report (its lock held, its pool open): its pool's, with the
- * allocations its fronts served added and the refusals the program did not see taken out. */
+ * refusals the program did not see taken out. */
 static void report_of(struct ctx *c, struct ctx_report *r) {
   CHECK_HELD(&c->lock);
   r->dev = c->dev;
   r->index = c->index;
   r->arena = atomic_load_explicit(&c->arena, memory_order_relaxed);
   pool_report(&c->pool, &r->stats, &r->largest_request, &r->backing);
-  r->stats.num_allocs += atomic_load_explicit(&c->front_allocs, memory_order_relaxed);
   r->stats.num_ooms -= c->ooms_taken_back;
 }
 
@@ -303,7 +316,6 @@ static void drop(struct ctx *c) {
     /* Destroyed before exit, or released by the runtime's teardown at exit (reported as the
      * live pools are); the driver completed the context's work, so no free is pending. */
     struct ctx_report r = {.destroyed = !exit_started()};
-    ctx_fronts_unbind(c); /* cached blocks back into the pool, which goes */
     bfc_retire(c->pool.bfc);
     report_of(c, &r);
     if ((r.stats.num_allocs > 0 || r.stats.num_ooms > 0) && nended < CTX_MAX) {
@@ -316,7 +328,6 @@ static void drop(struct ctx *c) {
     log_msg(LOG_DEBUG, "device %d: context destroyed, its pool dropped", c->dev);
   }
   atomic_store_explicit(&c->handle, NULL, memory_order_release);
-  atomic_fetch_add_explicit(&c->epoch, 1, memory_order_acq_rel);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -363,10 +374,7 @@ void ctx_each(void (*fn)(void *arg, const struct ctx_report *r),
       continue;
     }
     if (c->pool.bfc) {
-      /* No block will be handed out again: the fronts' cached blocks back into the pool (a
-       * front whose lock stays busy keeps its own), and the deferred frees settled
-       * (bookkeeping only). */
-      ctx_fronts_flush(c, true);
+      /* No block will be handed out again: the deferred frees settled (bookkeeping only). */
       bfc_retire(c->pool.bfc);
       report_of(c, &r);
     }

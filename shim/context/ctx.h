@@ -78,11 +78,6 @@ bool ctx_retry(int dev, CUresult rc);
  * made and refuses). */
 bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact);
 
-/* The context whose pool holds addr, among those the driver is not destroying (the driver may
- * already have freed a dying context's regions and handed their addresses out again: such an
- * address is the driver's to answer for); NULL when none. Takes each object's lock briefly. */
-ctx_t *ctx_owning(uint64_t addr);
-
 /* Frees ptr if a context's pool holds it (deferred: reusable once the device has finished the
  * work issued before it), calling forget(ptr) first when not NULL (the entry layer withdraws
  * the block's IPC export there, before the block can be handed out again). Returns true with
@@ -90,8 +85,7 @@ ctx_t *ctx_owning(uint64_t addr);
  * interior pointer or a double free (the pool is left intact), or, when need_context and the
  * thread has no usable current context, the driver's error for that (the block is kept, as the
  * driver keeps it, and forget is not called); false when no pool holds ptr (the caller passes
- * the free on to the driver). With fronts off, the owner is found and the block freed under one
- * hold of its lock. */
+ * the free on to the driver). The owner is found and the block freed under one hold of its lock. */
 bool ctx_free(uint64_t ptr, bool need_context, void (*forget)(uint64_t ptr), CUresult *rc);
 
 /* Where an address lies: outside every pool, inside a pool region but in no block the program

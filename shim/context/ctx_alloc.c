@@ -1,10 +1,17 @@
-/* A context's allocation path (see shim/context/ctx.h): serves a request from the context's pool,
- * and when the pool cannot, tries in order: retiring the deferred frees the device has finished
- * (one context synchronize retires a whole batch instead of one per cudaFree), the fully free
- * regions of the device's other contexts, and the device's pending stream-ordered frees; only
- * then refuses, with one report per burst of failures (shim/accounting/oom.h). The context's lock
- * is dropped across every synchronize and every wait. Also the admission of memory the pools do not
- * serve (ctx_admit), which gives the pools' wholly free regions back before refusing.
+/* A context's allocation path (see shim/context/ctx.h), one step after another, each only when
+ * the ones before it could not serve the request:
+ *   serve    the pool's own policy (core/bfc.h): best fit; retiring the deferred frees the
+ *            device has finished (one context synchronize retires a whole batch instead of one
+ *            per cudaFree); growth under the cap, in the thread's own arena;
+ *   relieve  the device's other pools give their wholly free regions back and its pending
+ *            stream-ordered frees their charges, then serve again;
+ *   borrow   another arena of the context lends a free chunk that fits (after growth: it takes
+ *            that arena's lock, the contention arenas are there to avoid);
+ *   spill    host memory under the spill budget (GPUCAP_OVERSUBSCRIBE);
+ *   refuse   out of memory, with one report per burst of failures (shim/accounting/oom.h).
+ * The pool is entered through ctx_lock_arena (another arena on contention); its lock is dropped
+ * across every synchronize and every wait. Also the admission of memory the pools do not serve
+ * (ctx_admit), which gives the pools' wholly free regions back before refusing.
  */
 #include "shim/context/ctx_impl.h"
 
@@ -36,7 +43,7 @@ static void settle_other(struct ctx *o, CUcontext mine) {
   if (deferred == 0 || !handle || !capture_sync_enter()) {
     return; /* a synchronisation would invalidate a capture going on (shim/context/capture.h) */
   }
-  uint64_t mark = bfc_defer_mark(o->pool.bfc), ticket = ctx_sync_begin(o);
+  uint64_t mark = bfc_defer_mark(o->pool.bfc);
   pthread_mutex_unlock(&o->lock);
   CUcontext popped;
   bool synced = real.cuCtxPushCurrent_v2(handle) == CUDA_SUCCESS;
@@ -47,9 +54,6 @@ static void settle_other(struct ctx *o, CUcontext mine) {
     }
   }
   capture_sync_leave();
-  if (synced) {
-    ctx_sync_end(o, ticket);
-  }
   pthread_mutex_lock(&o->lock);
   if (synced && o->pool.bfc) {
     bfc_retire_upto(o->pool.bfc, mark);
@@ -67,7 +71,6 @@ static void release_idle(struct ctx *c, bool allocated) {
     return;
   }
   CUcontext mine = NULL;
-  ctx_fronts_flush(c, false); /* before the pool shrinks */
   if (real.cuCtxGetCurrent && real.cuCtxGetCurrent(&mine) == CUDA_SUCCESS) {
     settle_other(c, mine);
   }
@@ -101,10 +104,8 @@ void ctx_release_idle(int dev) {
   each_pool(dev, NULL, release_idle_of, NULL);
 }
 
-/* Settles o's deferred frees, its fronts' cached blocks first (they are deferred frees too);
- * arg: the thread's current context, to restore. */
+/* Settles o's deferred frees; arg: the thread's current context, to restore. */
 static void settle_of(struct ctx *o, void *arg) {
-  ctx_fronts_flush(o, false);
   settle_other(o, arg);
 }
 
@@ -128,7 +129,7 @@ struct trim_arg {
 static void trim_of(struct ctx *o, void *arg) {
   struct trim_arg *t = arg;
   uint64_t released = 0;
-  settle_of(o, t->mine); /* cached blocks and deferred frees may free whole regions */
+  settle_other(o, t->mine); /* deferred frees may free whole regions */
   if (o->pool.bfc) {
     bfc_trim(o->pool.bfc, &released);
   }
@@ -224,23 +225,143 @@ bool ctx_recharge(int dev, uint64_t admitted, uint64_t exact) {
   return true;
 }
 
-/* Ends this call's part in the pool's slow path (pressed: it raised c->pressure; c's lock
- * held): frees take the fronts again once no call is in it. */
-static void unpress(struct ctx *c, bool pressed) {
-  if (pressed) {
-    atomic_fetch_sub_explicit(&c->pressure, 1, memory_order_acq_rel);
+/* One allocation on its way through the steps of ctx_alloc. */
+struct request {
+  uint64_t bytes;
+  int lib;             /* the library that asked (shim/accounting/ledger.h) */
+  int err;             /* the last pool's answer: 0, -ENOMEM or -EAGAIN (refused), or another */
+  int nooms;           /* the pool's refusals in this call (counted in its num_ooms) */
+  uint64_t addr, held; /* when served: the block and its chunk */
+  struct ctx *lender;  /* borrowed: the arena that served it */
+  bool spill_full;     /* spilling was refused for want of spill budget */
+  CUresult rc;         /* a step's own answer, when it ends the call otherwise */
+};
+
+/* Where a step leaves the request. */
+enum step { NEXT, SERVED, ANSWERED, TO_DRIVER };
+
+/* Synchronises c's context with c's lock dropped (not while a capture is counted) and retires
+ * the deferred frees the synchronisation covered. Returns false with q->rc set when the
+ * synchronize failed. */
+static bool retire(struct ctx *c, struct request *q) {
+  if (!capture_sync_enter()) {
+    return true; /* a capture began meanwhile: nothing is retired */
+  }
+  uint64_t mark = bfc_defer_mark(c->pool.bfc);
+  pthread_mutex_unlock(&c->lock);
+  CUresult sync = real.cuCtxSynchronize();
+  capture_sync_leave();
+  pthread_mutex_lock(&c->lock);
+  if (sync != CUDA_SUCCESS) {
+    q->rc = sync;
+    return false;
+  }
+  if (c->pool.bfc) {
+    bfc_retire_upto(c->pool.bfc, mark);
+  }
+  return true;
+}
+
+/* Serve: the pool's own policy (core/bfc.h: best fit, retiring what the device finished,
+ * growth under the cap). The deferred frees are retired early, before they are a quarter of
+ * the pool's free memory: waiting until a request fails lets placement drift around their
+ * holes and needs a looser cap (docs/benchmarks.md); a VMM-backed pool also retires before it
+ * grows, or units mapped around a deferred block would stay mapped for a fragment. While a
+ * capture goes on nothing can be retired and the pool grows past its deferred frees. */
+static enum step serve(struct ctx *c, struct request *q) {
+  for (int tries = 0;; tries++) {
+    if (!c->pool.bfc) {
+      return TO_DRIVER; /* its context was destroyed while the lock was dropped */
+    }
+    uint64_t in_use, deferred, free_b, reserved;
+    bfc_usage(c->pool.bfc, &in_use, &deferred, &free_b, &reserved);
+    bool can_sync = !capture_any(); /* shim/context/capture.h */
+    if (!(can_sync && tries == 0 && deferred > 0 &&
+          (deferred >= free_b / 4 || (c->pool.vmm && free_b < q->bytes)))) {
+      c->pool.last_driver_rc = CUDA_SUCCESS;
+      q->err = can_sync
+                   ? bfc_alloc_tagged(c->pool.bfc, q->bytes, (uint8_t)q->lib, &q->addr, &q->held)
+                   : bfc_alloc_nosync(c->pool.bfc, q->bytes, (uint8_t)q->lib, &q->addr, &q->held);
+      q->nooms += q->err == -ENOMEM;
+      if (q->err != -EAGAIN || tries >= 16 || !can_sync) {
+        return q->err == 0 ? SERVED : NEXT;
+      }
+    }
+    if (!retire(c, q)) {
+      return ANSWERED;
+    }
   }
 }
 
-/* A block's row in the trace, recorded where the pool decided (lock held): for an allocation,
- * the chunk it holds; for a refusal, nothing. */
-static void trace_block(struct ctx *c, enum trace_action action, uint64_t addr, uint64_t bytes,
-                        int lib) {
-  uint64_t held = 0;
-  if (action == TRACE_ALLOC && trace_on()) {
-    bfc_lookup(c->pool.bfc, addr, NULL, &held, NULL);
+/* Relieve: the device's other pools give their wholly free regions back, and the stream-ordered
+ * frees not yet reached by their streams the charges they are about to return; then the pool is
+ * asked again, whatever this thread gave back (another thread's relief may have made the room).
+ * Drops c's lock meanwhile. */
+static enum step relieve(struct ctx *c, struct request *q) {
+  pthread_mutex_unlock(&c->lock);
+  trim_others(c);
+  pending_wait(c->dev);
+  ordered_relieve(c->dev);
+  overhead_recheck(c->dev); /* the driver may hold less than counted */
+  pthread_mutex_lock(&c->lock);
+  return serve(c, q);
+}
+
+/* Borrow (docs/design.md, "Arenas"): another arena of c's context may have a free chunk that
+ * fits. Drops c's lock while each other arena is asked under its own lock (never two at once);
+ * the lender makes the block's trace row and ledger entry. */
+static enum step borrow(struct ctx *c, struct request *q) {
+  CHECK_HELD(&c->lock);
+  CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
+  pthread_mutex_unlock(&c->lock);
+  int n = ctx_count();
+  for (int i = 0; i < n && !q->lender && handle; i++) {
+    struct ctx *o = ctx_slot(i);
+    if (o == c || atomic_load_explicit(&o->handle, memory_order_acquire) != handle ||
+        atomic_load_explicit(&o->dying, memory_order_acquire)) {
+      continue;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->pool.bfc && atomic_load_explicit(&o->handle, memory_order_acquire) == handle &&
+        bfc_alloc_fit(o->pool.bfc, q->bytes, (uint8_t)q->lib, &q->addr, &q->held) == 0) {
+      q->lender = o;
+      trace_note(TRACE_ALLOC, o->dev, q->addr, q->bytes, q->held, q->lib);
+      ledger_add(o->dev, q->lib, q->held);
+    }
+    pthread_mutex_unlock(&o->lock);
   }
-  trace_note(action, c->dev, action == TRACE_ALLOC ? addr : 0, bytes, held, lib);
+  pthread_mutex_lock(&c->lock);
+  return q->lender ? SERVED : NEXT;
+}
+
+/* Spill (docs/design.md, "Beyond the card"): host memory under the spill budget, outside every
+ * pool, so the pool is left as the refusal left it. Drops c's lock across the driver's calls.
+ * NEXT when the spill budget is full too (the refusal then names it). */
+static enum step spill(struct ctx *c, struct request *q, CUdeviceptr *dptr) {
+  if (!spill_devices(c->dev)) {
+    return NEXT;
+  }
+  int dev = c->dev;
+  bool driver_full = c->pool.driver_full;
+  uint64_t others_hold = c->pool.others_hold;
+  CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
+  pthread_mutex_unlock(&c->lock);
+  q->rc = passthru_spill(dptr, dev, q->bytes, CU_MEM_ATTACH_GLOBAL, q->lib, &q->spill_full);
+  pthread_mutex_lock(&c->lock);
+  bool same = c->pool.bfc && atomic_load_explicit(&c->handle, memory_order_acquire) == handle;
+  if (q->rc == CUDA_SUCCESS && same) {
+    c->ooms_taken_back += q->err == -ENOMEM && q->nooms > 0; /* served: the program saw none */
+  }
+  if (q->rc == CUDA_SUCCESS || !q->spill_full) {
+    return ANSWERED;
+  }
+  if (!same) {
+    q->rc = passthru_refuse_spill(dev, q->bytes, q->lib);
+    return ANSWERED;
+  }
+  c->pool.driver_full = driver_full;
+  c->pool.others_hold = others_hold;
+  return NEXT;
 }
 
 /* Judges, counts and reports a refusal of the pool (facts as the pool saw them; pool_idle: the
@@ -260,36 +381,49 @@ static void oom_refused(oom_facts_t *f, uint64_t rank, uint64_t pool_idle, const
   oom_print(rank, f, v, report, len);
 }
 
-/* Borrowing (docs/design.md, "Arenas"): c's pool refused `bytes` after the device's wholly free
- * regions came back, but another arena of c's context may have a free chunk that fits. Called
- * with c's lock held; drops it while each other arena is asked under its own lock (never two
- * at once), and takes it again. Returns the arena that served the block, its trace row and
- * ledger entry made there, with *addr and *held; NULL when none could. */
-static struct ctx *borrow(struct ctx *c, uint64_t bytes, int lib, uint64_t *addr, uint64_t *held) {
-  CHECK_HELD(&c->lock);
-  CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
-  struct ctx *lender = NULL;
-  pthread_mutex_unlock(&c->lock);
-  int n = ctx_count();
-  for (int i = 0; i < n && !lender && handle; i++) {
-    struct ctx *o = ctx_slot(i);
-    if (o == c || atomic_load_explicit(&o->handle, memory_order_acquire) != handle ||
-        atomic_load_explicit(&o->dying, memory_order_acquire)) {
-      continue;
-    }
-    pthread_mutex_lock(&o->lock);
-    if (o->pool.bfc && atomic_load_explicit(&o->handle, memory_order_acquire) == handle &&
-        bfc_alloc_fit(o->pool.bfc, bytes, (uint8_t)lib, addr, held) == 0) {
-      lender = o;
-      trace_note(TRACE_ALLOC, o->dev, *addr, bytes, *held, lib);
-      ledger_add(o->dev, lib, *held);
-    }
-    pthread_mutex_unlock(&o->lock);
+/* Refuse: the out-of-memory error with its evidence (shim/accounting/oom.h), from the pool's
+ * facts taken under c's lock, which it drops. */
+static CUresult refuse(struct ctx *c, struct request *q) {
+  static _Thread_local char text[8192];
+  oom_facts_t facts = {.dev = c->dev,
+                       .bytes = q->bytes,
+                       .driver_full = c->pool.driver_full,
+                       .others_hold = c->pool.others_hold};
+  if (q->spill_full) {
+    facts.spill_max = spill_budget(c->dev);
+    facts.spilled = spill_used(c->dev);
   }
-  pthread_mutex_lock(&c->lock);
-  return lender;
+  bfc_stats_t st;
+  bfc_stats(c->pool.bfc, &st);
+  facts.free_bytes = st.free_bytes;
+  facts.largest = st.largest_free_block_bytes;
+  facts.in_capture = capture_any() ? st.deferred_bytes : 0;
+  uint64_t rank = oom_rank();
+  bool report = oom_wants_report(rank);
+  if (report) {
+    bfc_format_report(c->pool.bfc, q->bytes, text, sizeof text);
+  }
+  release_idle(c, false);
+  pthread_mutex_unlock(&c->lock);
+  oom_refused(&facts, rank, st.pool_bytes - st.bytes_in_use, report ? text : NULL, sizeof text,
+              q->lib);
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* The block's trace row and ledger entry (before a free of it can take them out: c's lock),
+ * the idle release, and c's lock dropped. */
+static void served(struct ctx *c, struct request *q) {
+  if (!q->lender) {
+    trace_note(TRACE_ALLOC, c->dev, q->addr, q->bytes, q->held, q->lib);
+    ledger_add(c->dev, q->lib, q->held);
+    release_idle(c, true);
+  }
+  pthread_mutex_unlock(&c->lock);
+  trace_poll();
+}
+
+/* The policy: serve, relieve, borrow, spill, refuse, each step only when the ones before it
+ * could not serve the request (the file's opening comment says why in this order). */
 CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   CUresult rc;
   answer_asks();
@@ -297,193 +431,50 @@ CUresult ctx_alloc(CUdeviceptr *dptr, size_t bytes) {
   if (!c) {
     return rc == CUDA_SUCCESS ? real.cuMemAlloc_v2(dptr, bytes) : rc;
   }
-  int lib = ledger_caller();
+  struct request q = {.bytes = bytes, .lib = ledger_caller()};
   overhead_check(c->dev); /* the driver's own memory, before anything is admitted */
-  uint64_t addr = 0, held = 0;
-  bool fronts = ctx_fronts_on(), pressed = false;
-  if (fronts && ctx_front_take(c, bytes, lib, &addr, &held)) { /* the thread's own front: no lock */
-    *dptr = addr;
-    return CUDA_SUCCESS;
-  }
-  int err, nooms = 0; /* the pool's refusals in this call (counted in its num_ooms) */
-  pthread_mutex_lock(&c->lock);
-  /* The thread's cached blocks the best fit could choose go back first: held apart, they
-   * would make the pool place this request elsewhere, and that drift refused allocations at
-   * tight caps that the pool alone served (docs/design.md, "Per-thread fronts"). */
-  while (fronts && ctx_front_spill(c, bytes) > 0) {
-  }
+  c = ctx_lock_arena(c);
   c->pool.driver_full = false;
   c->pool.others_hold = 0;
-  bool trimmed_others = false;
-  for (int tries = 0;; tries++) {
-    uint64_t in_use, deferred, free_b, reserved;
-    if (!c->pool.bfc) { /* its context was destroyed while the lock was dropped */
-      unpress(c, pressed);
-      pthread_mutex_unlock(&c->lock);
-      return real.cuMemAlloc_v2(dptr, bytes);
-    }
-    bfc_usage(c->pool.bfc, &in_use, &deferred, &free_b, &reserved);
-    /* Retire early, once deferred memory is a quarter of the free memory: waiting until a
-     * request fails lets placement drift around the deferred holes and needs a looser cap
-     * (docs/benchmarks.md measures both policies). A VMM-backed pool also retires before it
-     * grows (the request is more than its free memory): units mapped around a deferred block
-     * would keep part of a unit mapped for a fragment once it is freed. */
-    bool can_sync = !capture_any(); /* shim/context/capture.h */
-    bool due = can_sync && tries == 0 && deferred > 0 &&
-               (deferred >= free_b / 4 || (c->pool.vmm && free_b < bytes));
-    if (!due) {
-      c->pool.last_driver_rc = CUDA_SUCCESS;
-      err = fronts ? bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held) : -ENOSPC;
-      while (err == -ENOSPC && fronts && ctx_front_spill(c, 0) > 0) { /* the thread's own first */
-        err = bfc_alloc_fit(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
-      }
-      if (err == -ENOSPC) {
-        /* The pool would retire, grow or refuse: first every front's cached blocks come
-         * back, and until this call ends frees bypass the fronts, so it grows and refuses as
-         * it would with no front (docs/design.md, "Per-thread fronts"). */
-        if (fronts) {
-          if (!pressed) {
-            pressed = true;
-            atomic_fetch_add_explicit(&c->pressure, 1, memory_order_acq_rel);
-          }
-          ctx_fronts_flush(c, false);
-        }
-        /* While a capture goes on nothing deferred can be retired: the pool grows past it. */
-        err = can_sync ? bfc_alloc_tagged(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held)
-                       : bfc_alloc_nosync(c->pool.bfc, bytes, (uint8_t)lib, &addr, &held);
-        nooms += err == -ENOMEM;
-      }
-      if (err == -ENOMEM && !trimmed_others) {
-        /* Other contexts' pools on this device may hold fully free regions under the same
-         * cap, and stream-ordered frees not yet reached by their streams hold charges they are
-         * about to return: give those back and try once more. */
-        trimmed_others = true;
-        pthread_mutex_unlock(&c->lock);
-        trim_others(c);
-        pending_wait(c->dev);
-        ordered_relieve(c->dev);
-        overhead_recheck(c->dev); /* the driver may hold less than counted */
-        pthread_mutex_lock(&c->lock);
-        /* Retry once whatever this thread gave back (another thread's relief may have made
-         * the room), or (context destroyed meanwhile) let the driver answer above. */
-        continue;
-      }
-      if (err != -EAGAIN || tries >= 16 || !can_sync) {
-        break;
-      }
-    }
-    /* Wait for the device work issued before the deferred frees, without holding the pool,
-     * then make reusable exactly the blocks this synchronize covered. */
-    if (!capture_sync_enter()) {
-      continue; /* a capture began meanwhile: no synchronisation (can_sync is now false) */
-    }
-    uint64_t mark = bfc_defer_mark(c->pool.bfc), ticket = ctx_sync_begin(c);
-    pthread_mutex_unlock(&c->lock);
-    CUresult sync = real.cuCtxSynchronize();
-    capture_sync_leave();
-    if (sync == CUDA_SUCCESS) {
-      ctx_sync_end(c, ticket);
-    }
-    pthread_mutex_lock(&c->lock);
-    if (sync != CUDA_SUCCESS) {
-      unpress(c, pressed);
-      pthread_mutex_unlock(&c->lock);
-      return sync;
-    }
-    if (c->pool.bfc) {
-      bfc_retire_upto(c->pool.bfc, mark);
-    }
+  enum step s = serve(c, &q);
+  if (s == NEXT && q.err == -ENOMEM) {
+    s = relieve(c, &q);
   }
-  static _Thread_local char oom_text[8192];
-  bool refused = err == -ENOMEM || err == -EAGAIN;
-  struct ctx *lender = refused && c->pool.bfc ? borrow(c, bytes, lib, &addr, &held) : NULL;
+  bool refused = s == NEXT && (q.err == -ENOMEM || q.err == -EAGAIN);
+  if (refused) {
+    s = borrow(c, &q);
+  }
   if (c->pool.bfc) { /* the program sees one refusal at most, and none when served */
-    c->ooms_taken_back += (uint64_t)nooms - (err == -ENOMEM && !lender && nooms > 0);
+    c->ooms_taken_back += (uint64_t)q.nooms - (q.err == -ENOMEM && !q.lender && q.nooms > 0);
   }
-  if (lender) {
-    unpress(c, pressed);
-    pthread_mutex_unlock(&c->lock);
-    trace_poll();
-    if (fronts) {
-      ctx_front_track(lender, addr, held, bytes, lib);
-    }
-    *dptr = addr;
+  if (refused && s == NEXT) {
+    s = spill(c, &q, dptr);
+  }
+  if (s == NEXT && !c->pool.bfc) {
+    s = TO_DRIVER; /* its context was destroyed while the lock was dropped */
+  }
+  switch (s) {
+  case SERVED:
+    served(c, &q);
+    *dptr = q.addr;
     return CUDA_SUCCESS;
-  }
-  bool spill_full = false;
-  if (refused && spill_devices(c->dev)) {
-    /* Beyond what the pool can serve under the cap: host memory under the spill budget
-     * (docs/design.md, "Beyond the card"), outside every pool, so the pool is left as the
-     * refusal left it. Its lock is dropped across the driver's calls. */
-    int dev = c->dev;
-    bool driver_full = c->pool.driver_full;
-    uint64_t others_hold = c->pool.others_hold;
-    CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
-    unpress(c, pressed);
-    pressed = false;
+  case TO_DRIVER:
     pthread_mutex_unlock(&c->lock);
-    CUresult rc_spill = passthru_spill(dptr, dev, bytes, CU_MEM_ATTACH_GLOBAL, lib, &spill_full);
-    pthread_mutex_lock(&c->lock);
-    bool same = c->pool.bfc && atomic_load_explicit(&c->handle, memory_order_acquire) == handle;
-    if (rc_spill == CUDA_SUCCESS && same) {
-      c->ooms_taken_back += err == -ENOMEM && nooms > 0; /* served: the program saw none */
-    }
-    if (rc_spill == CUDA_SUCCESS || !spill_full || !same) {
-      pthread_mutex_unlock(&c->lock);
-      return rc_spill == CUDA_SUCCESS || !spill_full ? rc_spill
-                                                     : passthru_refuse_spill(dev, bytes, lib);
-    }
-    c->pool.driver_full = driver_full;
-    c->pool.others_hold = others_hold;
-  }
-  uint64_t rank = 0, pool_idle = 0;
-  oom_facts_t facts = {.dev = c->dev,
-                       .bytes = bytes,
-                       .driver_full = c->pool.driver_full,
-                       .others_hold = c->pool.others_hold};
-  if (spill_full) {
-    facts.spill_max = spill_budget(c->dev);
-    facts.spilled = spill_used(c->dev);
-  }
-  if (err == 0) {
-    *dptr = addr;
-  } else if (refused) {
-    bfc_stats_t st;
-    bfc_stats(c->pool.bfc, &st);
-    facts.free_bytes = st.free_bytes;
-    facts.largest = st.largest_free_block_bytes;
-    facts.in_capture = capture_any() ? st.deferred_bytes : 0;
-    pool_idle = st.pool_bytes - st.bytes_in_use;
-    rank = oom_rank();
-    if (oom_wants_report(rank)) {
-      bfc_format_report(c->pool.bfc, bytes, oom_text, sizeof oom_text);
-    }
-  }
-  CUresult driver_rc = c->pool.last_driver_rc;
-  int dev = c->dev;
-  if (err == 0 || !refused) {
-    trace_block(c, err == 0 ? TRACE_ALLOC : TRACE_ALLOC_FAILURE, addr, bytes, lib);
-  }
-  if (err == 0) {
-    ledger_add(dev, lib, held); /* before a free of the block can take it out (its lock) */
-  }
-  if (c->pool.bfc) {
-    release_idle(c, err == 0);
-  }
-  unpress(c, pressed);
-  pthread_mutex_unlock(&c->lock);
-  trace_poll();
-  if (err == 0) {
-    if (fronts) {
-      ctx_front_track(c, addr, held, bytes, lib);
-    }
-    return CUDA_SUCCESS;
+    return real.cuMemAlloc_v2(dptr, bytes);
+  case ANSWERED:
+    pthread_mutex_unlock(&c->lock);
+    return q.rc;
+  case NEXT:
+    break;
   }
   if (refused) {
-    oom_refused(&facts, rank, pool_idle, oom_wants_report(rank) ? oom_text : NULL, sizeof oom_text,
-                lib);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return refuse(c, &q);
   }
+  CUresult driver_rc = c->pool.last_driver_rc;
+  trace_note(TRACE_ALLOC_FAILURE, c->dev, 0, bytes, 0, q.lib);
+  release_idle(c, false);
+  pthread_mutex_unlock(&c->lock);
+  trace_poll();
   return driver_rc != CUDA_SUCCESS ? driver_rc : CUDA_ERROR_UNKNOWN;
 }
 
@@ -524,41 +515,20 @@ static bool no_context(CUresult *rc) {
 }
 
 bool ctx_free(uint64_t ptr, bool need_context, void (*forget)(uint64_t ptr), CUresult *rc) {
-  /* With fronts off the owner is found and the block freed under one hold of its lock; with
-   * fronts on the thread's front is asked first, with no context lock. */
-  bool fronts = ctx_fronts_on();
-  struct ctx *c = fronts ? ctx_owning(ptr) : ctx_owning_locked(ptr);
+  struct ctx *c = ctx_owning_locked(ptr); /* found and freed under one hold of its lock */
   if (!c) {
     return false;
   }
   if (need_context && no_context(rc)) {
-    if (!fronts) {
-      pthread_mutex_unlock(&c->lock);
-    }
+    pthread_mutex_unlock(&c->lock);
     return true;
   }
   if (forget) {
     forget(ptr); /* before the block can be handed out again */
   }
-  int known = 0;
-  if (fronts) {
-    known = ctx_front_free(c, ptr, rc);
-    if (known > 0) { /* a block the thread knows, into its front: no lock */
-      return true;
-    }
-    pthread_mutex_lock(&c->lock);
-  }
-  if (!c->pool.bfc) {
-    pthread_mutex_unlock(&c->lock);
-    return false; /* its context was destroyed meanwhile: the driver answers */
-  }
   uint64_t held = 0, requested = 0;
   uint8_t lib = 0;
-  /* A block some front caches was freed already (a double free); one a front knows as live is
-   * forgotten there, since it is freed through the pool now. */
-  int err = known == 0 && fronts && ctx_fronts_cached(c, ptr, true)
-                ? -EALREADY
-                : bfc_free_deferred_tagged(c->pool.bfc, ptr, &held, &requested, &lib);
+  int err = bfc_free_deferred_tagged(c->pool.bfc, ptr, &held, &requested, &lib);
   int dev = c->dev;
   if (err == 0) {
     trace_note(TRACE_FREE, dev, ptr, requested, held, lib);

@@ -234,10 +234,13 @@ GPUCAP_TRACE=./t.csv" ]
 
 # ---- Bad settings: the shim's message, exit 125, nothing started ----
 
-@test "--arenas N sets GPUCAP_ARENAS; a count out of 1-16 stops the run" {
+@test "--arenas N sets GPUCAP_ARENAS, auto too; a count out of 1-16 stops the run" {
   run --separate-stderr grun --arenas 4 -- sh -c 'echo "$GPUCAP_ARENAS"'
   status_is 0
   [ "$output" = "4" ]
+  run --separate-stderr grun --arenas auto -- sh -c 'echo "$GPUCAP_ARENAS"'
+  status_is 0
+  [ "$output" = "auto" ]
   run --separate-stderr grun --arenas 17 -- touch ran
   status_is 125
   err_has "GPUCAP_ARENAS='17'"

@@ -6,18 +6,26 @@
 # a cap another arena grew into gets all the rest of it (its own units over VMM, chunks lent
 # over regions); a block is freed into the
 # arena that holds it, whichever thread frees it; a preallocating pool keeps one arena. The
-# programs are the fronts' (tests/integ/fronts.c). Also run under TSan by `make test`.
+# program is tests/integ/arenatest.c. Also run under TSan by `make test`.
 . "$TOP/tests/integ/lib.sh"
 # Figures of allocations alone: the driver's own memory is tests/integ/overhead.sh's subject.
 export FAKECUDA_DRIVER_MEMORY=off
-export GPUCAP_ARENAS=4 GPUCAP_FRONTS=false
+export GPUCAP_ARENAS=4
 
 for pool in vmm regions; do
+  stats="$WORK/one-$pool.json"
+  GPUCAP_ARENAS=1 GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+    GPUCAP_REPORT_JSON="$WORK/one-$pool-report.json" FAKECUDA_STATS="$stats" \
+    tap_program "8 threads on one pool churn under a 64 MiB cap ($pool)" \
+    with_shim "$TESTBIN/arenatest" churn 8 3000
+  peak_within "$stats" $((64 << 20)) "  "
+  is "$(grep -c '"arena": 0' "$WORK/one-$pool-report.json")" 1 "  the report has one pool"
+
   stats="$WORK/churn-$pool.json"
   GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
     GPUCAP_REPORT_JSON="$WORK/churn-$pool-report.json" FAKECUDA_STATS="$stats" \
     tap_program "8 threads on 4 arenas churn under a 64 MiB cap ($pool)" \
-    with_shim "$TESTBIN/fronts" churn 8 3000
+    with_shim "$TESTBIN/arenatest" churn 8 3000
   peak_within "$stats" $((64 << 20)) "  "
   refused=$(printf '%s\n' "$out" | sed -n 's/.* \([0-9]*\) refused at the cap.*/\1/p')
   is "$(grep -o '"num_ooms": [0-9]*' "$WORK/churn-$pool-report.json" |
@@ -30,12 +38,12 @@ for pool in vmm regions; do
       "  the driver reserved one address range per arena"
   fi
 
-  # Seven threads each hold 1 MiB of free blocks in their arenas (no fronts): the main thread's
+  # Seven threads each hold 1 MiB of free blocks in their arenas: the main thread's
   # 60 MiB fit the cap only once the other arenas' regions or units are given back.
   stats="$WORK/room-$pool.json"
   GPUCAP_ARENAS=8 GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
     FAKECUDA_STATS="$stats" tap_program "one thread gets the room seven other arenas hold ($pool)" \
-    with_shim "$TESTBIN/fronts" room 7 $((60 << 20)) $((64 << 20))
+    with_shim "$TESTBIN/arenatest" room 7 $((60 << 20)) $((64 << 20))
   peak_within "$stats" $((64 << 20)) "  "
 
   # The last megabyte of the cap lies in another arena's region, beside a block it holds: lent.
@@ -43,7 +51,7 @@ for pool in vmm regions; do
   GPUCAP_ARENAS=2 GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT=off \
     GPUCAP_REPORT_JSON="$WORK/borrow-$pool-report.json" FAKECUDA_STATS="$stats" \
     tap_program "a free chunk of another arena is lent before a refusal ($pool)" \
-    with_shim "$TESTBIN/fronts" borrow $((8 << 20))
+    with_shim "$TESTBIN/arenatest" borrow $((8 << 20))
   peak_within "$stats" $((8 << 20)) "  "
   is "$(grep -o '"num_ooms": [0-9]*' "$WORK/borrow-$pool-report.json" | tr -d '\n')" \
     '"num_ooms": 0"num_ooms": 1' "  the report counts the one refusal the program saw"
@@ -57,7 +65,7 @@ for pool in vmm regions; do
   GPUCAP_ARENAS=2 GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
     GPUCAP_REPORT_JSON="$WORK/share-$pool-report.json" FAKECUDA_STATS="$stats" \
     tap_program "a thread holds 40 MiB of a 64 MiB cap, then another takes the rest ($pool)" \
-    with_shim "$TESTBIN/fronts" share 40 $((64 << 20))
+    with_shim "$TESTBIN/arenatest" share 40 $((64 << 20))
   peak_within "$stats" $((64 << 20)) "  "
   second=$(printf '%s\n' "$out" | sed -n 's/^# second //p')
   own=$(tr -d '\n ' <"$WORK/share-$pool-report.json" |
@@ -73,16 +81,32 @@ for pool in vmm regions; do
   stats="$WORK/cross-$pool.json"
   GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off FAKECUDA_STATS="$stats" \
     tap_program "blocks freed by a thread of another arena ($pool)" \
-    with_shim "$TESTBIN/fronts" cross 48 $((56 << 20))
+    with_shim "$TESTBIN/arenatest" cross 48 $((56 << 20))
   peak_within "$stats" $((64 << 20)) "  "
 done
 
-# Fronts and arenas together.
-stats="$WORK/fronts.json"
-GPUCAP_FRONTS=true GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off FAKECUDA_STATS="$stats" \
-  tap_program "8 threads on 4 arenas through their fronts" \
-  with_shim "$TESTBIN/fronts" churn 8 3000
-peak_within "$stats" $((64 << 20)) "  "
+# GPUCAP_ARENAS=auto, the default: a thread that finds the pool's lock held moves to another
+# arena over a VMM-backed pool (the other thread is in the driver, growing the pool, for 400 ms);
+# over regions, and with GPUCAP_ARENAS=1, it waits, and the context keeps one pool. A program
+# with one thread never contends, so it has one pool (the pool.sh and report.sh reports).
+for pool in vmm regions; do
+  for arenas in auto 1; do
+    latency=cuMemCreate:400ms
+    [ $pool = regions ] && latency=cuMemAlloc_v2:400ms
+    GPUCAP_ARENAS=$arenas GPUCAP_POOL=$pool GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
+      GPUCAP_REPORT_JSON="$WORK/contend-$pool-$arenas.json" FAKECUDA_LATENCY=$latency \
+      FAKECUDA_STATS="$WORK/contend-$pool-$arenas-stats.json" \
+      tap_program "a thread meets another growing the pool ($pool, GPUCAP_ARENAS=$arenas)" \
+      with_shim "$TESTBIN/arenatest" contend $((3 << 20))
+    peak_within "$WORK/contend-$pool-$arenas-stats.json" $((64 << 20)) "  "
+    rows=$(grep -o '"arena": [0-9]*' "$WORK/contend-$pool-$arenas.json" | sort -u | tr -d '\n')
+    if [ $pool = vmm ] && [ $arenas = auto ] && [ "$(nproc)" -gt 1 ]; then
+      is "$rows" '"arena": 0"arena": 1' "  it moved to a second arena: two pools in the report"
+    else
+      is "$rows" '"arena": 0' "  it waited: one pool in the report"
+    fi
+  done
+done
 
 # A preallocating pool reserves the whole cap at once: a second arena could not, so a context
 # whose pool preallocates has one. (Eight churning threads may want more than the cap at once:
@@ -90,7 +114,7 @@ peak_within "$stats" $((64 << 20)) "  "
 stats="$WORK/prealloc.json"
 GPUCAP_ALLOW_GROWTH=false GPUCAP_MEMORY_LIMIT=64MiB GPUCAP_REPORT=off \
   GPUCAP_REPORT_JSON="$WORK/prealloc-report.json" FAKECUDA_STATS="$stats" \
-  tap_program "8 threads, preallocated: one arena" with_shim "$TESTBIN/fronts" churn 8 2000
+  tap_program "8 threads, preallocated: one arena" with_shim "$TESTBIN/arenatest" churn 8 2000
 is "$(json_obj_num "$stats" calls cuMemAddressReserve)" 1 "  the driver reserved one range"
 is "$(grep -c '"arena": 0' "$WORK/prealloc-report.json")" 1 "  the report has one pool"
 refused=$(printf '%s\n' "$out" | sed -n 's/.* \([0-9]*\) refused at the cap.*/\1/p')

@@ -6,7 +6,7 @@
  * held at its peak (fakecudaPeakBytes), and a cap of CAP0 MiB on device 0 and CAP1 MiB on
  * device 1 (the test script's GPUCAP_MEMORY_LIMIT) refuses what device 1 cannot take right
  * after a switch from device 0. Run bare (no cap: "nocap") and under gpucap with each pool.
- * Any cache of the current context or device (gpucap's hooks, per-thread fronts) must keep
+ * Any cache of the current context or device (gpucap's hooks, its arenas) must keep
  * these answers. Linked with -lcuda. Prints TAP. usage: ctxswitch cap|nocap
  */
 #include "shim/base/cudadefs.h"

@@ -708,7 +708,7 @@ static void test_defaults(void) {
   TAP_EQ(cfg_device_cap(&cfg, 0, 16 * GiB) == UINT64_MAX, 1, "no variable: no cap");
   tap_ok(cfg.pool == CFG_POOL_ON && cfg.release_after == 2000 && cfg.allow_growth &&
              cfg.report.kind == CFG_DEST_STDERR && cfg.report_json[0] == '\0' &&
-             cfg.trace[0] == '\0' && cfg.verbose == 0 && cfg.arenas == 1 &&
+             cfg.trace[0] == '\0' && cfg.verbose == 0 && cfg.arenas == CFG_ARENAS_AUTO &&
              cfg.cap_covers == CFG_COVERS_PROCESS,
          "defaults: pool on, release after 2000 ms, growth true, report stderr, no JSON, no "
          "trace, verbose 0, one arena, the cap covers the process");
@@ -980,6 +980,11 @@ static void test_environment(void) {
   tap_ok(cfg.valid && cfg.release_after == 0, "GPUCAP_RELEASE_AFTER=0 (never) is read");
   load(&cfg, msg, "GPUCAP_ARENAS", "4", NULL);
   tap_ok(cfg.valid && cfg.arenas == 4, "GPUCAP_ARENAS=4 is read");
+  char arenas[32];
+  load(&cfg, msg, "GPUCAP_ARENAS", " AUTO ", NULL);
+  cfg_option_value(&cfg, CFG_OPT_ARENAS, arenas, sizeof arenas);
+  tap_ok(cfg.valid && cfg.arenas == CFG_ARENAS_AUTO && strcmp(arenas, "auto") == 0,
+         "GPUCAP_ARENAS=auto is read, any case, and shown canonically");
   char covers[32];
   load(&cfg, msg, "GPUCAP_CAP_COVERS", " Allocations ", NULL);
   cfg_option_value(&cfg, CFG_OPT_CAP_COVERS, covers, sizeof covers);
@@ -992,7 +997,8 @@ static void test_environment(void) {
          "GPUCAP_CAP_COVERS=driver is refused");
   tap_ok(strstr(msg, "process or allocations") != NULL, "... saying what is accepted: %s", msg);
   TAP_EQ(load(&cfg, msg, "GPUCAP_ARENAS", "0", NULL), -EINVAL, "GPUCAP_ARENAS=0 is refused");
-  tap_ok(strstr(msg, "from 1 to 16") != NULL, "... saying what is accepted: %s", msg);
+  tap_ok(strstr(msg, "auto, or an integer from 1 to 16") != NULL, "... saying what is accepted: %s",
+         msg);
   TAP_EQ(load(&cfg, msg, "GPUCAP_ARENAS", "17", NULL), -EINVAL, "GPUCAP_ARENAS=17 is refused");
 
   // The process environment, through the default lookup.
@@ -1130,11 +1136,11 @@ static void test_names(void) {
 
 static void test_table(void) {
   static const char *const names[] = {
-      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",       "GPUCAP_SHARE_MIN",
-      "GPUCAP_SHARE_MAX",    "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",       "GPUCAP_DISCOVER",
-      "GPUCAP_CAP_COVERS",   "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",        "GPUCAP_FRONTS",
-      "GPUCAP_ARENAS",       "GPUCAP_REPORT",          "GPUCAP_OOM_DUMP",    "GPUCAP_REPORT_JSON",
-      "GPUCAP_TRACE",        "GPUCAP_VERBOSE",         "GPUCAP_CGROUP_ROOT", "GPUCAP_RELEASE_AFTER",
+      "GPUCAP_MEMORY_LIMIT", "GPUCAP_MEMORY_FRACTION", "GPUCAP_SHARE",         "GPUCAP_SHARE_MIN",
+      "GPUCAP_SHARE_MAX",    "GPUCAP_OVERSUBSCRIBE",   "GPUCAP_SPILL",         "GPUCAP_DISCOVER",
+      "GPUCAP_CAP_COVERS",   "GPUCAP_ALLOW_GROWTH",    "GPUCAP_POOL",          "GPUCAP_ARENAS",
+      "GPUCAP_REPORT",       "GPUCAP_OOM_DUMP",        "GPUCAP_REPORT_JSON",   "GPUCAP_TRACE",
+      "GPUCAP_VERBOSE",      "GPUCAP_CGROUP_ROOT",     "GPUCAP_RELEASE_AFTER",
   };
   cfg_t cfg;
   char value[PATH_MAX + 64];
@@ -1148,7 +1154,7 @@ static void test_table(void) {
             strchr(o->accepted, '\n') == NULL && o->type_name[0] != '\0';
   }
   tap_ok(right, "names, in order, each with a doc line, accepted forms and a type name");
-  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_FRONTS == 11 && CFG_OPT_VERBOSE == 17,
+  tap_ok(CFG_OPT_MEMORY_LIMIT == 0 && CFG_OPT_ARENAS == 11 && CFG_OPT_VERBOSE == 16,
          "the enum follows the table");
   tap_ok(cfg_option(CFG_OPT_COUNT) == NULL && cfg_option((cfg_opt_t)-1) == NULL,
          "out-of-range ids have no description");

@@ -1,27 +1,28 @@
-/* fronts: the per-thread fronts of the pool seen from a program (docs/design.md, "Per-thread
- * fronts"). Linked with -lcuda (the fake driver). Prints TAP. usage: fronts MODE [ARGS]
- *   churn N ITER   N threads allocate and free blocks of a few sizes (so fronts cache and hand
- *                  them out again) under the cap; every call answers success or out-of-memory
- *   room N BIG CAP N threads each allocate and free 1 MiB in 256 KiB blocks, which their fronts
- *                  keep, and stay alive; get-info must say the whole CAP is free; then the main
- *                  thread asks for BIG bytes, which fit the cap only with the room they cache
- *   exit           a thread frees blocks into its front and exits (its front goes back)
- *   fork           a thread frees a block into its front, keeps another, and forks: the child
- *                  (no CUDA context) gets the driver's answer for the block, not the parent's
+/* arenatest: threads allocating from one context's pools (its arenas: docs/design.md, "Arenas")
+ * seen from a program. Linked with -lcuda (the fake driver). Prints TAP. usage: arenatest MODE
+ * [ARGS]
+ *   churn N ITER   N threads allocate and free blocks of a few sizes under the cap; every call
+ *                  answers success or out-of-memory
+ *   room N BIG CAP N threads each allocate and free 1 MiB in 256 KiB blocks (free memory of
+ *                  their arenas) and stay alive; get-info must say the whole CAP is free; then
+ *                  the main thread asks for BIG bytes, which fit the cap only with their room
+ *   fork           a thread frees one block, keeps another, and forks: the child (no CUDA
+ *                  context) gets the driver's answer for both blocks and for a new one
  *   cross N BIG    a thread allocates N blocks of 1 MiB and exits; another frees them (with
- *                  GPUCAP_ARENAS, blocks of another thread's arena), then frees one again and an
+ *                  arenas, blocks of another thread's arena), then frees one again and an
  *                  interior address (both invalid values, the pool intact); the main thread
  *                  then gets BIG bytes, which fit only once the freed blocks' room is back
  *   borrow CAP     a thread allocates two blocks of 1 MiB and frees the first; another
  *                  allocates 1 MiB blocks until refused: it must get all of the CAP but the
- *                  1 MiB the first holds (with GPUCAP_ARENAS, the last one in the first's arena)
- *   share HOLD CAP a thread allocates 1 MiB (with GPUCAP_ARENAS, opening an arena of its own)
- *                  and waits while another allocates HOLD blocks of 1 MiB and keeps them; then
- *                  the first allocates 1 MiB blocks until refused; prints "# second N" (its
- *                  blocks, the first included); it must get all of the CAP left
- *   mix SLOTS ITER one thread keeps up to SLOTS blocks of a few sizes live, freeing and
- *                  allocating at random (one fixed seed) near the cap; prints "# refused N",
- *                  which the script compares with fronts on and off at the same cap
+ *                  1 MiB the first holds (with arenas, the last one in the first's arena)
+ *   share HOLD CAP a thread allocates 1 MiB (with arenas, opening an arena of its own) and
+ *                  waits while another allocates HOLD blocks of 1 MiB and keeps them; then the
+ *                  first allocates 1 MiB blocks until refused; prints "# second N" (its blocks,
+ *                  the first included); it must get all of the CAP left
+ *   contend BYTES  the main thread allocates and frees 4 KiB (its context's first pool), then
+ *                  another thread allocates BYTES, which makes the pool grow (the script makes
+ *                  the driver's growth slow); 150 ms later, while that thread is still in the
+ *                  driver with the pool's lock held, the main thread allocates 1 MiB
  * The script checks from the driver's side (FAKECUDA_STATS) that its peak never passed the cap.
  */
 #include "shim/base/cudadefs.h"
@@ -40,7 +41,7 @@
 
 static CUcontext ctx;
 static int iterations;
-static pthread_barrier_t cached, done;
+static pthread_barrier_t ready, done;
 
 struct result {
   int ok, oom, other;
@@ -76,40 +77,8 @@ static void *churn(void *arg) {
   return NULL;
 }
 
-/* mix: SLOTS slots, each free or holding one block of a size from a small set; each step
- * frees a live slot or fills an empty one, so sizes come back and placement matters. Returns
- * the allocations refused; *other counts anything but success or out-of-memory. */
-static int mix(int slots, int iter, int *other) {
-  static const size_t sizes[] = {24 * KiB,  40 * KiB,  64 * KiB + 512, 100 * KiB,
-                                 160 * KiB, 256 * KiB, 400 * KiB};
-  enum { NSIZES = sizeof sizes / sizeof sizes[0] };
-  CUdeviceptr *live = calloc((size_t)slots, sizeof(*live));
-  unsigned seed = 12345;
-  int refused = 0;
-  for (int i = 0; live && i < iter; i++) {
-    int k = rand_r(&seed) % slots;
-    if (live[k]) {
-      *other += cuMemFree_v2(live[k]) != CUDA_SUCCESS;
-      live[k] = 0;
-      continue;
-    }
-    CUresult rc = cuMemAlloc_v2(&live[k], sizes[rand_r(&seed) % NSIZES]);
-    if (rc != CUDA_SUCCESS) {
-      live[k] = 0;
-    }
-    refused += rc == CUDA_ERROR_OUT_OF_MEMORY;
-    *other += rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  for (int k = 0; live && k < slots; k++) {
-    *other += live[k] && cuMemFree_v2(live[k]) != CUDA_SUCCESS;
-  }
-  *other += live == NULL;
-  free(live);
-  return refused;
-}
-
-/* Allocates and frees 1 MiB as four 256 KiB blocks, which the thread's front keeps. */
-static int cache_some(void) {
+/* Allocates and frees 1 MiB as four 256 KiB blocks, free memory of the thread's pool. */
+static int free_some(void) {
   CUdeviceptr p[4] = {0};
   int bad = 0;
   for (int k = 0; k < 4; k++) {
@@ -121,24 +90,16 @@ static int cache_some(void) {
   return bad;
 }
 
-/* room: cache, then stay alive (with the cached blocks) until the main thread is done. */
+/* room: free some, then stay alive until the main thread is done. */
 static void *holder(void *arg) {
   struct result *r = arg;
   cuCtxSetCurrent(ctx);
-  r->other += cache_some();
-  pthread_barrier_wait(&cached);
+  r->other += free_some();
+  pthread_barrier_wait(&ready);
   pthread_barrier_wait(&done);
   return NULL;
 }
 
-static void *leaver(void *arg) {
-  struct result *r = arg;
-  cuCtxSetCurrent(ctx);
-  r->other += cache_some();
-  return NULL;
-}
-
-/* cross: blocks made by one thread, freed by another. */
 static CUdeviceptr made[64];
 static int nmade;
 
@@ -204,7 +165,7 @@ static void *grabber(void *arg) {
   struct result *r = arg;
   CUdeviceptr got[256];
   cuCtxSetCurrent(ctx);
-  pthread_barrier_wait(&cached); /* the latecomer's arena is open */
+  pthread_barrier_wait(&ready); /* the latecomer's arena is open */
   while (r->ok < hold_mib && r->ok < 256 && cuMemAlloc_v2(&got[r->ok], 1 * MiB) == CUDA_SUCCESS) {
     r->ok++;
   }
@@ -216,12 +177,22 @@ static void *grabber(void *arg) {
   return NULL;
 }
 
+/* contend: one allocation of grow_bytes, kept until the main thread frees it. */
+static size_t grow_bytes;
+static CUdeviceptr grown;
+static void *grower(void *arg) {
+  struct result *r = arg;
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(&grown, grow_bytes) != CUDA_SUCCESS;
+  return NULL;
+}
+
 static void *latecomer(void *arg) {
   struct result *r = arg;
   CUdeviceptr first = 0;
   cuCtxSetCurrent(ctx);
   r->other += cuMemAlloc_v2(&first, 1 * MiB) != CUDA_SUCCESS;
-  pthread_barrier_wait(&cached);
+  pthread_barrier_wait(&ready);
   pthread_barrier_wait(&done);
   taker(r);
   r->ok++; /* the first block */
@@ -230,7 +201,7 @@ static void *latecomer(void *arg) {
   return NULL;
 }
 
-/* fork: this thread knows one block as cached and one as live when it forks. */
+/* fork: this thread has freed one block and holds another when it forks. */
 static void *forker(void *arg) {
   struct result *r = arg;
   CUdeviceptr freed = 0, kept = 0;
@@ -276,21 +247,21 @@ int main(int argc, char **argv) {
     TAP_EQ(other, 0, "no call answered anything but success or out-of-memory");
   } else if (strcmp(mode, "room") == 0) {
     size_t big = argc > 3 ? strtoull(argv[3], NULL, 10) : 60 * MiB;
-    pthread_barrier_init(&cached, NULL, (unsigned)n + 1);
+    pthread_barrier_init(&ready, NULL, (unsigned)n + 1);
     pthread_barrier_init(&done, NULL, (unsigned)n + 1);
     for (int t = 0; t < n; t++) {
       pthread_create(&tid[t], NULL, holder, &res[t]);
     }
-    pthread_barrier_wait(&cached);
+    pthread_barrier_wait(&ready);
     size_t fb = 0, tb = 0;
-    TAP_EQ(cuMemGetInfo_v2(&fb, &tb), CUDA_SUCCESS, "get-info answers while they cache");
+    TAP_EQ(cuMemGetInfo_v2(&fb, &tb), CUDA_SUCCESS, "get-info answers while they keep it");
     size_t cap = argc > 4 ? strtoull(argv[4], NULL, 10) : 64 * MiB;
     TAP_EQ(fb, cap,
-           "get-info: the whole cap is free (the program holds nothing; cached blocks "
-           "count as the pool's idle memory)");
+           "get-info: the whole cap is free (the program holds nothing; freed blocks "
+           "count as the pools' idle memory)");
     CUdeviceptr p = 0;
     CUresult rc = cuMemAlloc_v2(&p, big);
-    TAP_EQ(rc, CUDA_SUCCESS, "%zu bytes while %d threads cache 1 MiB each: served", big, n);
+    TAP_EQ(rc, CUDA_SUCCESS, "%zu bytes while %d threads keep 1 MiB free each: served", big, n);
     if (rc == CUDA_SUCCESS) {
       TAP_EQ(cuMemFree_v2(p), CUDA_SUCCESS, "and freed");
     }
@@ -300,17 +271,10 @@ int main(int argc, char **argv) {
       other += res[t].other;
     }
     TAP_EQ(other, 0, "the threads' allocations and frees all succeeded");
-  } else if (strcmp(mode, "exit") == 0) {
-    for (int t = 0; t < n; t++) {
-      pthread_create(&tid[t], NULL, leaver, &res[t]);
-      pthread_join(tid[t], NULL);
-      other += res[t].other;
-    }
-    TAP_EQ(other, 0, "%d threads cached blocks and exited", n);
   } else if (strcmp(mode, "fork") == 0) {
     pthread_create(&tid[0], NULL, forker, &res[0]);
     pthread_join(tid[0], NULL);
-    TAP_EQ(res[0].ok, 0, "the fork child got the driver's answers, not the parent's front's");
+    TAP_EQ(res[0].ok, 0, "the fork child got the driver's answers, not the parent's pool's");
     TAP_EQ(res[0].other, 0, "the parent's allocations and frees all succeeded");
   } else if (strcmp(mode, "cross") == 0) {
     nmade = n;
@@ -336,10 +300,21 @@ int main(int argc, char **argv) {
     pthread_join(tid[1], NULL);
     TAP_EQ(res[0].other + res[1].other, 0, "every call answered as expected");
     TAP_EQ(res[1].ok, cap_mib - 1, "the second thread got all of the cap but the 1 MiB held");
+  } else if (strcmp(mode, "contend") == 0) {
+    grow_bytes = argc > 2 ? strtoull(argv[2], NULL, 10) : 3 * MiB;
+    CUdeviceptr first = 0, late = 0;
+    TAP_EQ(cuMemAlloc_v2(&first, 4 * KiB), CUDA_SUCCESS, "the main thread's first block");
+    TAP_EQ(cuMemFree_v2(first), CUDA_SUCCESS, "... freed");
+    pthread_create(&tid[0], NULL, grower, &res[0]);
+    usleep(150 * 1000);
+    TAP_EQ(cuMemAlloc_v2(&late, 1 * MiB), CUDA_SUCCESS, "1 MiB while the other thread grows");
+    pthread_join(tid[0], NULL);
+    TAP_EQ(res[0].other, 0, "the other thread got its %zu bytes", grow_bytes);
+    TAP_EQ(cuMemFree_v2(late) + cuMemFree_v2(grown), CUDA_SUCCESS, "both freed");
   } else if (strcmp(mode, "share") == 0) {
     hold_mib = n;
     int cap_mib = (int)(strtoull(argc > 3 ? argv[3] : "0", NULL, 10) / MiB);
-    pthread_barrier_init(&cached, NULL, 2);
+    pthread_barrier_init(&ready, NULL, 2);
     pthread_barrier_init(&done, NULL, 2);
     pthread_create(&tid[1], NULL, latecomer, &res[1]);
     pthread_create(&tid[0], NULL, grabber, &res[0]);
@@ -349,12 +324,8 @@ int main(int argc, char **argv) {
     TAP_EQ(res[0].other + res[1].other, 0, "every call answered as expected");
     TAP_EQ(res[0].ok, hold_mib, "one thread holds %d MiB", hold_mib);
     TAP_EQ(res[1].ok, cap_mib - hold_mib, "the other then got all the rest of the cap");
-  } else if (strcmp(mode, "mix") == 0) {
-    int refused = mix(n < 1 ? 1 : atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20000, &other);
-    printf("# refused %d\n", refused);
-    TAP_EQ(other, 0, "every call answered success or out-of-memory");
   } else {
-    fprintf(stderr, "usage: fronts churn|room|exit|fork|cross|borrow|share|mix [N [ITER|BIG]]\n");
+    fprintf(stderr, "usage: arenatest churn|room|fork|cross|borrow|share|contend [N [ITER|BIG]]\n");
     return 2;
   }
   size_t f = 0, t = 0;
