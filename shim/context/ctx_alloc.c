@@ -307,9 +307,12 @@ static enum step relieve(struct ctx *c, struct request *q) {
   return serve(c, q);
 }
 
-/* Borrow (docs/design.md, "Arenas"): another arena of c's context may have a free chunk that
- * fits. Drops c's lock while each other arena is asked under its own lock (never two at once);
- * the lender makes the block's trace row and ledger entry. */
+/* Borrow (docs/design.md, "Arenas"): another arena of c's context may serve the block, from a
+ * free chunk or by growing (its free end and the room left under the cap may fit together where
+ * c's could not), never synchronising (bfc_alloc_nosync; the relief settled its deferred frees).
+ * Drops c's lock while each other arena is asked under its own lock (never two at once); the
+ * lender makes the block's trace row and ledger entry, and takes its own refusal back out of its
+ * count (the program did not see it). */
 static enum step borrow(struct ctx *c, struct request *q) {
   CHECK_HELD(&c->lock);
   CUcontext handle = atomic_load_explicit(&c->handle, memory_order_acquire);
@@ -322,11 +325,14 @@ static enum step borrow(struct ctx *c, struct request *q) {
       continue;
     }
     pthread_mutex_lock(&o->lock);
-    if (o->pool.bfc && atomic_load_explicit(&o->handle, memory_order_acquire) == handle &&
-        bfc_alloc_fit(o->pool.bfc, q->bytes, (uint8_t)q->lib, &q->addr, &q->held) == 0) {
-      q->lender = o;
-      trace_note(TRACE_ALLOC, o->dev, q->addr, q->bytes, q->held, q->lib);
-      ledger_add(o->dev, q->lib, q->held);
+    if (o->pool.bfc && atomic_load_explicit(&o->handle, memory_order_acquire) == handle) {
+      int err = bfc_alloc_nosync(o->pool.bfc, q->bytes, (uint8_t)q->lib, &q->addr, &q->held);
+      o->ooms_taken_back += err == -ENOMEM;
+      if (err == 0) {
+        q->lender = o;
+        trace_note(TRACE_ALLOC, o->dev, q->addr, q->bytes, q->held, q->lib);
+        ledger_add(o->dev, q->lib, q->held);
+      }
     }
     pthread_mutex_unlock(&o->lock);
   }

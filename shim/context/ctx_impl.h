@@ -11,9 +11,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* Laid out so that what look-ups read with no lock (handle, dev, arena, dying) shares a cache
- * line every core keeps, while the lock, written by every call through the pool, has a line of
- * its own. */
+/* Each object starts a cache line of its own: the arenas of a context sit in neighbouring
+ * slots, and a thread working in one must not write a line another arena's thread uses. */
 struct ctx {
   _Alignas(64) _Atomic(CUcontext) handle; /* set once ready; NULL when free or dropped */
   int dev;                                /* the device its pool charges */
@@ -27,7 +26,7 @@ struct ctx {
   /* GPUCAP_ARENAS=auto may open another arena beside this one (a VMM-backed pool that grows). */
   atomic_bool spreads;
   /* Guards pool, ooms_taken_back, and dev and index when a slot is made. */
-  _Alignas(64) pthread_mutex_t lock;
+  pthread_mutex_t lock;
   pool_t pool;
   /* The pool's refusals (its num_ooms) that the program did not see: the call served the
    * request after all (other pools' regions given back, another arena's chunk), or counted one

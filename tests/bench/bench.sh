@@ -165,8 +165,8 @@ row "$tmp/scaling" trace "lock 1t ns" "lock 2t ns" "lock 8t ns" "lock 2t/1t" "lo
 row "$tmp/scaling" --- ---: ---: ---: ---: ---: :-:
 row "$tmp/arenas" trace "arenas 1t ns" "arenas 2t ns" "arenas 8t ns" "arenas/lock 1t" \
   "arenas 2t/1t" "arenas 8t/1t" "lock 2t/1t" "lock 8t/1t" "open 2t/8t" \
-  "failed 2t: lock/arenas" "failed 8t: lock/arenas"
-row "$tmp/arenas" --- ---: ---: ---: ---: ---: ---: ---: ---: :-: :-: :-:
+  "interleaved failed: pool/arenas" "failed 2t: lock/arenas" "failed 8t: lock/arenas"
+row "$tmp/arenas" --- ---: ---: ---: ---: ---: ---: ---: ---: :-: :-: :-: :-:
 row "$tmp/dealt" trace "arenas 1t ns" "arenas 2t ns" "arenas 8t ns" "arenas/lock 1t" \
   "arenas 2t/1t" "arenas 8t/1t" "lock 2t/1t" "lock 8t/1t" \
   "failed 2t: lock/arenas" "failed 8t: lock/arenas"
@@ -207,6 +207,10 @@ worst_eight_arenas_at=-
 worst_two_arenas_regions_at=-
 worst_refusals=0      # the most a trace's arenas refused beyond the lock at 2 or 8 threads
 worst_refusals_at=-
+worst_interleaved=0   # the most a trace's two interleaved copies refused over arenas beyond one pool
+worst_interleaved_at=-
+refused_ip=0          # their refusals over all traces: one pool, arenas
+refused_ia=0
 refused_a2=0          # refusals over all traces: the arenas' at 2 and 8 threads, the lock's
 refused_a8=0
 refused_l2=0
@@ -233,7 +237,8 @@ for k in $TRACES; do
   row "$tmp/scaling" "$k" "$(get "$sc" lock_ns_1)" "$(get "$sc" lock_ns_2)" \
     "$(get "$sc" lock_ns_8)" "$(get "$sc" lock_scaling_2)" "$(get "$sc" lock_scaling_8)" \
     "$(get "$sc" lock_failed_1)/$(get "$sc" lock_failed_2)/$(get "$sc" lock_failed_8)"
-  arenas_row "$tmp/arenas" "$k" "$sv" "$(get "$sv" arenas_open_2)/$(get "$sv" arenas_open_8)"
+  arenas_row "$tmp/arenas" "$k" "$sv" "$(get "$sv" arenas_open_2)/$(get "$sv" arenas_open_8)" \
+    "$(get "$sv" interleaved_failed_pool)/$(get "$sv" interleaved_failed_arenas)"
   arenas_row "$tmp/dealt" "$k" "$sc"
   lowest worst_one_arenas "$(get "$sv" arenas_vs_lock_1)"
   lowest worst_two_arenas "$(get "$sv" arenas_scaling_2)"
@@ -249,6 +254,14 @@ for k in $TRACES; do
   refused_l2=$((refused_l2 + l2))
   refused_l8=$((refused_l8 + l8))
   over=$((a2 - l2 > a8 - l8 ? a2 - l2 : a8 - l8))
+  ip=$(get "$sv" interleaved_failed_pool)
+  ia=$(get "$sv" interleaved_failed_arenas)
+  refused_ip=$((refused_ip + ip))
+  refused_ia=$((refused_ia + ia))
+  if [ $((ia - ip)) -gt "$worst_interleaved" ]; then
+    worst_interleaved=$((ia - ip))
+    worst_interleaved_at=$k
+  fi
   if [ "$over" -gt "$worst_refusals" ]; then
     worst_refusals=$over
     worst_refusals_at=$k
@@ -346,10 +359,14 @@ echo "thread on it; a thread that finds its arena's lock taken (one trylock) mov
 echo "arena of a round robin modulo the most arenas, opening it if need be, and stays until it"
 echo "meets contention again. The most: $arenas_max (the shim's: the online CPUs, 1 to 8;"
 echo "ARENAS_MAX=N sets another). Before a refusal the other arenas' wholly free memory is given"
-echo "back and their free chunks lent. arenas/lock 1t: the arenas' throughput over the one lock's,"
-echo "one thread; lock 2t/1t, 8t/1t: the lock's scaling in the same run; open: the arenas open at"
-echo "the end (median); failed: refusals over all runs. A refused allocation does no pool work:"
-echo "times with many refusals are not comparable."
+echo "back, then another arena lends the block (from a free chunk, or growing). arenas/lock 1t: the"
+echo "arenas' throughput over the one lock's, one thread; lock 2t/1t, 8t/1t: the lock's scaling in"
+echo "the same run; open: the arenas open at the end (median); interleaved failed: two copies of"
+echo "the trace in one thread, event by event, in step and a half, a third and a quarter of the"
+echo "trace apart, at $CAP x their peak live together, from one pool and from two arenas (what"
+echo "splitting the memory costs, with no timing: threads' peaks meet only when they run at once);"
+echo "failed: refusals over all runs. A refused allocation does no pool work: times with many"
+echo "refusals are not comparable."
 echo
 cat "$tmp/arenas"
 echo
@@ -405,6 +422,13 @@ echo "- arenas (auto, VMM) refuse no more than the one lock at 2 and 8 threads, 
   "x threads, on every trace: $(atleast 0 "$worst_refusals") (arenas $refused_a2 at 2 threads," \
   "$refused_a8 at 8; the lock $refused_l2, $refused_l8$worst)"
 ok_vmm_speed=$(awk -v r="$worst_vmm_ratio" 'BEGIN { print (r <= 1.10) ? "yes" : "no" }')
+worst=
+if [ "$worst_interleaved" -gt 0 ]; then
+  worst="; worst $worst_interleaved_at, $worst_interleaved more"
+fi
+echo "- arenas refuse no more than one pool, two copies interleaved in one thread at $CAP x" \
+  "their peak live (no timing): $(atleast 0 "$worst_interleaved") (arenas $refused_ia, one" \
+  "pool $refused_ip$worst)"
 echo "- VMM-backed pool: every trace completes at $VCAP x peak live + one unit, growing and" \
   "preallocated: $(verdict "$vmm_complete")"
 echo "- VMM-backed pool: warm ns per pair within 10% of the region pool: $(verdict "$ok_vmm_speed")" \

@@ -559,8 +559,9 @@ static void arena_free(shared_t *sh, arena_t *own, uint64_t addr) {
 /* An allocation from the thread's arena (arena_enter()). When the arena cannot serve it within
  * the cap (-ENOMEM: its own wholly free memory already went back), the other open arenas' wholly
  * free memory goes back too, each under its lock (never two locks held at once), and the arena
- * is asked once more; then each other arena lends a free chunk that fits (bfc_alloc_fit), as the
- * shim borrows before a refusal. Returns 0 or the own arena's refusal. */
+ * is asked once more; then each other arena lends the block, from a free chunk or by growing
+ * (its free tail and the room under the cap may fit where the own arena's did not), as the shim
+ * borrows before a refusal. Returns 0 or the own arena's refusal. */
 static int arena_alloc(shared_t *sh, worker_t *w, uint64_t size, uint64_t *addr) {
   arena_t *own = arena_enter(sh, w);
   int rc = bfc_alloc(own->pool, size, addr);
@@ -581,10 +582,9 @@ static int arena_alloc(shared_t *sh, worker_t *w, uint64_t size, uint64_t *addr)
     lock_drop(&own->lock);
     for (int k = 0; k < sh->narenas && rc == -ENOMEM; k++) {
       arena_t *o = &sh->arenas[k];
-      uint64_t held;
       if (o != own && arena_is_open(o)) {
         lock_take(&o->lock);
-        rc = bfc_alloc_fit(o->pool, size, 0, addr, &held) == 0 ? 0 : -ENOMEM;
+        rc = bfc_alloc(o->pool, size, addr) == 0 ? 0 : -ENOMEM;
         lock_drop(&o->lock);
       }
     }
@@ -947,6 +947,97 @@ static int driver_replay(const trace_t *t, const options_t *o) {
  * threads deals them out (auto keeps one pool there, which is the lock's row). Throughput ratios
  * are taken per run (the machine's speed drifts between runs) and their medians printed, with
  * the median of the arenas open at the end and the refusals of each thread count over all runs. */
+/* Two copies of the trace in one thread, event by event in turn, copy 1 `lag` events behind
+ * copy 0 (copy 0's event i, then copy 1's event i - lag): step(arg, k, e) for each. */
+static void lagged(const trace_t *t, uint64_t lag, void (*step)(void *arg, int k, const ev_t *e),
+                   void *arg) {
+  for (uint64_t i = 0; i < t->nev + lag; i++) {
+    if (i < t->nev) {
+      step(arg, 0, &t->ev[i]);
+    }
+    if (i >= lag) {
+      step(arg, 1, &t->ev[i - lag]);
+    }
+  }
+}
+
+/* lagged()'s live bytes of both copies and their peak. */
+struct live {
+  uint64_t *size[2]; /* each copy's live block per slot, 0 when none */
+  uint64_t live, peak;
+};
+
+static void live_step(void *arg, int k, const ev_t *e) {
+  struct live *l = arg;
+  if (e->op == OP_ALLOC) {
+    l->size[k][e->slot] = e->size;
+    l->live += e->size;
+    l->peak = l->live > l->peak ? l->live : l->peak;
+  } else {
+    l->live -= l->size[k][e->slot];
+    l->size[k][e->slot] = 0;
+  }
+}
+
+/* lagged()'s allocations and frees, copy k from its worker's arena; refusals counted. */
+struct interleave {
+  shared_t sh;
+  worker_t w[2];
+  uint64_t failed;
+};
+
+static void interleave_step(void *arg, int k, const ev_t *e) {
+  struct interleave *x = arg;
+  uint64_t *a = &x->w[k].addr[e->slot];
+  if (e->op == OP_ALLOC) {
+    if (arena_alloc(&x->sh, &x->w[k], e->size, a) != 0) {
+      x->failed++;
+      *a = NONE;
+    }
+  } else if (*a != NONE) {
+    arena_free(&x->sh, &x->sh.arenas[x->w[k].arena], *a);
+    *a = NONE;
+  }
+}
+
+static uint64_t *slots_of(const trace_t *t, uint64_t fill) {
+  uint64_t *v = malloc(t->nslots * sizeof(uint64_t));
+  if (v == NULL) {
+    fprintf(stderr, "gpucap-replay: error: out of memory\n");
+    exit(1);
+  }
+  for (uint64_t s = 0; s < t->nslots; s++) {
+    v[s] = fill;
+  }
+  return v;
+}
+
+/* Refusals of lagged()'s two copies under one cap of `factor` x their peak live bytes together
+ * (+ a unit over VMM; no cap when factor is 0): from one pool (narenas 1) or copy k from arena k
+ * (narenas 2), trimming and borrowing as the threads' arenas do. What splitting the memory over
+ * arenas costs, the threads' timing taken out (two threads' peaks meet only as often as the threads
+ * run at once, and arenas let them run at once, so the threaded runs cannot tell). */
+static uint64_t interleaved_failed(const trace_t *t, double factor, int narenas, uint64_t lag) {
+  struct live l = {{slots_of(t, 0), slots_of(t, 0)}, 0, 0};
+  lagged(t, lag, live_step, &l);
+  free(l.size[0]);
+  free(l.size[1]);
+  struct interleave x;
+  memset(&x, 0, sizeof x);
+  uint64_t limit = factor == 0 ? (uint64_t)1 << 50 : (uint64_t)((double)l.peak * factor) + vmm_unit;
+  arenas_open(&x.sh, narenas, narenas, limit, 0);
+  for (int k = 0; k < 2; k++) {
+    x.w[k].sh = &x.sh;
+    x.w[k].arena = k % narenas;
+    x.w[k].addr = slots_of(t, NONE);
+  }
+  lagged(t, lag, interleave_step, &x);
+  free(x.w[0].addr);
+  free(x.w[1].addr);
+  arenas_close(&x.sh);
+  return x.failed;
+}
+
 static void scaling(const trace_t *t, const options_t *o) {
   enum { NC = 3 };
   static const int counts[NC] = {1, 2, 8};
@@ -988,6 +1079,15 @@ static void scaling(const trace_t *t, const options_t *o) {
   }
   printf(",\"arenas_vs_lock_1\":%.2f,\"lock_failed\":%" PRIu64 ",\"arenas_failed\":%" PRIu64,
          median(aone, o->runs), ltotal, atotal);
+  /* Two copies interleaved: copy 1 in step, and half, a third and a quarter of the trace behind. */
+  uint64_t pool = 0, split = 0;
+  for (uint64_t d = 0; d < 4; d++) {
+    uint64_t lag = d == 0 ? 0 : t->nev / (d + 1);
+    pool += interleaved_failed(t, o->cap_factor, 1, lag);
+    split += interleaved_failed(t, o->cap_factor, 2, lag);
+  }
+  printf(",\"interleaved_failed_pool\":%" PRIu64 ",\"interleaved_failed_arenas\":%" PRIu64, pool,
+         split);
 }
 
 /* --count: the warm pass alone in a function of its own, so that callgrind's --toggle-collect

@@ -85,6 +85,16 @@ for pool in vmm regions; do
   peak_within "$stats" $((64 << 20)) "  "
 done
 
+# Borrowing grows the lender: one arena holds a unit half free, the other's thread needs 3 MiB
+# with one unit of room left under the cap. Only the first arena's free half and a unit mapped
+# after it fit (as one pool's would); its chunks alone would not.
+GPUCAP_ARENAS=2 GPUCAP_POOL=vmm GPUCAP_MEMORY_LIMIT=8MiB GPUCAP_REPORT=off \
+  GPUCAP_REPORT_JSON="$WORK/tail-report.json" FAKECUDA_STATS="$WORK/tail.json" \
+  tap_program "a block lent by an arena that grows for it" with_shim "$TESTBIN/arenatest" tail
+peak_within "$WORK/tail.json" $((8 << 20)) "  "
+is "$(grep -o '"num_ooms": [0-9]*' "$WORK/tail-report.json" | awk '{ n += $2 } END { print n + 0 }')" \
+  0 "  the report counts no refusal: the program saw none"
+
 # GPUCAP_ARENAS=auto, the default: a thread that finds the pool's lock held moves to another
 # arena over a VMM-backed pool (the other thread is in the driver, growing the pool, for 400 ms);
 # over regions, and with GPUCAP_ARENAS=1, it waits, and the context keeps one pool. A program

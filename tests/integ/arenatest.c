@@ -23,6 +23,10 @@
  *                  another thread allocates BYTES, which makes the pool grow (the script makes
  *                  the driver's growth slow); 150 ms later, while that thread is still in the
  *                  driver with the pool's lock held, the main thread allocates 1 MiB
+ *   tail           (GPUCAP_ARENAS=2, an 8 MiB cap of 2 MiB units) the main thread allocates
+ *                  1 MiB (a unit mapped, its second half free); another thread, in the other
+ *                  arena, allocates 4 MiB, then 3 MiB: only the first arena's free half and one
+ *                  more unit fit, so the block must be lent by the first arena, growing
  * The script checks from the driver's side (FAKECUDA_STATS) that its peak never passed the cap.
  */
 #include "shim/base/cudadefs.h"
@@ -187,6 +191,20 @@ static void *grower(void *arg) {
   return NULL;
 }
 
+/* tail: the other arena's thread. */
+static void *tailer(void *arg) {
+  struct result *r = arg;
+  CUdeviceptr four = 0, three = 0;
+  cuCtxSetCurrent(ctx);
+  r->other += cuMemAlloc_v2(&four, 4 * MiB) != CUDA_SUCCESS;
+  CUresult rc = cuMemAlloc_v2(&three, 3 * MiB);
+  r->ok += rc == CUDA_SUCCESS;
+  r->oom += rc == CUDA_ERROR_OUT_OF_MEMORY;
+  r->other +=
+      (four && cuMemFree_v2(four) != CUDA_SUCCESS) + (three && cuMemFree_v2(three) != CUDA_SUCCESS);
+  return NULL;
+}
+
 static void *latecomer(void *arg) {
   struct result *r = arg;
   CUdeviceptr first = 0;
@@ -311,6 +329,14 @@ int main(int argc, char **argv) {
     pthread_join(tid[0], NULL);
     TAP_EQ(res[0].other, 0, "the other thread got its %zu bytes", grow_bytes);
     TAP_EQ(cuMemFree_v2(late) + cuMemFree_v2(grown), CUDA_SUCCESS, "both freed");
+  } else if (strcmp(mode, "tail") == 0) {
+    CUdeviceptr one = 0;
+    TAP_EQ(cuMemAlloc_v2(&one, 1 * MiB), CUDA_SUCCESS, "1 MiB in the first arena");
+    pthread_create(&tid[0], NULL, tailer, &res[0]);
+    pthread_join(tid[0], NULL);
+    TAP_EQ(res[0].other, 0, "the other thread's 4 MiB and its frees succeeded");
+    TAP_EQ(res[0].ok, 1, "its 3 MiB were served (%d refused)", res[0].oom);
+    TAP_EQ(cuMemFree_v2(one), CUDA_SUCCESS, "the first block freed");
   } else if (strcmp(mode, "share") == 0) {
     hold_mib = n;
     int cap_mib = (int)(strtoull(argc > 3 ? argv[3] : "0", NULL, 10) / MiB);
@@ -325,7 +351,8 @@ int main(int argc, char **argv) {
     TAP_EQ(res[0].ok, hold_mib, "one thread holds %d MiB", hold_mib);
     TAP_EQ(res[1].ok, cap_mib - hold_mib, "the other then got all the rest of the cap");
   } else {
-    fprintf(stderr, "usage: arenatest churn|room|fork|cross|borrow|share|contend [N [ITER|BIG]]\n");
+    fprintf(stderr,
+            "usage: arenatest churn|room|fork|cross|borrow|share|contend|tail [N [ITER|BIG]]\n");
     return 2;
   }
   size_t f = 0, t = 0;

@@ -56,10 +56,11 @@ if [ -x "$BUILD/gpucap-replay" ]; then
   done
   like "$out" "\"arenas\":\"dealt\",.*$keys\"arenas_vs_lock_1\":$num," \
     "trace: gpucap-replay --scaling replays it from arenas in 1, 2 and 8 threads, one each"
-  like "$out" '"lock_failed":0,"arenas_failed":0}' "  with no cap, neither refuses anything"
+  like "$out" '"lock_failed":0,"arenas_failed":0,"interleaved_failed_pool":0,"interleaved_failed_arenas":0}' \
+    "  with no cap, neither refuses anything, threaded or interleaved"
   like "$("$BUILD/gpucap-replay" "$trace" --runs 1 --scaling --cap-factor 1.10 2>&1)" \
-    '"lock_failed_2":[0-9]+,.*"arenas_failed_2":[0-9]+,.*"arenas_failed":[0-9]+}$' \
-    "  at a cap of 1.10 x peak live, their refusals are counted per thread count"
+    '"lock_failed_2":[0-9]+,.*"arenas_failed_2":[0-9]+,.*"arenas_failed":[0-9]+,"interleaved_failed_pool":[0-9]+,"interleaved_failed_arenas":[0-9]+}$' \
+    "  at a cap of 1.10 x peak live, their refusals are counted per thread count, and interleaved"
   # Over VMM, as GPUCAP_ARENAS=auto opens them: one thread never meets contention and keeps
   # one pool; no more than the most are ever open.
   vmm="--runs 1 --scaling --cap-factor 1.10 --vmm 2097152"
