@@ -21,8 +21,9 @@
  *                  the first included); it must get all of the CAP left
  *   contend BYTES  the main thread allocates and frees 4 KiB (its context's first pool), then
  *                  another thread allocates BYTES, which makes the pool grow (the script makes
- *                  the driver's growth slow); 150 ms later, while that thread is still in the
- *                  driver with the pool's lock held, the main thread allocates 1 MiB
+ *                  the driver's growth slow); 150 ms after it is about to ask, while it is
+ *                  still in the driver with the pool's lock held, the main thread allocates
+ *                  1 MiB
  *   tail           (GPUCAP_ARENAS=2, an 8 MiB cap of 2 MiB units) the main thread allocates
  *                  1 MiB (a unit mapped, its second half free); another thread, in the other
  *                  arena, allocates 4 MiB, then 3 MiB: only the first arena's free half and one
@@ -187,6 +188,7 @@ static CUdeviceptr grown;
 static void *grower(void *arg) {
   struct result *r = arg;
   cuCtxSetCurrent(ctx);
+  pthread_barrier_wait(&ready); /* the main thread's 150 ms start now */
   r->other += cuMemAlloc_v2(&grown, grow_bytes) != CUDA_SUCCESS;
   return NULL;
 }
@@ -323,7 +325,9 @@ int main(int argc, char **argv) {
     CUdeviceptr first = 0, late = 0;
     TAP_EQ(cuMemAlloc_v2(&first, 4 * KiB), CUDA_SUCCESS, "the main thread's first block");
     TAP_EQ(cuMemFree_v2(first), CUDA_SUCCESS, "... freed");
+    pthread_barrier_init(&ready, NULL, 2);
     pthread_create(&tid[0], NULL, grower, &res[0]);
+    pthread_barrier_wait(&ready);
     usleep(150 * 1000);
     TAP_EQ(cuMemAlloc_v2(&late, 1 * MiB), CUDA_SUCCESS, "1 MiB while the other thread grows");
     pthread_join(tid[0], NULL);
